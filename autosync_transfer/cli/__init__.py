@@ -1,0 +1,61 @@
+"""The ``autosync-transfer`` command line: one Typer sub-app per noun.
+
+Only ``typer`` is imported here; every command imports the library (torch, ...) inside its body
+so that ``autosync-transfer --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from autosync_transfer.cli import clusters, domains, strategies
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="autosync-transfer",
+    help="Learn, transfer and apply gradient-synchronization strategies for data-parallel training.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(domains.app, name="domains")
+app.add_typer(clusters.app, name="clusters")
+app.add_typer(strategies.app, name="strategies")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: user mistakes become one red line and exit code 2."""
+    import click
+
+    from autosync_transfer.errors import AutosyncError
+
+    try:
+        app(args=argv, prog_name="autosync-transfer", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        sys.stderr.write("aborted\n")
+        sys.exit(130)
+    except AutosyncError as e:
+        _error_line(str(e))
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+def _error_line(message: str) -> None:
+    from rich.markup import escape
+
+    from autosync_transfer.cli._common import err
+
+    line = " ".join(message.split())
+    err().print(f"[bold red]error:[/bold red] {escape(line)}", markup=True, highlight=False)

@@ -1,0 +1,94 @@
+"""Shared CLI helpers: consoles, JSON output, resolving domains with an optional cluster file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+__all__ = [
+    "out", "err", "print_json", "resolve_domain", "fmt_bytes", "fmt_count", "cluster_table",
+]
+
+_OUT = None
+_ERR = None
+
+
+def out():  # noqa: ANN201 - rich Console, imported lazily
+    global _OUT
+    if _OUT is None:
+        from rich.console import Console
+
+        _OUT = Console(file=sys.stdout, soft_wrap=True)
+    return _OUT
+
+
+def err():  # noqa: ANN201
+    global _ERR
+    if _ERR is None:
+        from rich.console import Console
+
+        _ERR = Console(file=sys.stderr, soft_wrap=True)
+    return _ERR
+
+
+def reset_consoles() -> None:
+    """Forget cached consoles (tests swap sys.stdout between invocations)."""
+    global _OUT, _ERR
+    _OUT = _ERR = None
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def resolve_domain(name: str, cluster_file: str | None = None):  # noqa: ANN201 - Domain
+    """A catalog domain, or a catalog model on a cluster read from a resource-spec YAML file.
+
+    With ``cluster_file``, ``name`` may be a plain model name (``bert``) or a domain name whose
+    cluster part is replaced.
+    """
+    from autosync_transfer.domains.catalog import get_cluster, get_domain, get_model, model_names
+    from autosync_transfer.domains.cluster import Cluster
+    from autosync_transfer.domains.domain import Domain
+
+    if cluster_file is None:
+        return get_domain(name)
+    cluster = Cluster.from_file(cluster_file)
+    model_name = name
+    if name not in model_names():
+        from autosync_transfer.domains.catalog import split_domain_name
+
+        model_name, cluster_name = split_domain_name(name)
+        get_cluster(cluster_name)  # the replaced part must still name a cluster
+    return Domain(name=f"{model_name}-{cluster.name}", model=get_model(model_name), cluster=cluster)
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def fmt_count(n: float) -> str:
+    if n >= 1e9:
+        return f"{n / 1e9:.2f}B"
+    if n >= 1e6:
+        return f"{n / 1e6:.1f}M"
+    if n >= 1e3:
+        return f"{n / 1e3:.1f}k"
+    return str(int(n))
+
+
+def cluster_table(cluster):  # noqa: ANN001, ANN201 - Cluster -> rich Table
+    from rich.table import Table
+
+    table = Table()
+    for col in ("node", "address", "workers", "device", "NIC Gbit/s", "latency ms", "chief"):
+        table.add_column(col)
+    for n in cluster.nodes:
+        table.add_row(n.name, n.address, str(n.workers), n.device, f"{n.bandwidth_gbps:g}",
+                      f"{n.latency_ms:g}", "yes" if n.chief else "")
+    return table

@@ -1,0 +1,60 @@
+"""``autosync-transfer clusters list|show``."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="Named clusters and AutoDist resource-spec files.", no_args_is_help=True)
+
+
+@app.command("list")
+def list_clusters(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the catalog's clusters."""
+    from autosync_transfer.cli._common import out, print_json
+    from autosync_transfer.domains.catalog import CLUSTERS
+
+    if json_out:
+        print_json([c.model_dump() for c in CLUSTERS.values()])
+        return
+    from rich.table import Table
+
+    table = Table()
+    for col in ("cluster", "nodes", "workers", "NIC Gbit/s", "description"):
+        table.add_column(col)
+    for c in CLUSTERS.values():
+        bws = sorted({n.bandwidth_gbps for n in c.nodes})
+        table.add_row(c.name, str(c.num_nodes), str(c.world_size),
+                      "/".join(f"{b:g}" for b in bws), c.description)
+    out().print(table)
+
+
+@app.command("show")
+def show(
+    name: str = typer.Argument(..., help="A catalog cluster name (A, B, C) or a resource-spec YAML file."),
+    yaml_out: bool = typer.Option(False, "--yaml", help="Print the AutoDist resource-spec YAML."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show a cluster: nodes, workers, NIC bandwidth; or convert it to resource-spec YAML."""
+    from pathlib import Path
+
+    from autosync_transfer.cli._common import cluster_table, out, print_json
+    from autosync_transfer.domains.catalog import CLUSTERS, get_cluster
+    from autosync_transfer.domains.cluster import Cluster
+
+    if name not in CLUSTERS and (Path(name).suffix in (".yml", ".yaml") or Path(name).exists()):
+        cluster = Cluster.from_file(name)
+    else:
+        cluster = get_cluster(name)
+    if yaml_out:
+        import sys
+
+        sys.stdout.write(cluster.to_yaml())
+        return
+    if json_out:
+        print_json(cluster.model_dump())
+        return
+
+    out().print(f"[bold]{cluster.name}[/bold]: {cluster.description}  "
+                f"({cluster.num_nodes} nodes, {cluster.world_size} workers, fingerprint "
+                f"{cluster.fingerprint})")
+    out().print(cluster_table(cluster))

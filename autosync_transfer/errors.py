@@ -1,0 +1,69 @@
+"""One exception hierarchy for autosync-transfer.
+
+Every error a user can cause (a bad name, a malformed file, an invalid strategy) is an
+:class:`AutosyncError`; the CLI prints its message on one line and exits with code 2.
+Third-party errors are wrapped with ``raise ... from e``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AutosyncError",
+    "ConfigError",
+    "UnknownNameError",
+    "SpecError",
+    "StrategyValidationError",
+    "NotFittedError",
+    "format_pydantic_error",
+]
+
+
+class AutosyncError(Exception):
+    """Base class of every error raised on purpose by autosync-transfer."""
+
+
+class ConfigError(AutosyncError, ValueError):
+    """A configuration value is invalid (bad field, bad value, bad combination)."""
+
+
+class UnknownNameError(ConfigError, KeyError):
+    """A name (model, cluster, domain, builder, ...) is not in the catalog."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it plain
+        return str(self.args[0]) if self.args else ""
+
+
+class SpecError(ConfigError):
+    """A cluster / resource-spec / strategy file cannot be read or parsed."""
+
+
+class StrategyValidationError(ConfigError):
+    """A strategy breaks a rule of its domain; ``violations`` lists every broken rule."""
+
+    def __init__(self, violations: list[str]):
+        self.violations = list(violations)
+        head = self.violations[0] if self.violations else "invalid strategy"
+        more = f" (and {len(self.violations) - 1} more)" if len(self.violations) > 1 else ""
+        super().__init__(f"invalid strategy: {head}{more}")
+
+
+class NotFittedError(AutosyncError, RuntimeError):
+    """An object that needs ``fit``/``setup`` was used before it."""
+
+
+def format_pydantic_error(exc: Exception, what: str = "") -> str:
+    """Turn a pydantic ``ValidationError`` into one line naming the field and the value."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc).splitlines()[0]
+    parts = []
+    for err in exc.errors()[:3]:  # type: ignore[attr-defined]
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        value = err.get("input")
+        shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        parts.append(f"{loc}: {msg} (got {shown})" if loc else f"{msg} (got {shown})")
+    prefix = f"{what}: " if what else ""
+    return prefix + "; ".join(parts)

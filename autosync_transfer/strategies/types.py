@@ -1,0 +1,178 @@
+"""Typed per-variable synchronization strategies and their JSON form."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from autosync_transfer.errors import SpecError, format_pydantic_error
+
+__all__ = [
+    "Compressor",
+    "COMPRESSORS",
+    "PS",
+    "AllReduce",
+    "Synchronizer",
+    "Partition",
+    "VarConfig",
+    "Strategy",
+]
+
+Compressor = Literal["none", "fp16", "fp16_ef", "powersgd"]
+COMPRESSORS: tuple[str, ...] = ("none", "fp16", "fp16_ef", "powersgd")
+
+
+class PS(BaseModel):
+    """Parameter server: gradients are pushed to ``destination`` (a node name), averaged there and
+    pulled back. ``local_replication`` aggregates each node's workers first (one push/pull per node)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["ps"] = "ps"
+    destination: str = Field(min_length=1)
+    local_replication: bool = False
+    sync: bool = True
+    staleness: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _staleness_needs_sync(self) -> PS:
+        if self.staleness > 0 and not self.sync:
+            raise ValueError(f"staleness > 0 requires sync=true, got staleness={self.staleness}")
+        return self
+
+
+class AllReduce(BaseModel):
+    """All-reduce: every tensor with the same ``group`` is fused into one collective."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["ar"] = "ar"
+    group: int = Field(default=0, ge=0)
+    compressor: Compressor = "none"
+    powersgd_rank: int = Field(default=1, ge=1, le=64)
+
+
+Synchronizer = Annotated[Union[PS, AllReduce], Field(discriminator="kind")]
+
+
+class Partition(BaseModel):
+    """Split a variable into ``shards`` along ``axis``; shard i gets ``synchronizers[i]``.
+
+    Shard lengths follow AutoDist: ``d // shards`` each, the first ``d % shards`` get one more.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    axis: int = Field(ge=0)
+    shards: int = Field(ge=2)
+    synchronizers: tuple[Synchronizer, ...]
+
+    @model_validator(mode="after")
+    def _one_per_shard(self) -> Partition:
+        if len(self.synchronizers) != self.shards:
+            raise ValueError(
+                f"a partition needs one synchronizer per shard: shards={self.shards}, "
+                f"got {len(self.synchronizers)} synchronizers"
+            )
+        return self
+
+    def shard_sizes(self, dim: int) -> list[int]:
+        base, rem = divmod(dim, self.shards)
+        return [base + (1 if i < rem else 0) for i in range(self.shards)]
+
+
+class VarConfig(BaseModel):
+    """The synchronization of one variable: a single synchronizer, or a partition."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    var_name: str = Field(min_length=1)
+    synchronizer: Synchronizer | None = None
+    partition: Partition | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> VarConfig:
+        if (self.synchronizer is None) == (self.partition is None):
+            raise ValueError(
+                f"variable {self.var_name!r} needs exactly one of 'synchronizer' or 'partition'"
+            )
+        return self
+
+    def items(self) -> Iterator[tuple[int | None, PS | AllReduce]]:
+        """(shard index or None, synchronizer) for every synchronized piece."""
+        if self.partition is None:
+            assert self.synchronizer is not None
+            yield None, self.synchronizer
+        else:
+            for i, s in enumerate(self.partition.synchronizers):
+                yield i, s
+
+
+class Strategy(BaseModel):
+    """A complete strategy: one :class:`VarConfig` per trainable variable.
+
+    ``kind`` tells where it came from (``sampled``, a builder name such as ``ps_lb``, ``ddp``,
+    ``autodist``, ``user``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1)
+    kind: str = "user"
+    nodes: tuple[VarConfig, ...]
+
+    def node(self, var_name: str) -> VarConfig | None:
+        for n in self.nodes:
+            if n.var_name == var_name:
+                return n
+        return None
+
+    def by_var(self) -> dict[str, VarConfig]:
+        return {n.var_name: n for n in self.nodes}
+
+    # -- JSON ---------------------------------------------------------------------------------
+    def to_json(self, indent: int | None = None) -> str:
+        return self.model_dump_json(indent=indent, exclude_defaults=False)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Strategy:
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise SpecError(f"strategy is not valid JSON: {e}") from e
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: object) -> Strategy:
+        if not isinstance(data, dict):
+            raise SpecError(f"strategy must be a JSON object, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise SpecError(format_pydantic_error(e, "strategy")) from e
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Strategy:
+        p = Path(path)
+        try:
+            raw = p.read_bytes()
+        except OSError as e:
+            raise SpecError(f"cannot read strategy file {str(p)!r}: {e.strerror}") from e
+        if raw[:1] in (b"{", b" ", b"\n", b"\t"):
+            return cls.from_json(raw)
+        from autosync_transfer.strategies.autodist import strategy_from_autodist
+
+        return strategy_from_autodist(raw)
+
+    @property
+    def fingerprint(self) -> str:
+        import hashlib
+
+        body = json.dumps(
+            [n.model_dump(mode="json") for n in self.nodes], sort_keys=True, separators=(",", ":")
+        )
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
