@@ -180,11 +180,13 @@ def _load_strategy(path: str, domain=None):  # noqa: ANN001, ANN202
 
         from autosync_transfer.errors import SpecError
 
+        from autosync_transfer.strategies.types import looks_like_json
+
         try:
-            head = Path(path).read_bytes()[:1]
+            raw = Path(path).read_bytes()
         except OSError as e:
             raise SpecError(f"cannot read strategy file {path!r}: {e.strerror}") from e
-        if head not in (b"{", b" ", b"\n", b"\t", b""):
+        if not looks_like_json(raw):
             from autosync_transfer.strategies.autodist import read_autodist_file
 
             return read_autodist_file(path, domain.cluster)

@@ -20,6 +20,7 @@ __all__ = [
     "Partition",
     "VarConfig",
     "Strategy",
+    "looks_like_json",
 ]
 
 Compressor = Literal["none", "fp16", "fp16_ef", "powersgd"]
@@ -162,7 +163,7 @@ class Strategy(BaseModel):
             raw = p.read_bytes()
         except OSError as e:
             raise SpecError(f"cannot read strategy file {str(p)!r}: {e.strerror}") from e
-        if raw[:1] in (b"{", b" ", b"\n", b"\t"):
+        if looks_like_json(raw):
             return cls.from_json(raw)
         from autosync_transfer.strategies.autodist import strategy_from_autodist
 
@@ -176,3 +177,11 @@ class Strategy(BaseModel):
             [n.model_dump(mode="json") for n in self.nodes], sort_keys=True, separators=(",", ":")
         )
         return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def looks_like_json(raw: bytes) -> bool:
+    """JSON strategy files start with ``{`` (after whitespace); AutoDist protobuf files start with
+    the tag byte of field 1 (0x0A, which is also ``\\n``), so only the first non-blank byte decides.
+    An empty or blank file counts as JSON (and fails as such)."""
+    head = raw.lstrip()[:1]
+    return head in (b"{", b"[", b"")

@@ -1,0 +1,255 @@
+"""The measurement protocol and persistent trial workers.
+
+Protocol (AutoSync's): ``warmup`` untimed iterations, then ``iters`` timed ones; the time of an
+iteration is the maximum over ranks; a trial keeps every iteration time and their median.
+
+:class:`WorkerPool` keeps one process group per (model, cluster) alive and runs many strategies
+in a row, so a trial costs its iterations, not process start-up. A watchdog turns a hang, a crash
+or an error into a failed :class:`TrialResult` (recorded, never fatal) and restarts the workers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autosync_transfer.domains.domain import Domain
+from autosync_transfer.errors import ConfigError
+from autosync_transfer.runtime.launch import free_port
+from autosync_transfer.runtime.worker import REPLY_PREFIX
+from autosync_transfer.strategies.types import Strategy
+
+__all__ = ["Protocol", "TrialResult", "WorkerPool"]
+
+log = logging.getLogger(__name__)
+
+
+class Protocol(BaseModel):
+    """How a trial is measured."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    warmup: int = Field(default=10, ge=0)
+    iters: int = Field(default=40, ge=1)
+    timeout_s: float = Field(default=300.0, gt=0, description="watchdog per trial")
+    startup_timeout_s: float = Field(default=180.0, gt=0)
+
+
+@dataclass
+class TrialResult:
+    """One measured (or failed) trial. ``status``: ok | failed | timeout."""
+
+    status: Literal["ok", "failed", "timeout"]
+    iteration_times_s: list[float] = field(default_factory=list)
+    error: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def median_s(self) -> float | None:
+        return statistics.median(self.iteration_times_s) if self.iteration_times_s else None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class WorkerPool:
+    """Persistent workers for one domain, on ``launcher`` ``local`` (loopback) or ``emulated``
+    (one network namespace per node, NICs shaped to the cluster's bandwidths).
+
+    Use as a context manager; :meth:`run` measures one strategy (``None`` = torch DDP).
+    """
+
+    def __init__(self, domain: Domain, launcher: str = "local", protocol: Protocol | None = None,
+                 *, seed: int = 0, log_dir: str | Path | None = None):
+        if launcher not in ("local", "emulated"):
+            raise ConfigError(f"launcher must be 'local' or 'emulated', got {launcher!r}")
+        self.domain = domain
+        self.launcher = launcher
+        self.protocol = protocol or Protocol()
+        self.seed = seed
+        self.log_dir = Path(log_dir) if log_dir else None
+        self._procs: list[subprocess.Popen] = []
+        self._emu: Any = None
+        self.restarts = 0
+        self._trial_no = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stop_workers(graceful=True)
+        if self._emu is not None:
+            self._emu.stop()
+            self._emu = None
+
+    def _ensure(self) -> None:
+        if self._procs and all(p.poll() is None for p in self._procs):
+            return
+        self._stop_workers(graceful=False)
+        self._start_workers()
+
+    def _start_workers(self) -> None:
+        cluster = self.domain.cluster
+        world = cluster.world_size
+        port = free_port()
+        rank_nodes = cluster.rank_nodes()
+        if self.launcher == "emulated":
+            if self._emu is None:
+                from autosync_transfer.runtime.emulation import EmulatedCluster
+
+                self._emu = EmulatedCluster(cluster)
+                self._emu.start()
+            master = self._emu.chief_address
+        else:
+            master = "127.0.0.1"
+        if self.log_dir:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        for rank in range(world):
+            cfg = {
+                "rank": rank, "world_size": world, "master_addr": master, "master_port": port,
+                "model": self.domain.model.name, "cluster": cluster.model_dump_json(),
+                "seed": self.seed,
+            }
+            argv = [sys.executable, "-m", "autosync_transfer.runtime.worker", json.dumps(cfg)]
+            stderr: Any = subprocess.DEVNULL
+            if self.log_dir:
+                stderr = open(self.log_dir / f"worker-{rank}.log", "ab")  # noqa: SIM115
+            env = dict(os.environ)
+            env.update({"OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR",
+                        "PYTHONUNBUFFERED": "1"})
+            if self.launcher == "emulated":
+                env.update(self._emu.env_for(rank_nodes[rank], master_port=port))
+                argv = self._emu.exec_prefix(rank_nodes[rank]) + argv
+            else:
+                env["GLOO_SOCKET_IFNAME"] = "lo"
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=stderr, env=env, bufsize=0)
+            if stderr is not subprocess.DEVNULL:
+                stderr.close()
+            self._procs.append(proc)
+        replies = self._collect("ready", self.protocol.startup_timeout_s)
+        if isinstance(replies, str):
+            self._stop_workers(graceful=False)
+            raise ConfigError(f"trial workers for {self.domain.name} did not start: {replies}")
+
+    def _stop_workers(self, graceful: bool) -> None:
+        procs, self._procs = self._procs, []
+        if graceful:
+            for p in procs:
+                try:
+                    if p.poll() is None and p.stdin:
+                        p.stdin.write(b'{"op": "exit"}\n')
+                        p.stdin.flush()
+                except OSError:
+                    pass
+            deadline = time.monotonic() + 10
+            for p in procs:
+                try:
+                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            for f in (p.stdin, p.stdout):
+                try:
+                    if f:
+                        f.close()
+                except OSError:
+                    pass
+
+    # -- protocol -------------------------------------------------------------------------------
+    def _collect(self, want: str, timeout_s: float) -> list[dict] | str:
+        """One reply per rank for ``want`` (an op or a trial id), or an error string."""
+        deadline = time.monotonic() + timeout_s
+        replies: dict[int, dict] = {}
+        bufs = {i: b"" for i in range(len(self._procs))}
+        while len(replies) < len(self._procs):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return f"timeout after {timeout_s:.0f} s waiting for {want}"
+            fds = {p.stdout.fileno(): i for i, p in enumerate(self._procs)
+                   if i not in replies and p.stdout}
+            readable, _, _ = select.select(list(fds), [], [], min(left, 1.0))
+            for fd in readable:
+                i = fds[fd]
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    code = self._procs[i].wait(timeout=5) if self._procs[i].poll() is None else self._procs[i].returncode
+                    return f"worker {i} exited with code {code}"
+                bufs[i] += chunk
+                while b"\n" in bufs[i] and i not in replies:
+                    line, bufs[i] = bufs[i].split(b"\n", 1)
+                    text = line.decode(errors="replace")
+                    if not text.startswith(REPLY_PREFIX):
+                        continue
+                    msg = json.loads(text[len(REPLY_PREFIX):])
+                    if msg.get("op") == want or msg.get("id") == want:
+                        replies[i] = msg
+            for i, p in enumerate(self._procs):
+                if i not in replies and p.poll() is not None:
+                    return f"worker {i} exited with code {p.returncode}"
+        return [replies[i] for i in range(len(self._procs))]
+
+    def run(self, strategy: Strategy | None, protocol: Protocol | None = None, *,
+            fault: dict[str, Any] | None = None) -> TrialResult:
+        """Measure ``strategy`` (``None``: torch DDP with default buckets). Never raises for a
+        failed measurement: the result says ``failed`` / ``timeout`` and the workers restart."""
+        proto = protocol or self.protocol
+        t0 = time.monotonic()
+        try:
+            self._ensure()
+        except ConfigError as e:
+            return TrialResult("failed", error=str(e), wall_s=time.monotonic() - t0)
+        self._trial_no += 1
+        tid = f"t{self._trial_no}"
+        cmd = {"op": "trial", "id": tid, "warmup": proto.warmup, "iters": proto.iters,
+               "strategy": strategy.to_json() if strategy is not None else None}
+        if fault:
+            cmd.update(fault)
+        line = (json.dumps(cmd) + "\n").encode()
+        try:
+            for p in self._procs:
+                assert p.stdin is not None
+                p.stdin.write(line)
+                p.stdin.flush()
+        except OSError as e:
+            self._restart()
+            return TrialResult("failed", error=f"cannot reach workers: {e}", wall_s=time.monotonic() - t0)
+        replies = self._collect(tid, proto.timeout_s)
+        wall = time.monotonic() - t0
+        if isinstance(replies, str):
+            status: Literal["failed", "timeout"] = "timeout" if replies.startswith("timeout") else "failed"
+            self._restart()
+            return TrialResult(status, error=replies, wall_s=wall)
+        bad = [r for r in replies if not r.get("ok")]
+        if bad:
+            self._restart()
+            return TrialResult("failed", error=f"rank {bad[0].get('rank')}: {bad[0].get('error')}", wall_s=wall)
+        per_rank = [r["times"] for r in replies]
+        times = [max(ts) for ts in zip(*per_rank)]
+        return TrialResult("ok", iteration_times_s=times, wall_s=wall)
+
+    def _restart(self) -> None:
+        self.restarts += 1
+        self._stop_workers(graceful=False)

@@ -1,0 +1,146 @@
+"""A persistent trial worker: joins the process group once, then measures strategy after strategy.
+
+Started by :class:`autosync_transfer.runtime.trial.WorkerPool` (locally or inside an emulated
+node's network namespace) as ``python -m autosync_transfer.runtime.worker '<json config>'``.
+Commands arrive as JSON lines on stdin; every rank answers each with one line on stdout prefixed
+by ``@@AST`` (anything else on stdout is ignored). All output meant for people goes to stderr.
+
+Under torchrun (``--torchrun``) there is no controller: rank 0 reads strategies from a JSON Lines
+file, broadcasts each one, and appends the results to a trial store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+__all__ = ["REPLY_PREFIX", "TrialHarness", "main"]
+
+REPLY_PREFIX = "@@AST "
+
+
+class TrialHarness:
+    """Model, data and process groups of one worker; measures one strategy per call."""
+
+    def __init__(self, model_name: str, cluster_json: str, seed: int = 0, lr: float = 1e-3):
+        self.model_name = model_name
+        self.cluster_json = cluster_json
+        self.seed = seed
+        self.lr = lr
+
+    def setup(self) -> TrialHarness:
+        import torch
+        import torch.distributed as dist
+
+        from autosync_transfer.domains.cluster import Cluster
+        from autosync_transfer.domains.zoo import build_module, example_batch, loss_fn, model_graph
+        from autosync_transfer.runtime.executor import CommGroups
+
+        torch.set_num_threads(1)
+        self.rank = dist.get_rank()
+        self.world = dist.get_world_size()
+        self.cluster = Cluster.model_validate_json(self.cluster_json)
+        self.graph = model_graph(self.model_name)
+        self.module = build_module(self.model_name, "cpu", seed=self.seed)
+        self.loss = loss_fn(self.model_name)
+        g = torch.Generator().manual_seed(self.seed * 1000 + self.rank)
+        self.batches = [example_batch(self.model_name, None, g) for _ in range(4)]
+        self.groups = CommGroups.create()
+        self.opt = torch.optim.SGD(self.module.parameters(), lr=self.lr)
+        return self
+
+    def _step(self, k: int, sync: Any) -> None:
+        inputs, targets = self.batches[k % len(self.batches)]
+        self.opt.zero_grad(set_to_none=False)
+        model = sync if sync is not None and not hasattr(sync, "finish") else self.module
+        out = model(**inputs)
+        self.loss(out, targets).backward()
+        if sync is not None and hasattr(sync, "finish"):
+            sync.finish()
+        self.opt.step()
+
+    def measure(self, strategy_json: str | None, warmup: int, iters: int) -> list[float]:
+        """Per-iteration seconds on this rank; ``strategy_json=None`` measures torch DDP."""
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        from autosync_transfer.runtime.executor import StrategyExecutor
+        from autosync_transfer.runtime.plan import make_plan
+        from autosync_transfer.strategies.types import Strategy
+
+        if strategy_json is None:
+            sync: Any = DistributedDataParallel(self.module, process_group=self.groups.ar)
+        else:
+            plan = make_plan(Strategy.from_json(strategy_json), self.graph, self.cluster)
+            sync = StrategyExecutor(self.module, plan, self.groups, seed=self.seed).setup()
+        try:
+            for k in range(warmup):
+                self._step(k, sync)
+            dist.barrier(group=self.groups.ar)
+            times = []
+            for k in range(iters):
+                t0 = time.perf_counter()
+                self._step(k, sync)
+                times.append(time.perf_counter() - t0)
+            return times
+        finally:
+            if hasattr(sync, "close"):
+                sync.close()
+            del sync
+
+
+def _reply(obj: dict[str, Any]) -> None:
+    sys.stdout.write(REPLY_PREFIX + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _serve(harness: TrialHarness) -> None:
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        cmd = json.loads(line)
+        if cmd.get("op") == "exit":
+            _reply({"op": "exit", "ok": True})
+            return
+        if cmd.get("op") == "ping":
+            _reply({"op": "ping", "ok": True, "rank": harness.rank})
+            continue
+        tid = cmd.get("id")
+        try:
+            if cmd.get("fault") == "crash" and harness.rank == cmd.get("fault_rank", 0):
+                os._exit(17)  # test hook: a worker dying mid-trial
+            if cmd.get("fault") == "hang" and harness.rank == cmd.get("fault_rank", 0):
+                time.sleep(3600)  # test hook: a hung worker
+            times = harness.measure(cmd.get("strategy"), int(cmd["warmup"]), int(cmd["iters"]))
+            _reply({"id": tid, "ok": True, "rank": harness.rank, "times": times})
+        except Exception as e:  # the controller records it and restarts the workers
+            _reply({"id": tid, "ok": False, "rank": harness.rank,
+                    "error": f"{type(e).__name__}: {e}"[:2000]})
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch.distributed as dist
+
+    args = sys.argv[1:] if argv is None else argv
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    cfg = json.loads(args[0])
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{cfg['master_addr']}:{cfg['master_port']}",
+        rank=cfg["rank"],
+        world_size=cfg["world_size"],
+    )
+    try:
+        harness = TrialHarness(cfg["model"], cfg["cluster"], seed=cfg.get("seed", 0)).setup()
+        _reply({"op": "ready", "ok": True, "rank": harness.rank})
+        _serve(harness)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,708 @@
+"""Random strategies from AutoSync's strategy space, under its knowledge constraints.
+
+The space and the heuristics follow AutoSync's ``RandomStrategySampler`` (per variable: partition or
+not, then a synchronizer per piece; then a global pass that places parameter-server pieces and fuses
+all-reduce pieces into groups), with these differences:
+
+* a single fixed ``maybe_partition`` choice is honoured (``(False,)`` never partitions, ``(True,)``
+  always partitions a partitionable variable);
+* ``"num_nodes"`` works as either bound of ``num_group_bounds`` / ``num_partition_bounds``;
+* a variable whose shard range ``[max(2, lb), min(dim, ub)]`` is empty on every allowed axis is not
+  partitioned (instead of sampling from an empty range);
+* the randomized balancers divide their logits by ``balance_temperature x total load``, so that they
+  really sample (AutoSync's raw byte differences made them an argmax after the first item);
+* all-reduce groups are 0-based and numbered by first appearance in forward order; the
+  ``ordered_balanced`` fill never runs past the last group.
+
+Knowledge constraints every sample satisfies: a sparse variable is synchronized by parameter servers
+only (whatever ``synchronizer_types`` says) and partitioned only along axis 0; scalars and axes of
+length 1 are never partitioned; PS synchronizers are synchronous with staleness 0; local replication
+is only sampled when some node of the cluster has more than one worker (it aggregates the workers of
+each node before the push; with one worker per node it does nothing, so it is always off there).
+
+Performance: every random decision of a strategy is drawn in a few vectorized numpy calls; the
+sequential load-balancing and group-filling passes run batched across the strategies of a
+:meth:`StrategySampler.sample_n` call; synchronizer objects are shared between strategies (they are
+frozen) and the per-variable objects the sampler builds itself are made with ``model_construct``
+(they are valid by construction).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from autosync_transfer.domains.domain import Domain
+from autosync_transfer.errors import ConfigError, UnknownNameError
+from autosync_transfer.strategies.types import (
+    PS,
+    AllReduce,
+    Compressor,
+    Partition,
+    Strategy,
+    VarConfig,
+)
+
+__all__ = [
+    "MAX_INT32",
+    "SamplerConfig",
+    "StrategySampler",
+    "PRESETS",
+    "preset",
+    "preset_names",
+]
+
+#: AutoSync's "unbounded" value for bounds (2**31 - 1)
+MAX_INT32 = 2**31 - 1
+
+SynchronizerType = Literal["ps", "ar"]
+LoadBalancer = Literal[
+    "random", "greedy", "sorted_greedy", "randomized_greedy", "sorted_randomized_greedy"
+]
+MergeScheme = Literal["random", "by_chunk", "randomized_greedy", "ordered_balanced"]
+Bound = Union[int, Literal["num_nodes"]]
+
+# strategies whose sequential passes are batched together (bounds the padded noise arrays)
+_BATCH = 256
+# the per-sampler caches of shared objects are cleared when they grow past this many entries
+_CACHE_LIMIT = 200_000
+
+
+class SamplerConfig(BaseModel):
+    """The strategy space and the heuristics of :class:`StrategySampler`.
+
+    Space (uniform choices): ``synchronizer_types`` (``ps``/``ar``) for dense pieces,
+    ``compressors`` and ``powersgd_ranks`` for all-reduce pieces, ``local_replication`` for PS
+    pieces (only when some node has more than one worker), ``maybe_partition`` (partition a
+    variable or not), ``partitionable_axes`` (if non-empty, only these axes may be split).
+
+    Heuristics: ``ps_load_balancer`` places PS pieces on nodes (``greedy`` = least bytes so far;
+    ``sorted_*`` handles pieces largest first; ``randomized_*`` samples a node with probability
+    ``softmax((target_s - load_s) / (balance_temperature * total))`` where ``target_s`` is the
+    node's bandwidth share of the total load — smaller temperatures are closer to greedy);
+    ``merge_scheme`` fuses all-reduce pieces into a number of groups drawn uniformly from
+    ``num_group_bounds`` (``random`` groups, contiguous chunks, ``randomized_greedy`` size balancing
+    or ``ordered_balanced`` contiguous size-balanced buckets; ``by_chunk`` uses ``chunk_size`` pieces
+    per group when set, else ``ceil(pieces / groups)``); ``num_partition_bounds`` bounds the shard
+    count; ``maybe_partition_bounds`` (bytes): variables of at most ``lb`` bytes are never
+    partitioned, of at least ``ub`` bytes always (when partitioning is a choice), in between with
+    probability ``(size - lb) / (ub - lb)`` if ``maybe_partition_by_size`` else 1/2;
+    ``same_synchronizer_for_parts`` gives all shards of a variable one synchronizer type.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    synchronizer_types: tuple[SynchronizerType, ...] = ("ps", "ar")
+    compressors: tuple[Compressor, ...] = ("none", "fp16")
+    powersgd_ranks: tuple[int, ...] = (1, 2, 4)
+    local_replication: tuple[bool, ...] = (True, False)
+    maybe_partition: tuple[bool, ...] = (True, False)
+    partitionable_axes: tuple[int, ...] = ()
+
+    ps_load_balancer: LoadBalancer = "sorted_randomized_greedy"
+    merge_scheme: MergeScheme = "ordered_balanced"
+    balance_temperature: float = Field(default=0.1, gt=0, allow_inf_nan=False)
+    chunk_size: int | None = Field(default=None, ge=1)
+    num_group_bounds: tuple[Bound, Bound] = (1, 20)
+    num_partition_bounds: tuple[Bound, Bound] = (2, 40)
+    maybe_partition_bounds: tuple[int, int] = (0, MAX_INT32)
+    maybe_partition_by_size: bool = False
+    same_synchronizer_for_parts: bool = False
+
+    @field_validator(
+        "synchronizer_types", "compressors", "powersgd_ranks", "local_replication", "maybe_partition"
+    )
+    @classmethod
+    def _choices(cls, v: tuple[Any, ...], info: ValidationInfo) -> tuple[Any, ...]:
+        if not v:
+            raise ValueError(f"{info.field_name} needs at least one choice, got none")
+        if len(set(v)) != len(v):
+            raise ValueError(f"{info.field_name} must not repeat a choice, got {list(v)}")
+        return v
+
+    @field_validator("powersgd_ranks")
+    @classmethod
+    def _ranks(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        for r in v:
+            if not 1 <= r <= 64:
+                raise ValueError(f"powersgd_ranks must be between 1 and 64, got {r}")
+        return v
+
+    @field_validator("partitionable_axes")
+    @classmethod
+    def _axes(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        for a in v:
+            if a < 0:
+                raise ValueError(f"partitionable_axes must be >= 0, got {a}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"partitionable_axes must not repeat an axis, got {list(v)}")
+        return v
+
+    @field_validator("num_group_bounds", "num_partition_bounds", "maybe_partition_bounds", mode="before")
+    @classmethod
+    def _no_bools(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, (list, tuple)) and any(isinstance(x, bool) for x in v):
+            raise ValueError(f"{info.field_name} must be integers, got {list(v)}")
+        return v
+
+    @field_validator("num_group_bounds", "num_partition_bounds")
+    @classmethod
+    def _bounds(cls, v: tuple[Bound, Bound], info: ValidationInfo) -> tuple[Bound, Bound]:
+        name = info.field_name
+        lo, hi = v
+        for which, b in (("lower", lo), ("upper", hi)):
+            if isinstance(b, int) and b < 1:
+                raise ValueError(f"{name} {which} bound must be >= 1 or 'num_nodes', got {b}")
+        if name == "num_partition_bounds" and isinstance(hi, int) and hi < 2:
+            raise ValueError(
+                f"num_partition_bounds upper bound must be >= 2 (a partition has at least 2 "
+                f"shards; use maybe_partition=(False,) to never partition), got {hi}"
+            )
+        if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+            raise ValueError(f"{name} must satisfy lower <= upper, got ({lo}, {hi})")
+        return v
+
+    @field_validator("maybe_partition_bounds")
+    @classmethod
+    def _byte_bounds(cls, v: tuple[int, int]) -> tuple[int, int]:
+        lo, hi = v
+        if lo < 0 or lo > hi:
+            raise ValueError(
+                f"maybe_partition_bounds must satisfy 0 <= lower <= upper (bytes), got ({lo}, {hi})"
+            )
+        return v
+
+    def resolved_bounds(
+        self, which: Literal["num_group_bounds", "num_partition_bounds"], num_nodes: int
+    ) -> tuple[int, int]:
+        """The integer bounds of ``which`` with ``"num_nodes"`` replaced by ``num_nodes``."""
+        lo, hi = getattr(self, which)
+        lo_i = num_nodes if lo == "num_nodes" else int(lo)
+        hi_i = num_nodes if hi == "num_nodes" else int(hi)
+        return lo_i, hi_i
+
+
+#: named sampler configurations (keyword arguments of :class:`SamplerConfig`)
+PRESETS: dict[str, dict[str, Any]] = {
+    # the package default: AutoSync's product preset (AutoStrategy), with fp16 for Horovod's cast
+    "default": {},
+    "product": {},
+    # AutoSync's default_space / default_heuristics: random placement and random groups
+    "autosync_default": {
+        "compressors": ("none", "fp16", "fp16_ef"),
+        "local_replication": (False,),
+        "ps_load_balancer": "random",
+        "merge_scheme": "random",
+        "num_group_bounds": (1, MAX_INT32),
+        "num_partition_bounds": (2, MAX_INT32),
+    },
+    "ps_only": {"synchronizer_types": ("ps",)},
+    "ar_only": {"synchronizer_types": ("ar",)},
+    # every compressor, PowerSGD ranks included
+    "compressed": {"compressors": ("none", "fp16", "fp16_ef", "powersgd")},
+    # AutoSync's data-collection setting "if-partition-lb-100000": never split vars <= 100 kB
+    "large_partitions": {"maybe_partition_bounds": (100_000, MAX_INT32)},
+}
+
+
+def preset_names() -> list[str]:
+    return list(PRESETS)
+
+
+def preset(name: str, **overrides: Any) -> SamplerConfig:
+    """The :class:`SamplerConfig` of preset ``name``, with ``overrides`` applied."""
+    try:
+        base = PRESETS[name]
+    except KeyError:
+        raise UnknownNameError(
+            f"unknown sampler preset {name!r} (known: {', '.join(PRESETS)})"
+        ) from None
+    return SamplerConfig(**{**base, **overrides})
+
+
+# -- static per-domain tables ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """What the sampler precomputes once per (domain, config)."""
+
+    names: list[str]
+    sparse: np.ndarray  # (V,) bool
+    nbytes: np.ndarray  # (V,) int64
+    p_partition: np.ndarray  # (V,) probability of partitioning
+    n_axes: np.ndarray  # (V,) number of allowed axes (with a non-empty shard range)
+    axis: np.ndarray  # (V, A) allowed axes, padded
+    dim: np.ndarray  # (V, A) their lengths
+    shard_lo: np.ndarray  # (V, A) shard range, inclusive
+    shard_hi: np.ndarray  # (V, A)
+    num_nodes: int
+    node_names: list[str]
+    ps_shares: np.ndarray  # (S,) target share per node for the balancer
+    replication: np.ndarray  # local-replication choices (all False if it does nothing)
+    type_is_ps: np.ndarray  # (T,) bool, one per synchronizer type choice
+    compressors: list[str]
+    ranks: list[int]
+    group_bounds: tuple[int, int]
+
+
+def _tables(domain: Domain, cfg: SamplerConfig) -> _Tables:
+    cluster = domain.cluster
+    variables = domain.model.variables
+    nv = len(variables)
+    num_nodes = cluster.num_nodes
+    plo, phi = cfg.resolved_bounds("num_partition_bounds", num_nodes)
+    plo = max(2, plo)
+    allowed = set(cfg.partitionable_axes)
+    per_var: list[list[tuple[int, int, int, int]]] = []
+    for v in variables:
+        cands = []
+        for a in v.partitionable_axes():
+            if allowed and a not in allowed:
+                continue
+            d = v.shape[a]
+            hi = min(d, phi)
+            if plo <= hi:
+                cands.append((a, d, plo, hi))
+        per_var.append(cands)
+    width = max(1, max(len(c) for c in per_var))
+    axis = np.zeros((nv, width), np.int64)
+    dim = np.ones((nv, width), np.int64)
+    lo = np.full((nv, width), 2, np.int64)
+    hi = np.full((nv, width), 2, np.int64)
+    for i, cands in enumerate(per_var):
+        for j, (a, d, l, h) in enumerate(cands):
+            axis[i, j], dim[i, j], lo[i, j], hi[i, j] = a, d, l, h
+    n_axes = np.array([len(c) for c in per_var], np.int64)
+    nbytes = np.array([v.nbytes for v in variables], np.int64)
+
+    blo, bhi = cfg.maybe_partition_bounds
+    choices = set(cfg.maybe_partition)
+    p = np.empty(nv)
+    for i, v in enumerate(variables):
+        size = int(nbytes[i])
+        if n_axes[i] == 0 or size <= blo or True not in choices:
+            p[i] = 0.0
+        elif size >= bhi or False not in choices:
+            p[i] = 1.0
+        elif cfg.maybe_partition_by_size:
+            p[i] = (size - blo) / (bhi - blo)
+        else:
+            p[i] = 0.5
+
+    bw = np.array([n.bandwidth_gbps for n in cluster.nodes], float)
+    randomized = cfg.ps_load_balancer in ("randomized_greedy", "sorted_randomized_greedy")
+    shares = bw / bw.sum() if randomized else np.full(num_nodes, 1.0 / num_nodes)
+    useful = any(n.workers > 1 for n in cluster.nodes)
+    replication = np.array(cfg.local_replication if useful else (False,), bool)
+    return _Tables(
+        names=[v.name for v in variables],
+        sparse=np.array([v.sparse for v in variables], bool),
+        nbytes=nbytes,
+        p_partition=p,
+        n_axes=n_axes,
+        axis=axis,
+        dim=dim,
+        shard_lo=lo,
+        shard_hi=hi,
+        num_nodes=num_nodes,
+        node_names=list(cluster.node_names),
+        ps_shares=shares,
+        replication=replication,
+        type_is_ps=np.array([t == "ps" for t in cfg.synchronizer_types], bool),
+        compressors=list(cfg.compressors),
+        ranks=list(cfg.powersgd_ranks),
+        group_bounds=cfg.resolved_bounds("num_group_bounds", num_nodes),
+    )
+
+
+# -- one strategy's decisions ------------------------------------------------------------------
+
+
+@dataclass
+class _Draft:
+    """Every decision of one strategy, as arrays over variables (V) and pieces (I)."""
+
+    partitioned: np.ndarray  # (V,) bool
+    axis: np.ndarray  # (V,) int
+    pieces: np.ndarray  # (V,) 1 or #shards
+    is_ps: np.ndarray  # (I,) bool
+    piece_bytes: np.ndarray  # (I,) int64
+    replication: np.ndarray  # (I,) bool
+    compressor: np.ndarray  # (I,) index into compressors
+    rank: np.ndarray  # (I,) index into ranks
+    ps_items: np.ndarray  # piece indices of PS pieces, forward order
+    ar_items: np.ndarray  # piece indices of AR pieces, forward order
+    destination: np.ndarray  # (#PS,) node index (filled by the placement pass)
+    group: np.ndarray  # (#AR,) group id (filled by the grouping pass)
+    ps_order: np.ndarray | None = None  # processing order of the placement pass
+    ps_noise: np.ndarray | None = None  # Gumbel noise of the randomized placement
+    ar_order: np.ndarray | None = None
+    ar_noise: np.ndarray | None = None
+    num_groups: int = 0
+
+
+def _relabel_first_appearance(groups: np.ndarray) -> np.ndarray:
+    """Renumber group ids 0, 1, ... in order of first appearance."""
+    if groups.size == 0:
+        return groups
+    uniq, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    new_id = np.empty(uniq.size, np.int64)
+    new_id[np.argsort(first, kind="stable")] = np.arange(uniq.size)
+    return new_id[inverse.reshape(-1)]
+
+
+class StrategySampler:
+    """Samples valid strategies for ``domain`` from the space of ``config`` (default: product preset).
+
+    ``config`` may also be a preset name. The sampler owns a ``numpy.random.Generator`` seeded with
+    ``seed``; each strategy draws from its own child generator seeded from it, so the k-th strategy
+    of a sampler depends only on ``seed`` and ``k`` (``sample_n(3)`` equals three ``sample()``).
+    Strategy ids are ``s{seed}-{k}-{content hash}``.
+    """
+
+    def __init__(
+        self, domain: Domain, config: SamplerConfig | str | None = None, seed: int = 0
+    ) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+        if isinstance(config, str):
+            config = preset(config)
+        self.domain = domain
+        self.config = config if config is not None else SamplerConfig()
+        self.seed = int(seed)
+        self._rng = np.random.default_rng(self.seed)
+        self._count = 0
+        self._tab: _Tables | None = None
+        self._sync_cache: dict[int, PS | AllReduce] = {}
+        self._var_cache: dict[tuple[int, int], VarConfig] = {}
+
+    @property
+    def num_sampled(self) -> int:
+        """How many strategies this sampler has produced."""
+        return self._count
+
+    def sample(self) -> Strategy:
+        """One strategy."""
+        return self.sample_n(1)[0]
+
+    def sample_n(self, n: int) -> list[Strategy]:
+        """``n`` strategies (ids unique within this sampler)."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ConfigError(f"n must be a non-negative integer, got {n!r}")
+        if self._tab is None:
+            self._tab = _tables(self.domain, self.config)
+        out: list[Strategy] = []
+        for start in range(0, int(n), _BATCH):
+            m = min(_BATCH, int(n) - start)
+            seeds = [int(self._rng.integers(0, 2**63)) for _ in range(m)]
+            drafts = [self._draft(np.random.default_rng(s)) for s in seeds]
+            self._place_ps(drafts)
+            self._group_ar(drafts)
+            for d in drafts:
+                out.append(self._assemble(d, self._count))
+                self._count += 1
+        return out
+
+    # -- phase 1: independent decisions ----------------------------------------------------
+    def _draft(self, rng: np.random.Generator) -> _Draft:
+        t = self._tab
+        assert t is not None
+        cfg = self.config
+        nv = t.nbytes.size
+        rows = np.arange(nv)
+        u = rng.random((nv, 4))
+        part = u[:, 0] < t.p_partition
+        a_idx = (u[:, 1] * np.maximum(t.n_axes, 1)).astype(np.int64)
+        axis = t.axis[rows, a_idx]
+        lo, hi = t.shard_lo[rows, a_idx], t.shard_hi[rows, a_idx]
+        shards = lo + (u[:, 2] * (hi - lo + 1)).astype(np.int64)
+        pieces = np.where(part, shards, 1)
+        dim = np.where(part, t.dim[rows, a_idx], 1)
+
+        total = int(pieces.sum())
+        var_of = np.repeat(rows, pieces)
+        first = np.cumsum(pieces) - pieces
+        shard_idx = np.arange(total) - np.repeat(first, pieces)
+        base, rem = np.divmod(dim, pieces)
+        row_bytes = t.nbytes // dim
+        piece_bytes = (base[var_of] + (shard_idx < rem[var_of])) * row_bytes[var_of]
+
+        ui = rng.random((total, 4))
+        type_u = u[var_of, 3] if cfg.same_synchronizer_for_parts else ui[:, 0]
+        type_idx = (type_u * t.type_is_ps.size).astype(np.int64)
+        is_ps = t.sparse[var_of] | t.type_is_ps[type_idx]
+        compressor = (ui[:, 1] * len(t.compressors)).astype(np.int64)
+        rank = (ui[:, 2] * len(t.ranks)).astype(np.int64)
+        replication = t.replication[(ui[:, 3] * t.replication.size).astype(np.int64)]
+
+        ps_items = np.flatnonzero(is_ps)
+        ar_items = np.flatnonzero(~is_ps)
+        d = _Draft(
+            partitioned=part,
+            axis=axis,
+            pieces=pieces,
+            is_ps=is_ps,
+            piece_bytes=piece_bytes,
+            replication=replication,
+            compressor=compressor,
+            rank=rank,
+            ps_items=ps_items,
+            ar_items=ar_items,
+            destination=np.zeros(ps_items.size, np.int64),
+            group=np.zeros(ar_items.size, np.int64),
+        )
+
+        # PS placement: random now; the greedy kinds get their order and noise here
+        nps, nodes = ps_items.size, t.num_nodes
+        lb = cfg.ps_load_balancer
+        if nps and nodes > 1:
+            if lb == "random":
+                d.destination = rng.integers(0, nodes, size=nps)
+            else:
+                sizes = piece_bytes[ps_items]
+                d.ps_order = (
+                    np.argsort(-sizes, kind="stable") if lb.startswith("sorted") else np.arange(nps)
+                )
+                if "randomized" in lb:
+                    d.ps_noise = rng.gumbel(size=(nps, nodes))
+
+        # AR grouping: number of groups, then the scheme
+        nar = ar_items.size
+        if nar:
+            glo, ghi = t.group_bounds
+            ghi = min(nar, ghi)
+            glo = min(max(1, glo), ghi)
+            g = int(rng.integers(glo, ghi + 1))
+            d.num_groups = g
+            scheme = cfg.merge_scheme
+            if g == 1:
+                pass
+            elif scheme == "random":
+                groups = rng.integers(0, g, size=nar)
+                groups[rng.choice(nar, size=g, replace=False)] = np.arange(g)  # no empty group
+                d.group = _relabel_first_appearance(groups)
+            elif scheme == "by_chunk":
+                chunk = cfg.chunk_size or math.ceil(nar / g)
+                d.group = np.arange(nar) // chunk
+            elif scheme == "randomized_greedy":
+                d.ar_order = np.argsort(-piece_bytes[ar_items], kind="stable")
+                d.ar_noise = rng.gumbel(size=(nar, g))
+            # ordered_balanced is deterministic given the number of groups
+        return d
+
+    # -- phase 2: sequential passes, batched over strategies ----------------------------------
+    def _place_ps(self, drafts: list[_Draft]) -> None:
+        t = self._tab
+        assert t is not None
+        todo = [d for d in drafts if d.ps_order is not None]
+        if not todo:
+            return
+        sizes = [d.piece_bytes[d.ps_items][d.ps_order] for d in todo]
+        shares = np.broadcast_to(t.ps_shares, (len(todo), t.num_nodes))
+        noise = [d.ps_noise for d in todo] if todo[0].ps_noise is not None else None
+        for d, assigned in zip(
+            todo, _balance(sizes, shares, noise, self.config.balance_temperature)
+        ):
+            assert d.ps_order is not None
+            d.destination[d.ps_order] = assigned
+
+    def _group_ar(self, drafts: list[_Draft]) -> None:
+        scheme = self.config.merge_scheme
+        todo = [d for d in drafts if d.num_groups > 1]
+        if scheme == "ordered_balanced" and todo:
+            sizes = [d.piece_bytes[d.ar_items] for d in todo]
+            for d, groups in zip(todo, _ordered_fill(sizes, [d.num_groups for d in todo])):
+                d.group = groups
+        elif scheme == "randomized_greedy" and todo:
+            sizes = [d.piece_bytes[d.ar_items][d.ar_order] for d in todo]
+            width = max(d.num_groups for d in todo)
+            shares = np.zeros((len(todo), width))
+            for i, d in enumerate(todo):
+                shares[i, : d.num_groups] = 1.0 / d.num_groups
+            noise = [d.ar_noise for d in todo]
+            for d, assigned in zip(
+                todo, _balance(sizes, shares, noise, self.config.balance_temperature)
+            ):
+                assert d.ar_order is not None
+                groups = np.empty_like(assigned)
+                groups[d.ar_order] = assigned
+                d.group = _relabel_first_appearance(groups)
+
+    # -- phase 3: objects --------------------------------------------------------------------
+    def _sync(self, code: int) -> PS | AllReduce:
+        t = self._tab
+        assert t is not None
+        nodes2 = 2 * t.num_nodes
+        if code < nodes2:
+            node, lr = divmod(code, 2)
+            return PS(destination=t.node_names[node], local_replication=bool(lr))
+        rest, rank = divmod(code - nodes2, len(t.ranks))
+        group, comp = divmod(rest, len(t.compressors))
+        compressor = t.compressors[comp]
+        if compressor == "powersgd":
+            return AllReduce(group=group, compressor=compressor, powersgd_rank=t.ranks[rank])
+        return AllReduce(group=group, compressor=compressor)
+
+    def _assemble(self, d: _Draft, k: int) -> Strategy:
+        t = self._tab
+        assert t is not None
+        nodes2 = 2 * t.num_nodes
+        codes = np.empty(d.is_ps.size, np.int64)
+        codes[d.ps_items] = 2 * d.destination + d.replication[d.ps_items]
+        comp = d.compressor[d.ar_items]
+        is_psgd = np.array([c == "powersgd" for c in t.compressors], bool)[comp]
+        rank = np.where(is_psgd, d.rank[d.ar_items], 0)
+        codes[d.ar_items] = nodes2 + (d.group * len(t.compressors) + comp) * len(t.ranks) + rank
+
+        if len(self._sync_cache) > _CACHE_LIMIT or len(self._var_cache) > _CACHE_LIMIT:
+            self._sync_cache.clear()
+            self._var_cache.clear()
+        code_list = codes.tolist()
+        cache = self._sync_cache
+        for c in set(code_list).difference(cache):
+            cache[c] = self._sync(c)
+        syncs = list(map(cache.__getitem__, code_list))
+
+        var_cache = self._var_cache
+        names = t.names
+        nodes: list[VarConfig] = []
+        pos = 0
+        for v, (is_part, n, ax) in enumerate(
+            zip(d.partitioned.tolist(), d.pieces.tolist(), d.axis.tolist())
+        ):
+            if not is_part:
+                key = (v, code_list[pos])
+                cfg = var_cache.get(key)
+                if cfg is None:
+                    cfg = _built(
+                        VarConfig,
+                        {"var_name": names[v], "synchronizer": syncs[pos], "partition": None},
+                        _SET_SYNC,
+                    )
+                    var_cache[key] = cfg
+                nodes.append(cfg)
+                pos += 1
+            else:
+                part = _built(
+                    Partition,
+                    {"axis": ax, "shards": n, "synchronizers": tuple(syncs[pos : pos + n])},
+                    _SET_PARTITION,
+                )
+                nodes.append(
+                    _built(
+                        VarConfig,
+                        {"var_name": names[v], "synchronizer": None, "partition": part},
+                        _SET_PARTITIONED,
+                    )
+                )
+                pos += n
+
+        h = hashlib.blake2b(digest_size=4)
+        for arr in (d.partitioned, np.where(d.partitioned, d.axis, -1), d.pieces, codes):
+            h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
+        return Strategy.model_construct(
+            id=f"s{self.seed}-{k}-{h.hexdigest()}", kind="sampled", nodes=tuple(nodes)
+        )
+
+
+# -- construction without re-validation ---------------------------------------------------------
+
+_SET_SYNC = frozenset(("var_name", "synchronizer"))
+_SET_PARTITIONED = frozenset(("var_name", "partition"))
+_SET_PARTITION = frozenset(("axis", "shards", "synchronizers"))
+_new = object.__new__
+_setattr = object.__setattr__
+
+
+def _built(cls: type[BaseModel], values: dict[str, Any], fields_set: frozenset[str]) -> Any:
+    """An instance of ``cls`` holding ``values`` (every field, already valid), without validation.
+
+    This is what ``cls.model_construct(**values)`` does, minus its per-call bookkeeping (defaults
+    lookup, alias handling), which dominated sampling time; the tests check that such objects
+    equal validated ones.
+    """
+    obj = _new(cls)
+    _setattr(obj, "__dict__", values)
+    _setattr(obj, "__pydantic_fields_set__", set(fields_set))
+    _setattr(obj, "__pydantic_extra__", None)
+    _setattr(obj, "__pydantic_private__", None)
+    return obj
+
+
+# -- batched sequential kernels ----------------------------------------------------------------
+
+
+def _pad(arrays: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
+    """Stack 1-d arrays as the columns of a zero-padded (max length, count) matrix."""
+    out = np.zeros((max(a.size for a in arrays), len(arrays)), dtype)
+    for j, a in enumerate(arrays):
+        out[: a.size, j] = a
+    return out
+
+
+def _balance(
+    sizes: Sequence[np.ndarray],
+    shares: np.ndarray,
+    noise: Sequence[np.ndarray | None] | None,
+    temperature: float,
+) -> list[np.ndarray]:
+    """Assign items to bins, one problem per entry of ``sizes``, all problems in lock step.
+
+    Problem ``k`` has bins ``b`` with ``shares[k, b] > 0`` (a bin with share 0 is unused); item
+    ``j`` goes to the bin maximizing ``gap_b = total * shares[k, b] - load_b`` (``total`` = bytes
+    assigned so far including item ``j``), i.e. the least-loaded bin when shares are equal; with
+    ``noise`` (Gumbel, one row per item) it is sampled from ``softmax(gap_b / (temperature *
+    total))`` by the Gumbel-max trick. Returns the bin of every item.
+    """
+    size_mat = _pad(sizes, np.float64)  # (M, n)
+    m, n = size_mat.shape
+    nbins = shares.shape[1]
+    mask = np.where(shares > 0, 0.0, -np.inf)
+    noise_mat = None
+    if noise is not None:
+        noise_mat = np.zeros((m, n, nbins))
+        for k, z in enumerate(noise):
+            assert z is not None
+            noise_mat[: z.shape[0], k, : z.shape[1]] = z
+    load = np.zeros((n, nbins))
+    total = np.zeros(n)
+    rows = np.arange(n)
+    out = np.empty((m, n), np.int64)
+    for j in range(m):
+        b = size_mat[j]
+        total += b
+        score = total[:, None] * shares - load
+        if noise_mat is not None:
+            score /= (temperature * np.maximum(total, 1.0))[:, None]
+            score += noise_mat[j]
+        score += mask
+        c = score.argmax(axis=1)
+        load[rows, c] += b
+        out[j] = c
+    return [out[: s.size, k] for k, s in enumerate(sizes)]
+
+
+def _ordered_fill(sizes: Sequence[np.ndarray], num_groups: Sequence[int]) -> list[np.ndarray]:
+    """Contiguous size-balanced groups: fill group g (in item order) until its bytes reach
+    ``total / G``, then move on to g + 1; the last group takes the rest. Integer arithmetic."""
+    size_mat = _pad(sizes, np.int64)  # (M, n)
+    m, n = size_mat.shape
+    total = np.array([int(s.sum()) for s in sizes], np.int64)
+    groups_n = np.asarray(num_groups, np.int64)
+    g = np.zeros(n, np.int64)
+    load = np.zeros(n, np.int64)
+    out = np.empty((m, n), np.int64)
+    for j in range(m):
+        out[j] = g
+        load += size_mat[j]
+        full = (load * groups_n >= total) & (g < groups_n - 1)
+        g += full
+        load[full] = 0
+    return [out[: s.size, k] for k, s in enumerate(sizes)]
