@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from autosync_transfer.cli import clusters, domains, strategies
+from autosync_transfer.cli import clusters, datasets, domains, measure, strategies
 
 __all__ = ["app", "main"]
 
@@ -24,6 +24,9 @@ app = typer.Typer(
 app.add_typer(domains.app, name="domains")
 app.add_typer(clusters.app, name="clusters")
 app.add_typer(strategies.app, name="strategies")
+app.add_typer(datasets.app, name="datasets")
+app.command("collect")(measure.collect)
+app.command("run")(measure.run)
 
 
 def main(argv: list[str] | None = None) -> None:

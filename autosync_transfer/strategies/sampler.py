@@ -22,16 +22,19 @@ each node before the push; with one worker per node it does nothing, so it is al
 
 Performance: every random decision of a strategy is drawn in a few vectorized numpy calls; the
 sequential load-balancing and group-filling passes run batched across the strategies of a
-:meth:`StrategySampler.sample_n` call; synchronizer objects are shared between strategies (they are
-frozen) and the per-variable objects the sampler builds itself are made with ``model_construct``
-(they are valid by construction).
+:meth:`StrategySampler.sample_n` call; synchronizer objects and whole-variable configs are shared
+between strategies (they are frozen), and the objects the sampler builds itself skip re-validation
+(as ``model_construct`` does: they are valid by construction). Sampling 2,000 strategies for
+``bert-large-B`` (about 4,400 synchronized pieces each) takes about 4 s on a 2-core machine.
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
@@ -68,7 +71,7 @@ LoadBalancer = Literal[
 MergeScheme = Literal["random", "by_chunk", "randomized_greedy", "ordered_balanced"]
 Bound = Union[int, Literal["num_nodes"]]
 
-# strategies whose sequential passes are batched together (bounds the padded noise arrays)
+# strategies whose sequential passes run batched together (bounds the padded work arrays)
 _BATCH = 256
 # the per-sampler caches of shared objects are cleared when they grow past this many entries
 _CACHE_LIMIT = 200_000
@@ -248,6 +251,7 @@ class _Tables:
     replication: np.ndarray  # local-replication choices (all False if it does nothing)
     type_is_ps: np.ndarray  # (T,) bool, one per synchronizer type choice
     compressors: list[str]
+    is_powersgd: np.ndarray  # (C,) bool, one per compressor choice
     ranks: list[int]
     group_bounds: tuple[int, int]
 
@@ -317,6 +321,7 @@ def _tables(domain: Domain, cfg: SamplerConfig) -> _Tables:
         replication=replication,
         type_is_ps=np.array([t == "ps" for t in cfg.synchronizer_types], bool),
         compressors=list(cfg.compressors),
+        is_powersgd=np.array([c == "powersgd" for c in cfg.compressors], bool),
         ranks=list(cfg.powersgd_ranks),
         group_bounds=cfg.resolved_bounds("num_group_bounds", num_nodes),
     )
@@ -342,9 +347,9 @@ class _Draft:
     destination: np.ndarray  # (#PS,) node index (filled by the placement pass)
     group: np.ndarray  # (#AR,) group id (filled by the grouping pass)
     ps_order: np.ndarray | None = None  # processing order of the placement pass
-    ps_noise: np.ndarray | None = None  # Gumbel noise of the randomized placement
+    ps_uniform: np.ndarray | None = None  # one U[0, 1) per piece for the randomized placement
     ar_order: np.ndarray | None = None
-    ar_noise: np.ndarray | None = None
+    ar_uniform: np.ndarray | None = None
     num_groups: int = 0
 
 
@@ -374,6 +379,10 @@ class StrategySampler:
             raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
         if isinstance(config, str):
             config = preset(config)
+        if config is not None and not isinstance(config, SamplerConfig):
+            raise ConfigError(
+                f"config must be a SamplerConfig, a preset name or None, got {type(config).__name__}"
+            )
         self.domain = domain
         self.config = config if config is not None else SamplerConfig()
         self.seed = int(seed)
@@ -381,7 +390,7 @@ class StrategySampler:
         self._count = 0
         self._tab: _Tables | None = None
         self._sync_cache: dict[int, PS | AllReduce] = {}
-        self._var_cache: dict[tuple[int, int], VarConfig] = {}
+        self._var_cache: dict[int, VarConfig] = {}  # key: code * #vars + var
 
     @property
     def num_sampled(self) -> int:
@@ -399,8 +408,13 @@ class StrategySampler:
         if self._tab is None:
             self._tab = _tables(self.domain, self.config)
         out: list[Strategy] = []
-        for start in range(0, int(n), _BATCH):
-            m = min(_BATCH, int(n) - start)
+        with _gc_paused():
+            self._sample_into(out, int(n))
+        return out
+
+    def _sample_into(self, out: list[Strategy], n: int) -> None:
+        for start in range(0, n, _BATCH):
+            m = min(_BATCH, n - start)
             seeds = [int(self._rng.integers(0, 2**63)) for _ in range(m)]
             drafts = [self._draft(np.random.default_rng(s)) for s in seeds]
             self._place_ps(drafts)
@@ -408,7 +422,6 @@ class StrategySampler:
             for d in drafts:
                 out.append(self._assemble(d, self._count))
                 self._count += 1
-        return out
 
     # -- phase 1: independent decisions ----------------------------------------------------
     def _draft(self, rng: np.random.Generator) -> _Draft:
@@ -459,7 +472,7 @@ class StrategySampler:
             group=np.zeros(ar_items.size, np.int64),
         )
 
-        # PS placement: random now; the greedy kinds get their order and noise here
+        # PS placement: random now; the greedy kinds get their order (and uniforms) here
         nps, nodes = ps_items.size, t.num_nodes
         lb = cfg.ps_load_balancer
         if nps and nodes > 1:
@@ -471,7 +484,7 @@ class StrategySampler:
                     np.argsort(-sizes, kind="stable") if lb.startswith("sorted") else np.arange(nps)
                 )
                 if "randomized" in lb:
-                    d.ps_noise = rng.gumbel(size=(nps, nodes))
+                    d.ps_uniform = rng.random(nps)
 
         # AR grouping: number of groups, then the scheme
         nar = ar_items.size
@@ -482,18 +495,19 @@ class StrategySampler:
             g = int(rng.integers(glo, ghi + 1))
             d.num_groups = g
             scheme = cfg.merge_scheme
-            if g == 1:
+            if scheme == "by_chunk" and cfg.chunk_size is not None:
+                d.group = np.arange(nar) // cfg.chunk_size
+            elif g == 1:
                 pass
             elif scheme == "random":
                 groups = rng.integers(0, g, size=nar)
                 groups[rng.choice(nar, size=g, replace=False)] = np.arange(g)  # no empty group
                 d.group = _relabel_first_appearance(groups)
             elif scheme == "by_chunk":
-                chunk = cfg.chunk_size or math.ceil(nar / g)
-                d.group = np.arange(nar) // chunk
+                d.group = np.arange(nar) // math.ceil(nar / g)
             elif scheme == "randomized_greedy":
                 d.ar_order = np.argsort(-piece_bytes[ar_items], kind="stable")
-                d.ar_noise = rng.gumbel(size=(nar, g))
+                d.ar_uniform = rng.random(nar)
             # ordered_balanced is deterministic given the number of groups
         return d
 
@@ -506,9 +520,9 @@ class StrategySampler:
             return
         sizes = [d.piece_bytes[d.ps_items][d.ps_order] for d in todo]
         shares = np.broadcast_to(t.ps_shares, (len(todo), t.num_nodes))
-        noise = [d.ps_noise for d in todo] if todo[0].ps_noise is not None else None
+        uniforms = [d.ps_uniform for d in todo] if todo[0].ps_uniform is not None else None
         for d, assigned in zip(
-            todo, _balance(sizes, shares, noise, self.config.balance_temperature)
+            todo, _balance(sizes, shares, uniforms, self.config.balance_temperature)
         ):
             assert d.ps_order is not None
             d.destination[d.ps_order] = assigned
@@ -526,9 +540,9 @@ class StrategySampler:
             shares = np.zeros((len(todo), width))
             for i, d in enumerate(todo):
                 shares[i, : d.num_groups] = 1.0 / d.num_groups
-            noise = [d.ar_noise for d in todo]
+            uniforms = [d.ar_uniform for d in todo]
             for d, assigned in zip(
-                todo, _balance(sizes, shares, noise, self.config.balance_temperature)
+                todo, _balance(sizes, shares, uniforms, self.config.balance_temperature)
             ):
                 assert d.ar_order is not None
                 groups = np.empty_like(assigned)
@@ -557,8 +571,7 @@ class StrategySampler:
         codes = np.empty(d.is_ps.size, np.int64)
         codes[d.ps_items] = 2 * d.destination + d.replication[d.ps_items]
         comp = d.compressor[d.ar_items]
-        is_psgd = np.array([c == "powersgd" for c in t.compressors], bool)[comp]
-        rank = np.where(is_psgd, d.rank[d.ar_items], 0)
+        rank = np.where(t.is_powersgd[comp], d.rank[d.ar_items], 0)
         codes[d.ar_items] = nodes2 + (d.group * len(t.compressors) + comp) * len(t.ranks) + rank
 
         if len(self._sync_cache) > _CACHE_LIMIT or len(self._var_cache) > _CACHE_LIMIT:
@@ -572,13 +585,14 @@ class StrategySampler:
 
         var_cache = self._var_cache
         names = t.names
+        nv = len(names)
         nodes: list[VarConfig] = []
-        pos = 0
-        for v, (is_part, n, ax) in enumerate(
-            zip(d.partitioned.tolist(), d.pieces.tolist(), d.axis.tolist())
+        starts = (np.cumsum(d.pieces) - d.pieces).tolist()
+        for v, is_part, n, ax, pos in zip(
+            range(nv), d.partitioned.tolist(), d.pieces.tolist(), d.axis.tolist(), starts
         ):
-            if not is_part:
-                key = (v, code_list[pos])
+            if not is_part:  # whole-variable configs recur across strategies: share them
+                key = code_list[pos] * nv + v
                 cfg = var_cache.get(key)
                 if cfg is None:
                     cfg = _built(
@@ -587,22 +601,18 @@ class StrategySampler:
                         _SET_SYNC,
                     )
                     var_cache[key] = cfg
-                nodes.append(cfg)
-                pos += 1
             else:
                 part = _built(
                     Partition,
                     {"axis": ax, "shards": n, "synchronizers": tuple(syncs[pos : pos + n])},
                     _SET_PARTITION,
                 )
-                nodes.append(
-                    _built(
-                        VarConfig,
-                        {"var_name": names[v], "synchronizer": None, "partition": part},
-                        _SET_PARTITIONED,
-                    )
+                cfg = _built(
+                    VarConfig,
+                    {"var_name": names[v], "synchronizer": None, "partition": part},
+                    _SET_PARTITIONED,
                 )
-                pos += n
+            nodes.append(cfg)
 
         h = hashlib.blake2b(digest_size=4)
         for arr in (d.partitioned, np.where(d.partitioned, d.axis, -1), d.pieces, codes):
@@ -610,6 +620,22 @@ class StrategySampler:
         return Strategy.model_construct(
             id=f"s{self.seed}-{k}-{h.hexdigest()}", kind="sampled", nodes=tuple(nodes)
         )
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while strategies are built, then restore its state.
+
+    A batch creates hundreds of thousands of small acyclic objects; the collector's repeated scans
+    of them took about half of the sampling time and could free nothing.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 # -- construction without re-validation ---------------------------------------------------------
@@ -650,27 +676,26 @@ def _pad(arrays: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
 def _balance(
     sizes: Sequence[np.ndarray],
     shares: np.ndarray,
-    noise: Sequence[np.ndarray | None] | None,
+    uniforms: Sequence[np.ndarray | None] | None,
     temperature: float,
 ) -> list[np.ndarray]:
     """Assign items to bins, one problem per entry of ``sizes``, all problems in lock step.
 
-    Problem ``k`` has bins ``b`` with ``shares[k, b] > 0`` (a bin with share 0 is unused); item
-    ``j`` goes to the bin maximizing ``gap_b = total * shares[k, b] - load_b`` (``total`` = bytes
-    assigned so far including item ``j``), i.e. the least-loaded bin when shares are equal; with
-    ``noise`` (Gumbel, one row per item) it is sampled from ``softmax(gap_b / (temperature *
-    total))`` by the Gumbel-max trick. Returns the bin of every item.
+    Problem ``k`` has the bins ``b`` with ``shares[k, b] > 0`` (a bin with share 0 is unused).
+    With ``total`` the bytes assigned so far including item ``j``, its gap to the target is
+    ``gap_b = total * shares[k, b] - load_b``. Without ``uniforms`` item ``j`` goes to the bin with
+    the largest gap (the least-loaded one when shares are equal; ties: the first bin); with
+    ``uniforms`` (one U[0, 1) per item) it is drawn from ``softmax(gap_b / (temperature *
+    total))`` by inverting the cumulative distribution. Returns the bin of every item.
     """
     size_mat = _pad(sizes, np.float64)  # (M, n)
     m, n = size_mat.shape
     nbins = shares.shape[1]
-    mask = np.where(shares > 0, 0.0, -np.inf)
-    noise_mat = None
-    if noise is not None:
-        noise_mat = np.zeros((m, n, nbins))
-        for k, z in enumerate(noise):
-            assert z is not None
-            noise_mat[: z.shape[0], k, : z.shape[1]] = z
+    mask = np.where(shares > 0, 0.0, -np.inf) if (shares <= 0).any() else None
+    u_mat = None if uniforms is None else _pad([u for u in uniforms if u is not None], np.float64)
+    if u_mat is not None and u_mat.shape[1] != n:
+        raise ValueError("one uniform array per problem is needed")
+    inv_scale = np.empty((n, 1))
     load = np.zeros((n, nbins))
     total = np.zeros(n)
     rows = np.arange(n)
@@ -678,12 +703,19 @@ def _balance(
     for j in range(m):
         b = size_mat[j]
         total += b
-        score = total[:, None] * shares - load
-        if noise_mat is not None:
-            score /= (temperature * np.maximum(total, 1.0))[:, None]
-            score += noise_mat[j]
-        score += mask
-        c = score.argmax(axis=1)
+        score = total[:, None] * shares
+        score -= load
+        if mask is not None:
+            score += mask
+        if u_mat is None:
+            c = score.argmax(axis=1)
+        else:
+            np.divide(1.0, temperature * np.maximum(total, 1.0)[:, None], out=inv_scale)
+            score *= inv_scale
+            score -= score.max(axis=1, keepdims=True)
+            np.exp(score, out=score)
+            cdf = np.cumsum(score, axis=1)
+            c = (cdf < (u_mat[j] * cdf[:, -1])[:, None]).sum(axis=1)
         load[rows, c] += b
         out[j] = c
     return [out[: s.size, k] for k, s in enumerate(sizes)]

@@ -84,7 +84,7 @@ NAME_CASES = [
     (("domains", "show", "bert-Z"), "no cluster 'Z'"),
     (("domains", "show", "bert"), "<model>-<cluster>"),
     (("clusters", "show", "Z"), "unknown cluster 'Z'"),
-    (("strategies", "baseline", "bert-A", "fastest"), "unknown builder 'fastest'"),
+    (("strategies", "baseline", "bert-A", "fastest"), "unknown strategy builder 'fastest'"),
     (("strategies", "sample", "bert-A", "--preset", "magic"), "unknown sampler preset 'magic'"),
     (("strategies", "sample", "gpt-A", "-n", "2"), "no model 'gpt'"),
 ]

@@ -78,9 +78,12 @@ def test_sample_is_reproducible(cli, tmp_path):
 
 def test_baseline_and_show(cli, tmp_path):
     res = cli("strategies", "baseline", "bert-3l-A")
-    assert res.code == 0, res.err
-    for b in ("ps", "ps_lb", "parallax", "ddp"):
-        assert b in res.out
+    assert res.code == 0, res.err and "analytical" in res.out
+    rows = json.loads(cli("strategies", "baseline", "bert-3l-A", "--json").out)
+    assert {"ps", "ps_lb", "partitioned_ps", "all_reduce", "partitioned_ar", "parallax", "ddp"} == {
+        r["kind"] for r in rows}
+    estimates = [r["estimated_sync_s"] for r in rows]
+    assert estimates == sorted(estimates)
     out = tmp_path / "ddp.json"
     pb = tmp_path / "ddp.pb"
     res = cli("strategies", "baseline", "bert-3l-A", "ddp", "--out", str(out), "--autodist-out", str(pb))

@@ -106,3 +106,48 @@ def test_plan_bytes_match_roles():
     # server rank 2 receives from its node-mate (rank 3) and from node n0's leader (rank 0)
     assert plan.ps_items[0].server_rank == 2
     assert plan.sent_bytes[1] > 0 and plan.sent_bytes[0] > plan.sent_bytes[1]
+
+
+def _converge_worker(rank: int, world: int, cluster_json: str, compressors: list[str]) -> dict:
+    from autosync_transfer.runtime.executor import CommGroups, StrategyExecutor
+
+    cluster = Cluster.model_validate_json(cluster_json)
+    graph = tiny_net_graph()
+    groups = CommGroups.create()
+    out = {}
+    # a learnable task: the class is the first token modulo 3
+    batches = [(idx, idx[:, 0] % 3) for idx, _ in tiny_batches(1, world, per_rank=32, seed=7)[0]]
+    for comp in compressors:
+        sync = AllReduce(group=0, compressor=comp, powersgd_rank=2)
+        strategy = _s(comp, {"emb.weight": {"synchronizer": PS(destination="n0")}, **_all(sync)})
+        torch.manual_seed(0)
+        net = TinyNet()
+        opt = torch.optim.SGD(net.parameters(), lr=1.0)
+        ex = StrategyExecutor(net, make_plan(strategy, graph, cluster), groups).setup()
+        losses = []
+        for _ in range(150):
+            opt.zero_grad()
+            loss = net(*batches[rank])
+            loss.backward()
+            ex.finish()
+            opt.step()
+            losses.append(loss.item())
+        ex.close()
+        out[comp] = (losses[0], losses[-1], [p.detach().clone() for p in net.parameters()])
+    return out
+
+
+def test_compressed_variants_converge():
+    cluster = _cluster([1, 1])
+    comps = ["none", "fp16", "fp16_ef", "powersgd"]
+    res = spawn_local(_converge_worker, 2, cluster.model_dump_json(), comps, timeout_s=240)
+    base_first, base_last, _ = res[0]["none"]
+    assert base_last < 0.5 * base_first
+    for comp in comps:
+        for rank in range(2):
+            first, last, _ = res[rank][comp]
+            assert last < 0.6 * first, (comp, rank, first, last)
+            assert last < base_last * 1.5 + 0.05, (comp, last, base_last)
+        # every rank holds the same parameters after compressed training too
+        for a, b in zip(res[0][comp][2], res[1][comp][2]):
+            assert torch.allclose(a, b, atol=1e-6), comp

@@ -1,0 +1,155 @@
+"""``autosync-transfer datasets list|show|import-autosync``."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import typer
+
+app = typer.Typer(help="Trial datasets: what was measured, on which domains, and how.",
+                  no_args_is_help=True)
+
+_PATH = typer.Option(None, "--path",
+                     help="A trial store (.jsonl), parquet file or folder; default: the shipped "
+                          "datasets ($AUTOSYNC_DATASETS overrides).")
+
+
+def _s(value: object, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def _print_table(table) -> None:  # noqa: ANN001 - rich Table
+    """Print at the table's natural width, even past the console's (no cut-off names)."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    from autosync_transfer.cli._common import out
+
+    con = out()
+    natural = Measurement.get(con, con.options.update(width=1 << 12), table).maximum
+    if natural > con.width:
+        con = Console(file=con.file, width=natural, soft_wrap=True)
+    con.print(table)
+
+
+def _nan_to_none(row: dict) -> dict:
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+
+
+@app.command("list")
+def list_cmd(
+    path: Optional[str] = _PATH,
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """One row per domain: trials by status, median runtime, best/worst spread."""
+    from rich import box
+    from rich.table import Table
+
+    from autosync_transfer.cli._common import out, print_json
+    from autosync_transfer.dataset.loader import default_datasets_dir, list_datasets
+
+    df = list_datasets(path)
+    rows = [_nan_to_none(r) for r in df.to_dict(orient="records")]
+    if json_out:
+        print_json(rows)
+        return
+    where = path or str(default_datasets_dir())
+    if not rows:
+        out().print(f"no trials in {where}", markup=False, highlight=False)
+        return
+    table = Table(title=f"trial datasets in {where}", box=box.SIMPLE_HEAD)
+    table.add_column("domain", no_wrap=True)
+    for col in ("ok", "failed", "timeout", "strategies", "refs", "median s", "best s", "worst s",
+                "spread"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(r["domain"], str(r["ok"]), str(r["failed"]), str(r["timeout"]),
+                      str(r["strategies"]), str(r["references"]), _s(r["median_s"]),
+                      _s(r["best_s"]), _s(r["worst_s"]),
+                      f"{_s(r['spread'], 2)}x" if r["spread"] is not None else "-")
+    _print_table(table)
+
+
+@app.command("show")
+def show(
+    domain: str = typer.Argument(..., metavar="DOMAIN", help="Domain name as in `datasets list`."),
+    path: Optional[str] = _PATH,
+    top: int = typer.Option(10, "--top", min=1, help="How many of the fastest strategies."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Protocol, counts, the fastest strategies and the noise of reference re-measurements."""
+    import json
+
+    from rich import box
+    from rich.table import Table
+
+    from autosync_transfer.cli._common import out, print_json
+    from autosync_transfer.dataset.loader import describe_domain
+
+    info = describe_domain(domain, path, top=top)
+    if json_out:
+        print_json(info)
+        return
+    con = out()
+    c = info["counts"]
+    con.print(f"[bold]{domain}[/bold]: {info['trials']} trials (ok {c['ok']}, failed "
+              f"{c['failed']}, timeout {c['timeout']}), {info['strategies']} strategies measured, "
+              f"{info['references']} reference re-measurements", highlight=False)
+    con.print(f"model {', '.join(info['models'])}; cluster {', '.join(info['clusters'])} "
+              f"(fingerprint {', '.join(info['cluster_fingerprints']) or '-'}); launcher "
+              f"{', '.join(info['launchers'])}", markup=False, highlight=False)
+    for p in info["protocols"]:
+        con.print(f"protocol {json.dumps(p['protocol'], sort_keys=True)}: {p['trials']} trials",
+                  markup=False, highlight=False)
+    if info["fastest"]:
+        table = Table(title=f"fastest {len(info['fastest'])} strategies "
+                            f"(best {_s(info['best_s'])} s, worst {_s(info['worst_s'])} s)",
+                      box=box.SIMPLE_HEAD)
+        table.add_column("#", justify="right")
+        table.add_column("strategy", overflow="fold")
+        table.add_column("kind")
+        table.add_column("median s", justify="right")
+        table.add_column("measurements", justify="right")
+        for i, r in enumerate(info["fastest"], 1):
+            table.add_row(str(i), r["strategy_id"], r["kind"], _s(r["median_s"]),
+                          str(r["measurements"]))
+        _print_table(table)
+    noise = info["reference_noise"]
+    if noise:
+        con.print(f"reference noise: {noise['strategies']} strategies re-measured "
+                  f"({noise['measurements']} measurements), median CV "
+                  f"{noise['median_cv'] * 100:.1f}%, max CV {noise['max_cv'] * 100:.1f}%, max "
+                  f"range {noise['max_relative_range'] * 100:.1f}% of the median",
+                  highlight=False)
+    else:
+        con.print("reference noise: no reference re-measurements", highlight=False)
+
+
+@app.command("import-autosync")
+def import_autosync_cmd(
+    root: str = typer.Argument(..., metavar="ROOT", help="AutoSync dataset folder."),
+    out_path: str = typer.Option(..., "--out", help="Trial store (.jsonl) to append to."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Import AutoSync's measured AutoDist strategies (v1 or v2 layout) into a trial store."""
+    from autosync_transfer.cli._common import out, print_json
+    from autosync_transfer.dataset.autosync_import import import_autosync
+    from autosync_transfer.dataset.store import TrialStore
+
+    report = import_autosync(root, TrialStore(out_path))
+    if json_out:
+        print_json(report.to_dict())
+        return
+    con = out()
+    con.print(f"imported {report.imported} trials from {report.folders} folders into {out_path} "
+              f"({report.duplicates} already there, {report.skipped} skipped: "
+              f"{report.missing_runtime} without runtime, {report.bad_runtime} bad runtime, "
+              f"{report.bad_strategy} bad strategy, {report.bad_spec} bad resource spec)",
+              markup=False, highlight=False)
+    for domain, n in sorted(report.per_domain.items()):
+        con.print(f"  {domain}: {n}", markup=False, highlight=False)
+    for p in report.problems:
+        con.print(f"  skipped {p}", markup=False, highlight=False)

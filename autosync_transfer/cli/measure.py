@@ -1,0 +1,110 @@
+"""``autosync-transfer collect`` and ``autosync-transfer run``: real measurements."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+DEFAULT_STORE_DIR = "datasets/trials"
+
+
+def _protocol(warmup: int, iters: int, timeout_s: float):  # noqa: ANN202
+    from autosync_transfer.runtime.trial import Protocol
+
+    return Protocol(warmup=warmup, iters=iters, timeout_s=timeout_s)
+
+
+def collect(
+    domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-A"),
+    trials: int = typer.Option(..., "--trials", "-n", help="Collect until the store holds this many trials of DOMAIN."),
+    launcher: str = typer.Option("emulated", "--launcher", help="emulated (network namespaces, needs root) or local."),
+    sampler: str = typer.Option("random", "--sampler", help="random (builders, DDP, then sampled) or builders."),
+    seed: int = typer.Option(0, "--seed"),
+    store: Optional[str] = typer.Option(None, "--store", help=f"Trial store (JSON Lines); default {DEFAULT_STORE_DIR}/DOMAIN.jsonl."),
+    warmup: int = typer.Option(10, "--warmup", min=0, help="Untimed iterations per trial."),
+    iters: int = typer.Option(40, "--iters", min=1, help="Timed iterations per trial."),
+    reference_every: int = typer.Option(25, "--reference-every", min=0, help="Re-measure the reference strategy every N trials (0: never)."),
+    timeout_s: float = typer.Option(300.0, "--timeout", help="Watchdog per trial, seconds."),
+    cluster_file: Optional[str] = typer.Option(None, "--cluster-file", help="Use this resource-spec YAML as the cluster."),
+) -> None:
+    """Measure strategies of DOMAIN for real and append them to a trial store (resumable)."""
+    from pathlib import Path
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from autosync_transfer.cli._common import err, out, resolve_domain
+    from autosync_transfer.dataset.collect import collect as run_collect
+
+    domain = resolve_domain(domain_name, cluster_file)
+    path = Path(store) if store else Path(DEFAULT_STORE_DIR) / f"{domain.name}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    proto = _protocol(warmup, iters, timeout_s)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=err()) as bar:
+        task = bar.add_task(f"collect {domain.name}", total=trials, status="starting workers")
+
+        def on_trial(p) -> None:  # noqa: ANN001
+            last = p.last
+            lat = f"{last.median_s * 1000:.0f} ms" if last and last.median_s else (last.status if last else "-")
+            best = f"{p.best_s * 1000:.0f} ms" if p.best_s else "-"
+            bar.update(task, completed=p.done, status=f"last {lat}  best {best}  failures {p.failures}")
+
+        result = run_collect(domain, path, trials=trials, launcher=launcher, sampler=sampler, seed=seed,
+                             protocol=proto, reference_every=reference_every, on_trial=on_trial,
+                             log_dir=path.parent / "logs" / domain.name)
+        bar.update(task, completed=result.done)
+    best = f"{result.best_s * 1000:.1f} ms" if result.best_s else "-"
+    out().print(f"{domain.name}: {result.done} trials in {path} ({result.failures} failed), best {best}")
+
+
+def run(
+    domain_name: str = typer.Argument(..., metavar="DOMAIN"),
+    strategy: str = typer.Option(..., "--strategy", "-s", help="A strategy file (JSON or AutoDist), a builder name, or torch_ddp."),
+    launcher: str = typer.Option("emulated", "--launcher", help="emulated or local."),
+    warmup: int = typer.Option(10, "--warmup", min=0),
+    iters: int = typer.Option(40, "--iters", min=1),
+    timeout_s: float = typer.Option(300.0, "--timeout"),
+    store: Optional[str] = typer.Option(None, "--store", help="Also append the trial to this store."),
+    json_out: bool = typer.Option(False, "--json"),
+    cluster_file: Optional[str] = typer.Option(None, "--cluster-file"),
+) -> None:
+    """Measure one strategy on DOMAIN's cluster."""
+    import statistics
+    from pathlib import Path
+
+    from autosync_transfer.cli._common import out, print_json, resolve_domain
+    from autosync_transfer.dataset.collect import TORCH_DDP, record_for
+    from autosync_transfer.runtime.trial import WorkerPool
+    from autosync_transfer.strategies.builders import BUILDERS, build
+    from autosync_transfer.strategies.validate import validate
+
+    domain = resolve_domain(domain_name, cluster_file)
+    if strategy == TORCH_DDP:
+        strat = None
+    elif strategy in BUILDERS:
+        strat = build(strategy, domain)
+    else:
+        from autosync_transfer.cli.strategies import _load_strategy
+
+        strat = validate(_load_strategy(strategy, domain), domain)
+    proto = _protocol(warmup, iters, timeout_s)
+    with WorkerPool(domain, launcher, proto) as pool:
+        res = pool.run(strat)
+    rec = record_for(domain, strat, res, proto, launcher, seed=0,
+                     record_id=f"{domain.name}/run/{strat.id if strat else TORCH_DDP}/{res.wall_s:.3f}")
+    if store:
+        from autosync_transfer.dataset.store import TrialStore
+
+        TrialStore(Path(store)).append(rec)
+    if json_out:
+        print_json(rec.model_dump())
+        return
+    if not res.ok:
+        out().print(f"[red]{res.status}[/red]: {res.error}")
+        raise typer.Exit(1)
+    ts = res.iteration_times_s
+    cv = statistics.pstdev(ts) / statistics.mean(ts) if len(ts) > 1 else 0.0
+    out().print(f"{domain.name} {rec.strategy_kind} ({rec.strategy_id}): median {res.median_s * 1000:.1f} ms/iter "
+                f"over {len(ts)} iterations (cv {cv:.1%}); analytical sync estimate "
+                f"{(rec.estimated_sync_s or 0) * 1000:.1f} ms")

@@ -1,0 +1,173 @@
+"""Collection: measure many strategies of one domain into an append-only trial store.
+
+The plan of a collection is deterministic for a seed: the hand-optimized builders and torch DDP
+first, then strategies from the sampler. A collection that is interrupted picks up where it
+stopped (trial ids already in the store are skipped). Every ``reference_every`` trials a fixed
+reference strategy is re-measured and stored with ``reference=True``: its drift tells noisy
+periods apart.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from autosync_transfer.dataset.store import TrialRecord, TrialStore, machine_info
+from autosync_transfer.domains.domain import Domain
+from autosync_transfer.errors import ConfigError
+from autosync_transfer.runtime.trial import Protocol, TrialResult, WorkerPool
+from autosync_transfer.strategies.types import Strategy
+
+__all__ = ["CollectProgress", "planned_strategies", "record_for", "collect", "REFERENCE_BUILDER",
+           "TORCH_DDP"]
+
+log = logging.getLogger(__name__)
+
+#: the strategy re-measured periodically as a drift reference
+REFERENCE_BUILDER = "ddp"
+#: marker in the plan for torch's own DistributedDataParallel
+TORCH_DDP = "torch_ddp"
+
+
+@dataclass
+class CollectProgress:
+    done: int
+    target: int
+    last: TrialRecord | None
+    best_s: float | None
+    failures: int
+
+
+def planned_strategies(domain: Domain, sampler: str, seed: int, n: int) -> Iterator[Strategy | str]:
+    """The collection order: builders, torch DDP, then (``sampler='random'``) sampled strategies."""
+    from autosync_transfer.strategies.builders import BUILDERS, build
+
+    if sampler not in ("random", "builders"):
+        raise ConfigError(f"--sampler must be 'random' or 'builders', got {sampler!r}")
+    for name in BUILDERS:
+        yield build(name, domain)
+    yield TORCH_DDP
+    if sampler == "random":
+        from autosync_transfer.strategies.sampler import StrategySampler
+
+        yield from StrategySampler(domain, seed=seed).sample_n(n)
+
+
+def record_for(domain: Domain, strategy: Strategy | None, result: TrialResult, protocol: Protocol,
+               launcher: str, *, seed: int, record_id: str, reference: bool = False,
+               machine_start: dict | None = None) -> TrialRecord:
+    estimated = None
+    if strategy is not None:
+        from autosync_transfer.rankers.costmodel import estimate
+
+        estimated = estimate(strategy, domain).total_s
+    machine = machine_info()
+    if machine_start is not None:
+        machine["loadavg_1m_start"] = machine_start.get("loadavg_1m")
+    return TrialRecord(
+        id=record_id,
+        domain=domain.name,
+        model=domain.model.name,
+        cluster=domain.cluster.name,
+        model_fingerprint=domain.model.fingerprint,
+        cluster_fingerprint=domain.cluster.fingerprint,
+        strategy_id=strategy.id if strategy is not None else TORCH_DDP,
+        strategy_kind=strategy.kind if strategy is not None else TORCH_DDP,
+        strategy=strategy.model_dump(mode="json") if strategy is not None else None,
+        status=result.status,
+        error=result.error,
+        iteration_times_s=result.iteration_times_s,
+        median_s=result.median_s,
+        protocol=protocol.model_dump(),
+        launcher=launcher,
+        reference=reference,
+        seed=seed,
+        timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        wall_s=round(result.wall_s, 3),
+        machine=machine,
+        estimated_sync_s=estimated,
+    )
+
+
+def collect(
+    domain: Domain,
+    store_path: str | Path,
+    *,
+    trials: int,
+    launcher: str = "emulated",
+    sampler: str = "random",
+    seed: int = 0,
+    protocol: Protocol | None = None,
+    reference_every: int = 25,
+    on_trial: Callable[[CollectProgress], None] | None = None,
+    log_dir: str | Path | None = None,
+) -> CollectProgress:
+    """Measure until the store holds ``trials`` (non-reference) trials of ``domain``."""
+    if trials < 1:
+        raise ConfigError(f"--trials must be >= 1, got {trials}")
+    if reference_every < 0:
+        raise ConfigError(f"reference_every must be >= 0, got {reference_every}")
+    protocol = protocol or Protocol()
+    store = TrialStore(store_path)
+    existing = {r.id: r for r in store.records() if r.domain == domain.name}
+    done = sum(1 for r in existing.values() if not r.reference)
+    refs = sum(1 for r in existing.values() if r.reference)
+    failures = sum(1 for r in existing.values() if r.status != "ok" and not r.reference)
+    oks = [r.median_s for r in existing.values() if r.status == "ok" and not r.reference and r.median_s]
+    best = min(oks) if oks else None
+    last: TrialRecord | None = None
+    store.write_meta({
+        "domain": domain.name,
+        "cluster_spec": domain.cluster.to_resource_spec(),
+        "model_config": domain.model.config,
+        "protocol": protocol.model_dump(),
+        "launcher": launcher,
+        "reference_strategy": REFERENCE_BUILDER,
+        "reference_every": reference_every,
+    })
+    progress = CollectProgress(done, trials, None, best, failures)
+    if done >= trials:
+        return progress
+    from autosync_transfer.strategies.builders import build
+
+    reference = build(REFERENCE_BUILDER, domain)
+    # sampled candidates needed: enough to reach the target even if every builder is already in
+    plan = planned_strategies(domain, sampler, seed, max(trials, 1))
+    with WorkerPool(domain, launcher, protocol, seed=seed, log_dir=log_dir) as pool:
+        since_ref = done % reference_every if reference_every else 0
+        for item in plan:
+            if done >= trials:
+                break
+            strategy = None if item == TORCH_DDP else item
+            assert strategy is None or isinstance(strategy, Strategy)
+            rid = f"{domain.name}/{TORCH_DDP if strategy is None else strategy.id}"
+            if rid in existing:
+                continue
+            if reference_every and (since_ref >= reference_every or refs == 0):
+                start = machine_info()
+                res = pool.run(reference)
+                ref_rec = record_for(domain, reference, res, protocol, launcher, seed=seed,
+                                     record_id=f"{domain.name}/reference-{refs}", reference=True,
+                                     machine_start=start)
+                store.append(ref_rec)
+                refs += 1
+                since_ref = 0
+            start = machine_info()
+            res = pool.run(strategy)
+            rec = record_for(domain, strategy, res, protocol, launcher, seed=seed, record_id=rid,
+                             machine_start=start)
+            if store.append(rec):
+                done += 1
+                since_ref += 1
+                if rec.status != "ok":
+                    failures += 1
+                elif rec.median_s is not None and (best is None or rec.median_s < best):
+                    best = rec.median_s
+            last = rec
+            progress = CollectProgress(done, trials, last, best, failures)
+            if on_trial:
+                on_trial(progress)
+    return progress

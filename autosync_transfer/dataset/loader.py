@@ -1,0 +1,275 @@
+"""Load trial datasets (JSON Lines stores and parquet files) as pandas tables.
+
+The default location is the repository's ``datasets/`` folder; the environment variable
+``AUTOSYNC_DATASETS`` overrides it. Tables have the columns of
+:meth:`~autosync_transfer.dataset.store.TrialRecord.to_row` plus ``source`` (the file a row came
+from); ``strategy``, ``protocol`` and ``machine`` are JSON strings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autosync_transfer.dataset.store import TrialRecord, TrialStore, require
+from autosync_transfer.errors import ConfigError, SpecError, UnknownNameError
+
+if TYPE_CHECKING:
+    import pandas
+
+    from autosync_transfer.strategies.types import Strategy
+
+__all__ = [
+    "DATASETS_ENV",
+    "STATUSES",
+    "default_datasets_dir",
+    "dataset_files",
+    "load_trials",
+    "list_datasets",
+    "describe_domain",
+    "strategy_runtimes",
+    "strategies_and_runtimes",
+]
+
+#: environment variable that replaces the default datasets folder
+DATASETS_ENV = "AUTOSYNC_DATASETS"
+STATUSES: tuple[str, ...] = ("ok", "failed", "timeout")
+
+PathLike = str | os.PathLike[str]
+
+
+def default_datasets_dir() -> Path:
+    """``$AUTOSYNC_DATASETS`` when set, else the ``datasets/`` folder of the repository."""
+    env = os.environ.get(DATASETS_ENV)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "datasets"
+
+
+def dataset_files(paths_or_dir: PathLike | Sequence[PathLike] | None = None) -> list[Path]:
+    """The trial files named by ``paths_or_dir``: files as given, folders searched recursively
+    for ``*.jsonl`` and ``*.parquet``. A path that does not exist is a :class:`SpecError`."""
+    if paths_or_dir is None:
+        targets = [default_datasets_dir()]
+    elif isinstance(paths_or_dir, (str, os.PathLike)):
+        targets = [Path(paths_or_dir)]
+    else:
+        targets = [Path(p) for p in paths_or_dir]
+    files: list[Path] = []
+    for t in targets:
+        if t.is_dir():
+            found = [p for p in t.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".parquet")
+                     and not p.name.startswith(".")]
+            files.extend(sorted(found))
+        elif t.is_file():
+            files.append(t)
+        else:
+            raise SpecError(f"no trial dataset at {str(t)!r} (no such file or folder)")
+    return files
+
+
+def _read_file(path: Path) -> pandas.DataFrame:
+    columns = list(TrialRecord.model_fields)
+    if path.suffix == ".parquet":
+        pa, pq = require("pyarrow"), require("pyarrow.parquet")
+        try:
+            table = pq.read_table(path)
+        except (OSError, pa.ArrowException) as e:
+            raise SpecError(f"cannot read parquet {str(path)!r}: {e}") from e
+        missing = [c for c in columns if c not in table.column_names]
+        if missing:
+            raise SpecError(f"{str(path)!r} is not a trial table: no column {missing[0]!r}")
+        df = table.select(columns).to_pandas()
+        df["iteration_times_s"] = [
+            [float(x) for x in v] if v is not None else [] for v in df["iteration_times_s"]
+        ]
+    else:
+        df = TrialStore(path).to_pandas()
+    df["source"] = str(path)
+    return df
+
+
+def _as_set(value: str | Iterable[str] | None, what: str, known: Sequence[str] | None = None
+            ) -> set[str] | None:
+    if value is None:
+        return None
+    values = {value} if isinstance(value, str) else set(value)
+    if known is not None:
+        bad = sorted(values - set(known))
+        if bad:
+            raise ConfigError(f"{what} must be one of {', '.join(known)}, got {bad[0]!r}")
+    return values
+
+
+def load_trials(
+    paths_or_dir: PathLike | Sequence[PathLike] | None = None,
+    *,
+    domain: str | Iterable[str] | None = None,
+    status: str | Iterable[str] | None = "ok",
+) -> pandas.DataFrame:
+    """Every trial in the given stores / parquet files / folders (default: the shipped
+    datasets), one row per trial, filtered by ``domain`` and ``status`` (``None`` or ``"all"``:
+    every status). A record found in several files (a store and its parquet copy) appears once.
+    """
+    pd = require("pandas")
+
+    statuses = None if status == "all" else _as_set(status, "status", STATUSES)
+    domains = _as_set(domain, "domain")
+    frames = [df for df in (_read_file(p) for p in dataset_files(paths_or_dir)) if len(df)]
+    columns = [*TrialRecord.model_fields, "source"]
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    df = pd.concat(frames, ignore_index=True)
+    df = df.drop_duplicates(subset="id", keep="first")
+    if domains is not None:
+        df = df[df["domain"].isin(domains)]
+    if statuses is not None:
+        df = df[df["status"].isin(statuses)]
+    return df.reset_index(drop=True)
+
+
+def strategy_runtimes(df: pandas.DataFrame) -> pandas.DataFrame:
+    """One row per (domain, strategy_id) over the ok trials of ``df``: ``strategy_kind``,
+    ``median_s`` (median of the trials' medians), ``measurements``, ``references`` (how many are
+    drift-reference re-measurements), ``min_s``/``max_s`` and ``strategy`` (JSON or None);
+    fastest first within each domain."""
+    pd = require("pandas")
+    cols = ["domain", "strategy_id", "strategy_kind", "median_s", "measurements", "references",
+            "min_s", "max_s", "strategy"]
+    ok = df[(df["status"] == "ok") & df["median_s"].notna()] if len(df) else df
+    if not len(ok):
+        return pd.DataFrame(columns=cols)
+    grouped = ok.groupby(["domain", "strategy_id"], sort=False)
+    out = grouped.agg(
+        strategy_kind=("strategy_kind", "first"),
+        median_s=("median_s", "median"),
+        measurements=("median_s", "size"),
+        references=("reference", "sum"),
+        min_s=("median_s", "min"),
+        max_s=("median_s", "max"),
+        strategy=("strategy", "first"),
+    ).reset_index()
+    out["references"] = out["references"].astype(int)
+    return out.sort_values(["domain", "median_s"], kind="stable").reset_index(drop=True)[cols]
+
+
+def list_datasets(paths_or_dir: PathLike | Sequence[PathLike] | None = None) -> pandas.DataFrame:
+    """Per-domain summary: trial counts by status, distinct strategies, reference
+    re-measurements, the median of the strategies' medians, the best and worst strategy and
+    ``spread`` = worst / best."""
+    pd = require("pandas")
+    cols = ["domain", "model", "cluster", "trials", "ok", "failed", "timeout", "strategies",
+            "references", "median_s", "best_s", "worst_s", "spread"]
+    df = load_trials(paths_or_dir, status=None)
+    if not len(df):
+        return pd.DataFrame(columns=cols)
+    per_strategy = strategy_runtimes(df)
+    rows = []
+    for name, group in df.groupby("domain", sort=True):
+        counts = group["status"].value_counts()
+        runtimes = per_strategy[per_strategy["domain"] == name]["median_s"]
+        best = float(runtimes.min()) if len(runtimes) else math.nan
+        worst = float(runtimes.max()) if len(runtimes) else math.nan
+        rows.append({
+            "domain": name,
+            "model": group["model"].iloc[0],
+            "cluster": group["cluster"].iloc[0],
+            "trials": len(group),
+            **{s: int(counts.get(s, 0)) for s in STATUSES},
+            "strategies": len(runtimes),
+            "references": int(group["reference"].sum()),
+            "median_s": float(runtimes.median()) if len(runtimes) else math.nan,
+            "best_s": best,
+            "worst_s": worst,
+            "spread": worst / best if len(runtimes) and best > 0 else math.nan,
+        })
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _reference_noise(df: pandas.DataFrame) -> dict[str, Any] | None:
+    """How much repeated measurements of one strategy differ, over the strategies that have a
+    drift-reference re-measurement: per strategy the coefficient of variation and the relative
+    range (max - min) / median of its medians."""
+    ok = df[(df["status"] == "ok") & df["median_s"].notna()]
+    with_ref = set(ok.loc[ok["reference"].astype(bool), "strategy_id"])
+    cvs, ranges, n = [], [], 0
+    for sid, group in ok[ok["strategy_id"].isin(with_ref)].groupby("strategy_id"):
+        values = [float(v) for v in group["median_s"]]
+        if len(values) < 2:
+            continue
+        mid = statistics.median(values)
+        cvs.append(statistics.stdev(values) / statistics.fmean(values))
+        ranges.append((max(values) - min(values)) / mid if mid > 0 else math.nan)
+        n += len(values)
+    if not cvs:
+        return None
+    return {
+        "strategies": len(cvs),
+        "measurements": n,
+        "median_cv": statistics.median(cvs),
+        "max_cv": max(cvs),
+        "max_relative_range": max(ranges),
+    }
+
+
+def describe_domain(
+    domain: str, paths_or_dir: PathLike | Sequence[PathLike] | None = None, *, top: int = 10
+) -> dict[str, Any]:
+    """What the datasets hold for one domain: fingerprints, protocols, launchers, counts,
+    the ``top`` fastest strategies and the noise of reference re-measurements (None if none)."""
+    df = load_trials(paths_or_dir, status=None)
+    sub = df[df["domain"] == domain]
+    if not len(sub):
+        known = sorted(set(df["domain"])) if len(df) else []
+        shown = ", ".join(known[:20]) + (" ..." if len(known) > 20 else "") if known else "none"
+        raise UnknownNameError(f"no trials for domain {domain!r} (domains: {shown})")
+    counts = sub["status"].value_counts()
+    protocols = sub["protocol"].value_counts(sort=True)
+    per_strategy = strategy_runtimes(sub)
+    fastest = [
+        {"strategy_id": r.strategy_id, "kind": r.strategy_kind, "median_s": float(r.median_s),
+         "measurements": int(r.measurements)}
+        for r in per_strategy.head(top).itertuples()
+    ]
+    ok_times = per_strategy["median_s"]
+    return {
+        "domain": domain,
+        "models": sorted(set(sub["model"])),
+        "clusters": sorted(set(sub["cluster"])),
+        "model_fingerprints": sorted(set(sub["model_fingerprint"])),
+        "cluster_fingerprints": sorted(set(sub["cluster_fingerprint"])),
+        "protocols": [{"protocol": json.loads(p), "trials": int(c)} for p, c in protocols.items()],
+        "launchers": sorted(set(sub["launcher"])),
+        "trials": len(sub),
+        "counts": {s: int(counts.get(s, 0)) for s in STATUSES},
+        "references": int(sub["reference"].sum()),
+        "strategies": len(per_strategy),
+        "best_s": float(ok_times.min()) if len(ok_times) else None,
+        "worst_s": float(ok_times.max()) if len(ok_times) else None,
+        "fastest": fastest,
+        "reference_noise": _reference_noise(sub),
+        "sources": sorted(set(sub["source"])),
+    }
+
+
+def strategies_and_runtimes(df: pandas.DataFrame) -> list[tuple[Strategy, float]]:
+    """(strategy, runtime in s) for every distinct (domain, strategy_id) with an ok measurement,
+    runtime = median of its trials' medians (reference re-measurements included). Trials without
+    a strategy (torch's own DDP) are left out. Fastest first within each domain."""
+    from autosync_transfer.strategies.types import Strategy
+
+    missing = {"domain", "strategy_id", "strategy", "status", "median_s"} - set(df.columns)
+    if missing:
+        raise ConfigError(f"not a trial table: no column {sorted(missing)[0]!r}")
+    out: list[tuple[Strategy, float]] = []
+    for r in strategy_runtimes(df).itertuples():
+        if r.strategy is None or (isinstance(r.strategy, float) and math.isnan(r.strategy)):
+            continue
+        data = json.loads(r.strategy) if isinstance(r.strategy, str) else r.strategy
+        out.append((Strategy.from_dict(data), float(r.median_s)))
+    return out

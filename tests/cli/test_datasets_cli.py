@@ -1,0 +1,129 @@
+"""``autosync-transfer datasets list|show|import-autosync``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autosync_transfer.dataset.store import TrialRecord, TrialStore
+from autosync_transfer.domains.cluster import Cluster, Node
+from autosync_transfer.strategies.autodist import strategy_to_autodist
+from autosync_transfer.strategies.types import AllReduce, Strategy, VarConfig
+
+
+def _record(rid: str, sid: str, median: float | None, status: str = "ok",
+            reference: bool = False) -> TrialRecord:
+    s = Strategy(id=sid, kind="ps_lb", nodes=(VarConfig(var_name="w", synchronizer=AllReduce()),))
+    return TrialRecord(
+        id=rid, domain="bert-A", model="bert", cluster="A", model_fingerprint="m",
+        cluster_fingerprint="c", strategy_id=sid, strategy_kind=s.kind,
+        strategy=s.model_dump(mode="json"), status=status,  # type: ignore[arg-type]
+        iteration_times_s=[median] if median else [], median_s=median,
+        protocol={"warmup": 2, "iters": 5}, launcher="emulated", reference=reference,
+        timestamp="2024-05-01T12:00:00+00:00", wall_s=2.0, machine={},
+    )
+
+
+@pytest.fixture
+def store_path(tmp_path) -> Path:
+    store = TrialStore(tmp_path / "trials.jsonl")
+    store.append(_record("1", "fast", 0.1))
+    store.append(_record("2", "slow", 0.5))
+    store.append(_record("3", "fast", 0.12, reference=True))
+    store.append(_record("4", "broken", None, status="failed"))
+    return store.path
+
+
+def test_surface():
+    from typer.main import get_command
+
+    from autosync_transfer.cli import app
+
+    group = get_command(app).commands["datasets"]  # type: ignore[attr-defined]
+    assert sorted(group.commands) == ["import-autosync", "list", "show"]
+
+
+def test_list(cli, store_path):
+    res = cli("datasets", "list", "--path", str(store_path), "--json")
+    assert res.code == 0, res.err
+    (row,) = json.loads(res.out)
+    assert (row["domain"], row["ok"], row["failed"], row["strategies"]) == ("bert-A", 3, 1, 2)
+    assert row["spread"] == pytest.approx(0.5 / 0.11)
+    res = cli("datasets", "list", "--path", str(store_path))
+    assert res.code == 0 and "bert-A" in res.out and "4.55x" in res.out
+
+
+def test_list_empty_folder(cli, tmp_path):
+    res = cli("datasets", "list", "--path", str(tmp_path))
+    assert res.code == 0 and "no trials" in res.out
+    assert json.loads(cli("datasets", "list", "--path", str(tmp_path), "--json").out) == []
+
+
+def test_show(cli, store_path):
+    res = cli("datasets", "show", "bert-A", "--path", str(store_path), "--json")
+    assert res.code == 0, res.err
+    info = json.loads(res.out)
+    assert [f["strategy_id"] for f in info["fastest"]] == ["fast", "slow"]
+    assert info["fastest"][0]["kind"] == "ps_lb"
+    assert info["reference_noise"]["strategies"] == 1
+    res = cli("datasets", "show", "bert-A", "--path", str(store_path))
+    assert res.code == 0, res.err
+    assert "fast" in res.out and '"iters": 5' in res.out and "reference noise" in res.out
+
+
+def _one_line_error(res, needle: str) -> None:
+    assert res.code == 2, (res.code, res.out, res.err)
+    lines = [ln for ln in res.err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], res.err
+
+
+def test_bad_inputs(cli, store_path, tmp_path):
+    _one_line_error(cli("datasets", "list", "--path", str(tmp_path / "nope")), "no trial dataset")
+    _one_line_error(cli("datasets", "show", "bert-A", "--path", str(tmp_path / "nope")),
+                    "no trial dataset")
+    _one_line_error(cli("datasets", "show", "gpt-Z", "--path", str(store_path)),
+                    "no trials for domain 'gpt-Z'")
+    lines = store_path.read_text().splitlines()
+    store_path.write_text("\n".join([lines[0], "{oops", *lines[1:]]) + "\n")
+    _one_line_error(cli("datasets", "list", "--path", str(store_path)), "line 2")
+    _one_line_error(cli("datasets", "import-autosync", str(tmp_path / "nope"), "--out",
+                        str(tmp_path / "o.jsonl")), "is not a folder")
+
+
+def test_import_autosync(cli, tmp_path):
+    cluster = Cluster(name="c", nodes=(
+        Node(name="n0", address="10.0.0.1", workers=1, bandwidth_gbps=10, chief=True),))
+    folder = tmp_path / "root" / "ncf" / "cluster-A"
+    for d in ("strategies", "runtime", "resource_spec"):
+        (folder / d).mkdir(parents=True)
+    s = Strategy(id="42", nodes=(VarConfig(var_name="w", synchronizer=AllReduce()),))
+    (folder / "strategies" / "42").write_bytes(strategy_to_autodist(s, cluster))
+    (folder / "runtime" / "42").write_text(yaml.safe_dump({"average": 0.3, "runtime": [0.3]}))
+    (folder / "resource_spec" / "42").write_text(cluster.to_yaml())
+    (folder / "strategies" / "43").write_bytes(strategy_to_autodist(s, cluster))  # no runtime
+    out = tmp_path / "o.jsonl"
+    res = cli("datasets", "import-autosync", str(tmp_path / "root"), "--out", str(out))
+    assert res.code == 0, res.err
+    assert "imported 1 trials" in res.out and "1 without runtime" in res.out
+    res = cli("datasets", "import-autosync", str(tmp_path / "root"), "--out", str(out), "--json")
+    assert json.loads(res.out)["duplicates"] == 1
+    res = cli("datasets", "show", "ncf-cluster-A", "--path", str(out), "--json")
+    assert json.loads(res.out)["fastest"][0]["kind"] == "autodist"
+
+
+def test_help_is_light():
+    code = (
+        "import sys\n"
+        "from autosync_transfer.cli import main\n"
+        "for argv in (['datasets', '--help'], ['datasets', 'show', '--help']):\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        "heavy = [m for m in ('pandas', 'pyarrow', 'torch') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
