@@ -42,7 +42,10 @@ _TAGS = 8
 @dataclass
 class CommGroups:
     """Process groups used by executors: collectives and point-to-point live in separate groups
-    so that their message tags can never collide. Create once per process and reuse."""
+    so that their message tags can never collide. Create once per process and reuse.
+
+    Collectives use the default backend (gloo on CPU, NCCL on GPU); parameter-server exchanges
+    always use gloo on CPU copies (tagged, variable-sized messages)."""
 
     ar: Any
     ps: Any
@@ -52,7 +55,7 @@ class CommGroups:
         if not dist.is_initialized():
             raise ConfigError("torch.distributed is not initialized; start workers through a launcher")
         ranks = list(range(dist.get_world_size()))
-        return cls(ar=dist.new_group(ranks), ps=dist.new_group(ranks))
+        return cls(ar=dist.new_group(ranks), ps=dist.new_group(ranks, backend="gloo"))
 
 
 class StrategyExecutor:
@@ -232,7 +235,7 @@ class StrategyExecutor:
             key = (b.index, i)
             r = min(r_max, m.shape[0], m.shape[1])
             if key not in self._psgd_q:  # same seed on every rank -> identical initial Q
-                self._psgd_q[key] = torch.randn(m.shape[1], r, generator=self._gen)
+                self._psgd_q[key] = torch.randn(m.shape[1], r, generator=self._gen).to(m.device)
             q = self._psgd_q[key]
             qs.append(q)
             ps.append(m @ q)
@@ -318,6 +321,7 @@ class StrategyExecutor:
 
     def _push(self, it: PsItem, t: torch.Tensor, dst: int) -> list[Any]:
         g = self.groups.ps
+        t = t.detach().cpu()
         if not it.sparse:
             buf = t.contiguous()
             return [dist.isend(buf, dst, group=g, tag=self._tag(it, _PUSH))]
@@ -332,7 +336,7 @@ class StrategyExecutor:
     def _gather(self, it: PsItem, own: torch.Tensor, sources: list[int]) -> torch.Tensor:
         """Sum of ``own`` and the pushes of ``sources`` (blocking)."""
         g = self.groups.ps
-        total = own.detach().clone().contiguous()
+        total = own.detach().to("cpu", copy=True).contiguous()
         if not it.sparse:
             bufs = [torch.empty_like(total) for _ in sources]
             works = [dist.irecv(b, s, group=g, tag=self._tag(it, _PUSH)) for b, s in zip(bufs, sources)]

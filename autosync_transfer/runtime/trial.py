@@ -124,6 +124,7 @@ class WorkerPool:
             cfg = {
                 "rank": rank, "world_size": world, "master_addr": master, "master_port": port,
                 "model": self.domain.model.name, "cluster": cluster.model_dump_json(),
+                "graph": self.domain.model.model_dump_json(),
                 "seed": self.seed,
             }
             argv = [sys.executable, "-m", "autosync_transfer.runtime.worker", json.dumps(cfg)]

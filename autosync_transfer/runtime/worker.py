@@ -25,9 +25,12 @@ REPLY_PREFIX = "@@AST "
 class TrialHarness:
     """Model, data and process groups of one worker; measures one strategy per call."""
 
-    def __init__(self, model_name: str, cluster_json: str, seed: int = 0, lr: float = 1e-3):
+    def __init__(self, model_name: str, cluster_json: str, graph_json: str | None = None,
+                 seed: int = 0, lr: float = 1e-3, device: str = "cpu"):
+        self.device = device
         self.model_name = model_name
         self.cluster_json = cluster_json
+        self.graph_json = graph_json
         self.seed = seed
         self.lr = lr
 
@@ -36,6 +39,7 @@ class TrialHarness:
         import torch.distributed as dist
 
         from autosync_transfer.domains.cluster import Cluster
+        from autosync_transfer.domains.graph import ModelGraph
         from autosync_transfer.domains.zoo import build_module, example_batch, loss_fn, model_graph
         from autosync_transfer.runtime.executor import CommGroups
 
@@ -43,11 +47,14 @@ class TrialHarness:
         self.rank = dist.get_rank()
         self.world = dist.get_world_size()
         self.cluster = Cluster.model_validate_json(self.cluster_json)
-        self.graph = model_graph(self.model_name)
-        self.module = build_module(self.model_name, "cpu", seed=self.seed)
+        # the controller's graph (it may mark variables differently from the zoo's default)
+        self.graph = (ModelGraph.model_validate_json(self.graph_json) if self.graph_json
+                      else model_graph(self.model_name))
+        self.module = build_module(self.model_name, self.device, seed=self.seed)
         self.loss = loss_fn(self.model_name)
         g = torch.Generator().manual_seed(self.seed * 1000 + self.rank)
-        self.batches = [example_batch(self.model_name, None, g) for _ in range(4)]
+        self.batches = [example_batch(self.model_name, None, g, device=self.device)
+                        for _ in range(4)]
         self.groups = CommGroups.create()
         self.opt = torch.optim.SGD(self.module.parameters(), lr=self.lr)
         return self
@@ -123,10 +130,13 @@ def _serve(harness: TrialHarness) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import torch.distributed as dist
-
     args = sys.argv[1:] if argv is None else argv
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    if args and args[0] == "--torchrun":
+        _torchrun_main(args[1:])
+        return
+    import torch.distributed as dist
+
     cfg = json.loads(args[0])
     dist.init_process_group(
         "gloo",
@@ -135,11 +145,81 @@ def main(argv: list[str] | None = None) -> None:
         world_size=cfg["world_size"],
     )
     try:
-        harness = TrialHarness(cfg["model"], cfg["cluster"], seed=cfg.get("seed", 0)).setup()
+        harness = TrialHarness(cfg["model"], cfg["cluster"], cfg.get("graph"),
+                               seed=cfg.get("seed", 0)).setup()
         _reply({"op": "ready", "ok": True, "rank": harness.rank})
         _serve(harness)
     finally:
         dist.destroy_process_group()
+
+
+def _torchrun_main(argv: list[str]) -> None:
+    """Real multi-node measurement under torchrun: rank 0 reads the strategies and broadcasts
+    them; every trial's per-iteration times (max over ranks) are appended by rank 0 to a trial
+    store, and trials already in the store are skipped (restart torchrun to resume)."""
+    import argparse
+
+    import torch
+    import torch.distributed as dist
+
+    from autosync_transfer.runtime.launch import init_from_env
+
+    ap = argparse.ArgumentParser(prog="python -m autosync_transfer.runtime.worker --torchrun")
+    ap.add_argument("--domain", required=True, help="catalog domain, or a model name with --cluster-file")
+    ap.add_argument("--cluster-file", default=None, help="AutoDist resource-spec YAML of this cluster")
+    ap.add_argument("--strategies", required=True, help="JSON Lines of strategies; a line 'torch_ddp' measures DDP")
+    ap.add_argument("--store", required=True, help="trial store (JSON Lines) written by rank 0")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+
+    from autosync_transfer.cli._common import resolve_domain
+    from autosync_transfer.dataset.collect import TORCH_DDP, record_for
+    from autosync_transfer.dataset.store import TrialStore
+    from autosync_transfer.runtime.trial import Protocol, TrialResult
+    from autosync_transfer.strategies.types import Strategy
+
+    rank, world = init_from_env()
+    domain = resolve_domain(a.domain, a.cluster_file)
+    if world != domain.cluster.world_size:
+        raise SystemExit(f"WORLD_SIZE={world} but cluster {domain.cluster.name!r} has "
+                         f"{domain.cluster.world_size} workers")
+    device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if dist.get_backend() == "nccl" else "cpu"
+    if device != "cpu":
+        torch.cuda.set_device(device)
+    harness = TrialHarness(domain.model.name, domain.cluster.model_dump_json(),
+                           domain.model.model_dump_json(), seed=a.seed, device=device).setup()
+    lines: list[Any] = [None]
+    store = TrialStore(a.store)
+    if rank == 0:
+        done = store.ids()
+        todo = []
+        with open(a.strategies) as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                sid = TORCH_DDP if line == TORCH_DDP else Strategy.from_json(line).id
+                if f"{domain.name}/{sid}" not in done:
+                    todo.append(line)
+        lines = [todo]
+    dist.broadcast_object_list(lines, src=0)
+    proto = Protocol(warmup=a.warmup, iters=a.iters)
+    for line in lines[0]:
+        strategy = None if line == TORCH_DDP else Strategy.from_json(line)
+        t0 = time.monotonic()
+        times = harness.measure(None if strategy is None else line, a.warmup, a.iters)
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, times)
+        if rank == 0:
+            result = TrialResult("ok", [max(ts) for ts in zip(*gathered)],
+                                 wall_s=time.monotonic() - t0)
+            sid = TORCH_DDP if strategy is None else strategy.id
+            store.append(record_for(domain, strategy, result, proto, "torchrun", seed=a.seed,
+                                    record_id=f"{domain.name}/{sid}"))
+            print(f"{sid}: median {result.median_s * 1000:.1f} ms/iter", file=sys.stderr, flush=True)
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

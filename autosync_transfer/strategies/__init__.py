@@ -1,0 +1,23 @@
+"""Strategies: typed per-variable synchronization, validation, the sampler and the builders."""
+
+from __future__ import annotations
+
+from autosync_transfer.strategies.builders import BUILDERS, build
+from autosync_transfer.strategies.sampler import SamplerConfig, StrategySampler, preset
+from autosync_transfer.strategies.types import PS, AllReduce, Partition, Strategy, VarConfig
+from autosync_transfer.strategies.validate import validate, violations
+
+__all__ = [
+    "BUILDERS",
+    "PS",
+    "AllReduce",
+    "Partition",
+    "SamplerConfig",
+    "Strategy",
+    "StrategySampler",
+    "VarConfig",
+    "build",
+    "preset",
+    "validate",
+    "violations",
+]

@@ -164,9 +164,8 @@ def ps(domain: Domain, *, local_replication: bool = False) -> Strategy:
         destination=domain.cluster.chief.name,
         local_replication=_replication(domain, local_replication),
     )
-    return _strategy(
-        "ps", domain, [VarConfig(var_name=v.name, synchronizer=sync) for v in domain.model.variables]
-    )
+    nodes = [VarConfig(var_name=v.name, synchronizer=sync) for v in domain.model.variables]
+    return _strategy("ps", domain, nodes)
 
 
 def ps_lb(domain: Domain, *, local_replication: bool = False) -> Strategy:

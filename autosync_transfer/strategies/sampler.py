@@ -89,13 +89,15 @@ class SamplerConfig(BaseModel):
     ``sorted_*`` handles pieces largest first; ``randomized_*`` samples a node with probability
     ``softmax((target_s - load_s) / (balance_temperature * total))`` where ``target_s`` is the
     node's bandwidth share of the total load — smaller temperatures are closer to greedy);
-    ``merge_scheme`` fuses all-reduce pieces into a number of groups drawn uniformly from
-    ``num_group_bounds`` (``random`` groups, contiguous chunks, ``randomized_greedy`` size balancing
-    or ``ordered_balanced`` contiguous size-balanced buckets; ``by_chunk`` uses ``chunk_size`` pieces
-    per group when set, else ``ceil(pieces / groups)``); ``num_partition_bounds`` bounds the shard
-    count; ``maybe_partition_bounds`` (bytes): variables of at most ``lb`` bytes are never
-    partitioned, of at least ``ub`` bytes always (when partitioning is a choice), in between with
-    probability ``(size - lb) / (ub - lb)`` if ``maybe_partition_by_size`` else 1/2;
+    ``merge_scheme`` fuses all-reduce pieces into G groups, G uniform in ``num_group_bounds``
+    clipped to ``[1, #AR pieces]`` (``random`` groups with none empty, contiguous ``by_chunk``
+    chunks of ``chunk_size`` pieces when set (then G is not used) else ``ceil(pieces / G)``,
+    ``randomized_greedy`` size balancing largest first, or ``ordered_balanced``: contiguous groups
+    in forward order, each filled until it holds ``1/G`` of the bytes). ``num_partition_bounds``
+    bounds the shard count: ``[max(2, lb), min(dim, ub)]``. Either bound of both may be
+    ``"num_nodes"``. ``maybe_partition_bounds`` (bytes): variables of at most ``lb`` bytes are
+    never partitioned, of at least ``ub`` bytes always (when partitioning is a choice), in between
+    with probability ``(size - lb) / (ub - lb)`` if ``maybe_partition_by_size`` else 1/2.
     ``same_synchronizer_for_parts`` gives all shards of a variable one synchronizer type.
     """
 
@@ -119,7 +121,11 @@ class SamplerConfig(BaseModel):
     same_synchronizer_for_parts: bool = False
 
     @field_validator(
-        "synchronizer_types", "compressors", "powersgd_ranks", "local_replication", "maybe_partition"
+        "synchronizer_types",
+        "compressors",
+        "powersgd_ranks",
+        "local_replication",
+        "maybe_partition",
     )
     @classmethod
     def _choices(cls, v: tuple[Any, ...], info: ValidationInfo) -> tuple[Any, ...]:
@@ -147,7 +153,9 @@ class SamplerConfig(BaseModel):
             raise ValueError(f"partitionable_axes must not repeat an axis, got {list(v)}")
         return v
 
-    @field_validator("num_group_bounds", "num_partition_bounds", "maybe_partition_bounds", mode="before")
+    @field_validator(
+        "num_group_bounds", "num_partition_bounds", "maybe_partition_bounds", mode="before"
+    )
     @classmethod
     def _no_bools(cls, v: Any, info: ValidationInfo) -> Any:
         if isinstance(v, (list, tuple)) and any(isinstance(x, bool) for x in v):
@@ -364,7 +372,8 @@ def _relabel_first_appearance(groups: np.ndarray) -> np.ndarray:
 
 
 class StrategySampler:
-    """Samples valid strategies for ``domain`` from the space of ``config`` (default: product preset).
+    """Samples valid strategies for ``domain`` from the space of ``config`` (default: the product
+    preset).
 
     ``config`` may also be a preset name. The sampler owns a ``numpy.random.Generator`` seeded with
     ``seed``; each strategy draws from its own child generator seeded from it, so the k-th strategy
@@ -381,7 +390,8 @@ class StrategySampler:
             config = preset(config)
         if config is not None and not isinstance(config, SamplerConfig):
             raise ConfigError(
-                f"config must be a SamplerConfig, a preset name or None, got {type(config).__name__}"
+                f"config must be a SamplerConfig, a preset name or None, "
+                f"got {type(config).__name__}"
             )
         self.domain = domain
         self.config = config if config is not None else SamplerConfig()

@@ -82,7 +82,8 @@ def test_unknown_builder_lists_known_names() -> None:
 
 
 def test_unknown_option_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="'ps'.*unexpected keyword.*chunk_size.*local_replication"):
+    message = "'ps'.*unexpected keyword.*chunk_size.*local_replication"
+    with pytest.raises(ConfigError, match=message):
         build("ps", DOMAINS["2x1"], chunk_size=3)
 
 
@@ -169,7 +170,7 @@ def test_partitioned_ps_shards() -> None:
     assert by_var["head/gate"].partition is None
     for cfg in s.nodes:
         if cfg.partition is not None:
-            dests = [sync.destination for sync in cfg.partition.synchronizers]  # type: ignore[union-attr]
+            dests = [s.destination for s in cfg.partition.synchronizers]  # type: ignore[union-attr]
             assert len(set(dests)) == len(dests), "shards of one variable on distinct servers"
     loads = server_loads(domain, s)
     assert max(loads.values()) - min(loads.values()) <= max(

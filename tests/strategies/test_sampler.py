@@ -418,7 +418,7 @@ def test_ordered_fill_hand_computed() -> None:
     # total 40, 4 groups -> target 10 bytes per group
     sizes = np.array([9, 9, 9, 1, 1, 1, 10], np.int64)
     (groups,) = _ordered_fill([sizes], [4])
-    # g0: 9, 9 (18 >= 10, close) g1: 9, 1 (10, close) g2: 1, 1, 10 (12 ... last group takes the rest)
+    # g0: 9, 9 (18 >= 10: close); g1: 9, 1 (10: close); g2: 1, 1, 10; group 3 stays empty
     assert groups.tolist() == [0, 0, 1, 1, 2, 2, 2]
     # one huge item first: it fills group 0 alone; never more groups than asked
     (groups,) = _ordered_fill([np.array([100, 1, 1, 1], np.int64)], [2])
