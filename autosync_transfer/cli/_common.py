@@ -19,7 +19,9 @@ def out():  # noqa: ANN201 - rich Console, imported lazily
     if _OUT is None:
         from rich.console import Console
 
-        _OUT = Console(file=sys.stdout, soft_wrap=True)
+        # wide enough for the strategy tables when not writing to a terminal
+        _OUT = Console(file=sys.stdout, soft_wrap=True,
+                       width=None if sys.stdout.isatty() else 160)
     return _OUT
 
 

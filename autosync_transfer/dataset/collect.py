@@ -9,7 +9,6 @@ periods apart.
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -59,6 +58,7 @@ def planned_strategies(domain: Domain, sampler: str, seed: int, n: int) -> Itera
 def record_for(domain: Domain, strategy: Strategy | None, result: TrialResult, protocol: Protocol,
                launcher: str, *, seed: int, record_id: str, reference: bool = False,
                machine_start: dict | None = None) -> TrialRecord:
+    """The trial record of one result, with the analytical estimate and the machine's load."""
     estimated = None
     if strategy is not None:
         from autosync_transfer.rankers.costmodel import estimate
@@ -67,28 +67,10 @@ def record_for(domain: Domain, strategy: Strategy | None, result: TrialResult, p
     machine = machine_info()
     if machine_start is not None:
         machine["loadavg_1m_start"] = machine_start.get("loadavg_1m")
-    return TrialRecord(
-        id=record_id,
-        domain=domain.name,
-        model=domain.model.name,
-        cluster=domain.cluster.name,
-        model_fingerprint=domain.model.fingerprint,
-        cluster_fingerprint=domain.cluster.fingerprint,
-        strategy_id=strategy.id if strategy is not None else TORCH_DDP,
-        strategy_kind=strategy.kind if strategy is not None else TORCH_DDP,
-        strategy=strategy.model_dump(mode="json") if strategy is not None else None,
-        status=result.status,
-        error=result.error,
-        iteration_times_s=result.iteration_times_s,
-        median_s=result.median_s,
-        protocol=protocol.model_dump(),
-        launcher=launcher,
-        reference=reference,
-        seed=seed,
-        timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        wall_s=round(result.wall_s, 3),
-        machine=machine,
-        estimated_sync_s=estimated,
+    return TrialRecord.from_result(
+        domain=domain, strategy=strategy, result=result, protocol=protocol, launcher=launcher,
+        machine=machine, seed=seed, reference=reference, estimated_sync_s=estimated,
+        record_id=record_id,
     )
 
 

@@ -266,10 +266,41 @@ def strategies_and_runtimes(df: pandas.DataFrame) -> list[tuple[Strategy, float]
     missing = {"domain", "strategy_id", "strategy", "status", "median_s"} - set(df.columns)
     if missing:
         raise ConfigError(f"not a trial table: no column {sorted(missing)[0]!r}")
+    graphs = _graphs_by_domain(df)
     out: list[tuple[Strategy, float]] = []
     for r in strategy_runtimes(df).itertuples():
         if r.strategy is None or (isinstance(r.strategy, float) and math.isnan(r.strategy)):
             continue
         data = json.loads(r.strategy) if isinstance(r.strategy, str) else r.strategy
-        out.append((Strategy.from_dict(data), float(r.median_s)))
+        out.append((strategy_from_record(data, graphs.get(r.domain)), float(r.median_s)))
+    return out
+
+
+def strategy_from_record(data: dict[str, Any], graph: Any | None) -> Strategy:
+    """The Strategy of a record's ``strategy`` field (compact form needs the model graph)."""
+    from autosync_transfer.strategies.compact import decode, is_compact
+    from autosync_transfer.strategies.types import Strategy
+
+    if is_compact(data):
+        if graph is None:
+            raise SpecError(f"strategy {data.get('id')!r} is stored compactly but its model graph "
+                            f"is unknown (not a catalog model, or a different fingerprint)")
+        return decode(data, graph)
+    return Strategy.from_dict(data)
+
+
+def _graphs_by_domain(df: pandas.DataFrame) -> dict[str, Any]:
+    """domain -> catalog ModelGraph whose fingerprint matches the records (None if no match)."""
+    from autosync_transfer.domains.catalog import get_model
+
+    out: dict[str, Any] = {}
+    if "model" not in df.columns or "model_fingerprint" not in df.columns:
+        return out
+    for (domain, model, fp), _ in df.groupby(["domain", "model", "model_fingerprint"]):
+        try:
+            g = get_model(str(model))
+        except UnknownNameError:
+            continue
+        if g.fingerprint == fp:
+            out[str(domain)] = g
     return out

@@ -111,7 +111,8 @@ class TrialRecord(BaseModel):
     """One measurement of one strategy on one domain (or its failure).
 
     ``median_s`` is the median of ``iteration_times_s`` (for imported data, the statistic named
-    by ``protocol['statistic']``). ``strategy`` is the strategy's JSON object, None for torch's
+    by ``protocol['statistic']``). ``strategy`` is the strategy in the compact positional form of
+    :mod:`autosync_transfer.strategies.compact` (or, for imported data, its full JSON object), None for torch's
     own DDP. ``reference`` marks a re-measurement of an earlier strategy, taken to track drift
     and noise of the machine. ``wall_s`` is the time the trial took end to end (0 when unknown).
     """
@@ -201,6 +202,8 @@ class TrialRecord(BaseModel):
     ) -> TrialRecord:
         """The record of one :class:`~autosync_transfer.runtime.trial.TrialResult`
         (``strategy=None``: torch's own DDP, recorded with id and kind ``torch_ddp``)."""
+        from autosync_transfer.strategies.compact import encode
+
         proto = protocol if isinstance(protocol, Mapping) else protocol.model_dump(mode="json")
         return cls(
             id=record_id or new_trial_id(),
@@ -211,7 +214,7 @@ class TrialRecord(BaseModel):
             cluster_fingerprint=domain.cluster.fingerprint,
             strategy_id=strategy.id if strategy is not None else "torch_ddp",
             strategy_kind=strategy.kind if strategy is not None else "torch_ddp",
-            strategy=strategy.model_dump(mode="json") if strategy is not None else None,
+            strategy=encode(strategy, domain.model) if strategy is not None else None,
             status=result.status,
             error=result.error,
             iteration_times_s=list(result.iteration_times_s),
