@@ -15,7 +15,7 @@ for ((n = STEP; n <= TARGET; n += STEP)); do
   for m in $MODELS; do
     for c in $CLUSTERS; do
       echo "== $(date -u +%FT%TZ) $m-$c -> $n trials"
-      $BIN collect "$m-$c" --trials "$n" --launcher emulated $PROTOCOL --reference-every 20 \
+      $BIN collect "$m-$c" --trials "$n" --launcher emulated $PROTOCOL --reference-every 20 --timeout 120 \
         --store "datasets/trials/$m-$c.jsonl" --seed 0 || echo "collect $m-$c exited with $?"
     done
   done

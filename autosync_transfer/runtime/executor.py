@@ -1,10 +1,12 @@
 """Execute a sync plan for real on torch.distributed.
 
 Every parameter's gradient is hooked (post-accumulate hooks); as soon as the gradients of a plan
-task are ready, a per-rank communication thread launches its communication, so synchronization
-overlaps the rest of backward as DDP does. Tasks are processed in the plan's order on every
-rank, which keeps collectives in the same order everywhere and rules out deadlocks between the
-point-to-point parameter-server exchanges:
+task are ready, communication starts, so synchronization overlaps the rest of backward as DDP
+does. Two communication threads per rank walk the plan's order: one launches the all-reduce
+buckets, the other runs the parameter-server exchanges. Walking one common order keeps the
+collectives in the same order everywhere and rules out deadlocks among the point-to-point
+exchanges; keeping them on separate threads means a rank blocked while aggregating as a server
+never delays its all-reduce launches, which every other rank is waiting for:
 
 - all-reduce buckets: one flat buffer per bucket, ``all_reduce`` on the collective group;
   compressors ``fp16``, ``fp16_ef`` (error feedback) and ``powersgd`` (rank r, with error feedback
@@ -121,7 +123,7 @@ class StrategyExecutor:
         for e in self._events.values():
             e.clear()
         self._pending: list[Callable[[], None]] = []
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._error: BaseException | None = None
 
     # -- readiness ------------------------------------------------------------------------------
@@ -136,16 +138,20 @@ class StrategyExecutor:
             if name in self._vars_seen:
                 return
             self._vars_seen.add(name)
-            if self._thread is None:
-                self._start_thread()
+            if not self._threads:
+                self._start_threads()
             for task in self.plan.var_tasks.get(name, ()):
                 self._remaining[task] -= 1
                 if self._remaining[task] == 0:
                     self._events[task].set()
 
-    def _start_thread(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="autosync-comm", daemon=True)
-        self._thread.start()
+    def _start_threads(self) -> None:
+        self._threads = [
+            threading.Thread(target=self._run, args=("ar",), name="autosync-ar", daemon=True),
+            threading.Thread(target=self._run, args=("ps",), name="autosync-ps", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
 
     def finish(self) -> None:
         """Wait for all communication of this iteration; gradients are then averaged."""
@@ -159,10 +165,10 @@ class StrategyExecutor:
                     p.grad = torch.zeros_like(p)
                 self._mark_ready(name)
         with self._lock:
-            if self._thread is None:
-                self._start_thread()
-        assert self._thread is not None
-        self._thread.join()
+            if not self._threads:
+                self._start_threads()
+        for t in self._threads:
+            t.join()
         try:
             if self._error is not None:
                 raise self._error
@@ -172,9 +178,11 @@ class StrategyExecutor:
             self._reset_iteration()
 
     # -- the communication thread -------------------------------------------------------------
-    def _run(self) -> None:
+    def _run(self, which: str) -> None:
         try:
             for kind, idx in self.plan.order:
+                if kind != which:
+                    continue
                 self._events[(kind, idx)].wait()
                 if kind == "ar":
                     self._all_reduce(self.plan.buckets[idx])

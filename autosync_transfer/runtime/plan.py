@@ -237,5 +237,6 @@ def make_plan(strategy: Strategy, graph: ModelGraph, cluster: Cluster) -> SyncPl
         order=order,
         sent_bytes=tuple(sent),
         recv_bytes=tuple(recv),
-        var_tasks={k: tuple(v) for k, v in var_tasks.items()},
+        # a variable with several shards in one bucket counts once for that bucket's readiness
+        var_tasks={k: tuple(dict.fromkeys(v)) for k, v in var_tasks.items()},
     )

@@ -188,7 +188,10 @@ class WorkerPool:
         while len(replies) < len(self._procs):
             left = deadline - time.monotonic()
             if left <= 0:
-                return f"timeout after {timeout_s:.0f} s waiting for {want}"
+                waiting = [i for i in range(len(self._procs)) if i not in replies]
+                errors = [f"rank {i}: {r.get('error')}" for i, r in replies.items() if not r.get("ok")]
+                return (f"timeout after {timeout_s:.0f} s waiting for {want} from ranks {waiting}"
+                        + (f" ({'; '.join(errors)})" if errors else ""))
             fds = {p.stdout.fileno(): i for i, p in enumerate(self._procs)
                    if i not in replies and p.stdout}
             readable, _, _ = select.select(list(fds), [], [], min(left, 1.0))
@@ -241,6 +244,8 @@ class WorkerPool:
         wall = time.monotonic() - t0
         if isinstance(replies, str):
             status: Literal["failed", "timeout"] = "timeout" if replies.startswith("timeout") else "failed"
+            if status == "timeout":
+                self._dump_stacks()
             self._restart()
             return TrialResult(status, error=replies, wall_s=wall)
         bad = [r for r in replies if not r.get("ok")]
@@ -250,6 +255,18 @@ class WorkerPool:
         per_rank = [r["times"] for r in replies]
         times = [max(ts) for ts in zip(*per_rank)]
         return TrialResult("ok", iteration_times_s=times, wall_s=wall)
+
+    def _dump_stacks(self) -> None:
+        """Ask hung workers to write their threads' stacks to their logs before they are killed."""
+        import signal
+
+        for p in self._procs:
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGUSR1)
+                except OSError:
+                    pass
+        time.sleep(1.0)
 
     def _restart(self) -> None:
         self.restarts += 1

@@ -130,8 +130,14 @@ def _serve(harness: TrialHarness) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import faulthandler
+    import signal
+
     args = sys.argv[1:] if argv is None else argv
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    # SIGUSR1 dumps every thread's stack to stderr (the worker log): the watchdog sends it
+    # before killing a hung trial, so the log says where it hung
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if args and args[0] == "--torchrun":
         _torchrun_main(args[1:])
         return

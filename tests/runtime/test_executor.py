@@ -43,6 +43,13 @@ def _strategies() -> list[Strategy]:
         _s("ps-single", {"emb.weight": {"synchronizer": ps0}, **_all(ps0)}),
         _s("ps-lr", {"emb.weight": {"synchronizer": lr1}, **_all(lr1)}),
         _s("ps-lr-server0", {"emb.weight": {"synchronizer": lr0}, **_all(lr0)}),
+        # several shards of one variable fused into one bucket with other variables
+        # the early variable (out.weight) must not make the bucket ready before fc.* are
+        _s("shards-same-bucket", {"emb.weight": {"synchronizer": ps1},
+                                  "fc.weight": part(0, AllReduce(group=0), lr1, AllReduce(group=0)),
+                                  "fc.bias": {"synchronizer": AllReduce(group=0)},
+                                  "out.weight": part(1, *[AllReduce(group=0)] * 4),
+                                  "out.bias": {"synchronizer": ps0}}),
         _s("partitioned", {"emb.weight": part(0, ps0, lr1, ps1), "fc.weight": part(1, ps1, AllReduce(group=3), lr0),
                            "fc.bias": part(0, AllReduce(group=3), ps0), "out.weight": {"synchronizer": ps1},
                            "out.bias": {"synchronizer": AllReduce(group=1)}}),

@@ -1,0 +1,967 @@
+"""Featurization of strategies for learned simulators (rankers): versioned, model- and cluster-free.
+
+A learned ranker never sees a :class:`~autosync_transfer.strategies.types.Strategy`; it sees the
+:class:`StrategyFeatures` of this module:
+
+``rows`` ``[R, F_row]``
+    One row per partition row (a whole variable, or one shard of a partitioned variable), in
+    forward variable order (shards in shard order): **z_raw** (what the strategy does with the row,
+    described relative to the model and the cluster) followed by **z_pre** (the analytical cost
+    model's per-row terms, see :mod:`autosync_transfer.rankers.costmodel`).
+``agg`` ``[F_agg]``
+    The cost model's terms aggregated over servers and all-reduce groups (AutoSync's 12 aggregates,
+    computed from the improved model) plus a few strategy and cluster shape numbers, for a linear
+    ranker.
+``server_feats`` ``[S, F_srv]`` / ``group_feats`` ``[G, F_grp]``
+    One row per parameter server used (a node hosting at least one PS row) and per all-reduce
+    group, for graph rankers; ``row_server`` / ``row_group`` connect rows to them.
+
+Transfer across models and clusters
+    No column is a server id or a group id (AutoSync's one-hot ids tie a simulator to one cluster
+    and one group numbering). Servers and groups are described by permutation-invariant properties
+    (load share, bandwidth relative to the cluster mean, workers on the node / world size, group
+    byte share), sizes are shares of the model's bytes, and times are divided by the domain's
+    reference time :func:`reference_time_s` (all-reduce of the whole model in one group), so the
+    same numbers mean the same thing on a 3-node and on an 8-node cluster, and for a small and a
+    large model. ``row_server`` / ``row_group`` are per-strategy local indices (0.. in order of
+    first appearance in forward order) used only to connect rows to server/group nodes, never as
+    features. Renaming or reordering nodes, or renumbering groups, leaves every feature unchanged.
+
+Performance
+    :class:`Featurizer` computes the per-domain tables once and featurizes strategies in batches:
+    the strategy objects are walked once with C-level iteration (synchronizer objects shared
+    between strategies, as the sampler makes them, are resolved once, by identity), and everything
+    else, including the cost model's per-row terms, runs vectorized over all rows of a batch (PS
+    terms through per-(server, replication) tables: a PS row's time is linear in its bytes except
+    for sparse rows with local replication). The per-row terms are the formulas of
+    :mod:`~autosync_transfer.rankers.costmodel` (a test compares them with
+    :func:`~autosync_transfer.rankers.costmodel.estimate`). 2,000 sampled strategies of
+    ``bert-12l-B`` (4.5 M rows, 650 MB of float32 rows) take about 1.7 s on a busy 2-core machine
+    (about 3.5 s in a fresh process, where first touching the output memory dominates), against
+    about 13 s for :func:`~autosync_transfer.rankers.costmodel.estimate` alone.
+
+This module imports numpy only; :func:`collate` imports torch inside.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_not, not_
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autosync_transfer.domains.domain import Domain
+from autosync_transfer.errors import StrategyValidationError
+from autosync_transfer.rankers.costmodel import CostModelConfig, _Context
+from autosync_transfer.strategies.types import COMPRESSORS, PS, AllReduce, Partition, Strategy
+from autosync_transfer.strategies.validate import validate
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "FEATURE_SCHEMA_VERSION",
+    "FeatureSchema",
+    "FEATURE_SCHEMA",
+    "StrategyFeatures",
+    "Featurizer",
+    "featurize",
+    "featurize_many",
+    "reference_time_s",
+    "collate",
+]
+
+#: bump whenever a column is added, removed, reordered or changes meaning
+FEATURE_SCHEMA_VERSION = 1
+
+_FP16_BYTES = 2
+_POWERSGD_FACTOR_BYTES = 4
+_MAX_POWERSGD_RANK = 64  # AllReduce.powersgd_rank's upper bound
+_LOG_FLOOR_S = 1e-9  # seconds added before log10 so that 0 s stays finite (-9)
+_ROWS_PER_BATCH = 1 << 17  # rows per batch: the work arrays of a batch stay small
+_MAX_STRATEGIES_PER_BATCH = 4096  # bounds the (strategies x nodes) tables of a batch
+_ID_CACHE_LIMIT = 100_000  # synchronizer objects remembered by identity
+
+_var_name = attrgetter("var_name")
+_partition = attrgetter("partition")
+_synchronizer = attrgetter("synchronizer")
+_synchronizers = attrgetter("synchronizers")
+_axis = attrgetter("axis")
+_shards = attrgetter("shards")
+
+# -- schema --------------------------------------------------------------------------------------
+
+_ROW_COLUMNS: tuple[tuple[str, str], ...] = (
+    # z_raw: what the strategy does with the row, relative to the model and the cluster
+    ("kind_ps_dense", "1 if a parameter server synchronizes the row and its gradient is dense"),
+    ("kind_ps_sparse", "1 if a parameter server synchronizes a row-sparse (embedding) gradient"),
+    ("kind_ar", "1 if the row is all-reduced"),
+    ("local_replication", "1 if PS with local replication (each node aggregates its workers)"),
+    ("comp_none", "AR compressor one-hot: none (all 0 for PS rows)"),
+    ("comp_fp16", "AR compressor one-hot: fp16"),
+    ("comp_fp16_ef", "AR compressor one-hot: fp16 with error feedback"),
+    ("comp_powersgd", "AR compressor one-hot: PowerSGD"),
+    ("powersgd_rank", "log2(1 + rank) / log2(1 + 64) for PowerSGD rows, else 0"),
+    ("is_shard", "1 if the row is one shard of a partitioned variable"),
+    ("log2_shards", "log2 of the number of rows of the row's variable (0 when not partitioned)"),
+    ("byte_share", "bytes of the row's tensor / bytes of all trainable variables"),
+    ("wire_share", "bytes one worker sends for the row (after compression; sparse: touched "
+                   "rows + indices) / model bytes"),
+    ("log10_wire_bytes", "log10(1 + bytes one worker sends for the row)"),
+    ("is_sparse", "1 if the variable's gradient is row-sparse"),
+    ("rows_touched_frac", "sparse: rows touched per worker and step / rows of the shard; "
+                          "dense: 1"),
+    ("server_load_share", "PS: wire bytes of all PS rows on the row's server / wire bytes of all "
+                          "PS rows; AR: 0"),
+    ("server_bw_rel", "PS: the server's NIC bandwidth / mean NIC bandwidth of the cluster; AR: "
+                      "the ring's bottleneck bandwidth / mean NIC bandwidth"),
+    ("server_workers_frac", "PS: workers on the server's node / world size; AR: 0"),
+    ("servers_used_frac", "distinct PS servers of the strategy / nodes (same on every row)"),
+    ("group_byte_share", "AR: wire bytes of the row's group / wire bytes of all AR rows; PS: 0"),
+    ("log2_num_groups", "log2(1 + number of AR groups of the strategy)"),
+    ("ps_wire_frac", "wire bytes of PS rows / wire bytes of all rows of the strategy"),
+    ("log2_nodes", "log2(nodes of the cluster)"),
+    ("log2_world", "log2(workers of the cluster)"),
+    ("workers_per_node", "mean workers per node"),
+    ("bw_min_max_ratio", "slowest / fastest NIC bandwidth of the cluster"),
+    ("var_position", "position of the row's variable in forward order / (variables - 1)"),
+    # z_pre: the analytical model's terms, divided by the domain's reference time
+    ("pre_transmission", "cost model: the row's transmission_s / reference time"),
+    ("pre_latency", "cost model: the row's latency_s / reference time"),
+    ("pre_messages", "cost model: messages of the row / (2 x world size); PS: pushes + pulls the "
+                     "server handles, AR: 2 (W - 1) ring messages per collective"),
+    ("pre_server_time", "PS: the server node's PS time per_node_nic_s / reference time; AR: 0"),
+    ("pre_group_time", "AR: the time of the row's group / reference time; PS: 0"),
+    ("pre_total", "the strategy's bottleneck time total_s / reference time (same on every row)"),
+    ("log10_transmission_s", "log10(1e-9 + the row's transmission_s)"),
+    ("log10_latency_s", "log10(1e-9 + the row's latency_s)"),
+)
+
+_AGG_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("ps_time_max", "max over servers of the server's summed row times (per_server) / ref"),
+    ("ps_time_sum", "sum over servers of per_server / ref"),
+    ("ps_bytes_max", "max over servers of the wire bytes per worker of its rows / model bytes"),
+    ("ps_bytes_sum", "sum over servers of the same (all PS wire bytes) / model bytes"),
+    ("ps_msgs_max", "max over servers of the pushes + pulls it handles / (2 W V)"),
+    ("ps_msgs_sum", "sum over servers of the same / (2 W V)"),
+    ("ar_time_max", "max over AR groups of the group's time / ref"),
+    ("ar_time_sum", "sum over AR groups of the group's time (ar_total_s) / ref"),
+    ("ar_bytes_max", "max over groups of the group's wire bytes per worker / model bytes"),
+    ("ar_bytes_sum", "sum over groups of the same / model bytes"),
+    ("ar_msgs_max", "max over groups of its ring messages (2 (W - 1) per collective) / (2 W V)"),
+    ("ar_msgs_sum", "sum over groups of the same / (2 W V)"),
+    ("total", "bottleneck time total_s / ref"),
+    ("sum", "sequential time sum_s / ref"),
+    ("ps_nic_max", "max over nodes of the node's PS time per_node_nic_s / ref"),
+    ("log10_total_s", "log10(1e-9 + total_s)"),
+    ("log10_ref_s", "log10 of the domain's reference time (constant within a domain)"),
+    ("servers_used_frac", "distinct PS servers / nodes"),
+    ("log2_num_groups", "log2(1 + AR groups)"),
+    ("ps_wire_frac", "wire bytes of PS rows / wire bytes of all rows"),
+    ("log2_rows_per_var", "log2(rows / variables): how finely the strategy partitions"),
+    ("log2_nodes", "log2(nodes)"),
+    ("log2_world", "log2(world size)"),
+    ("workers_per_node", "mean workers per node"),
+    ("bw_min_max_ratio", "slowest / fastest NIC bandwidth"),
+)
+
+_SERVER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("bw_rel", "the node's NIC bandwidth / mean NIC bandwidth"),
+    ("workers_frac", "workers on the node / world size"),
+    ("latency_rel", "the node's per-message latency / mean latency of the cluster"),
+    ("load_share", "wire bytes of its PS rows / wire bytes of all PS rows"),
+    ("bytes_share", "wire bytes of its PS rows / model bytes"),
+    ("rows_frac", "its PS rows / all rows"),
+    ("time", "per_server (sum of its rows' times) / ref"),
+    ("nic_time", "the node's PS time per_node_nic_s / ref"),
+    ("msgs", "pushes + pulls it handles / (2 W V)"),
+    ("is_bottleneck", "1 if the node's per_node_nic_s is the largest (ties: all of them)"),
+    ("sparse_frac", "share of its wire bytes from sparse rows"),
+    ("replicated_frac", "share of its rows with local replication"),
+)
+
+_GROUP_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("byte_share", "the group's wire bytes / wire bytes of all AR rows"),
+    ("bytes_share", "the group's wire bytes / model bytes"),
+    ("time", "the group's time / ref"),
+    ("rows_frac", "its rows / all rows"),
+    ("two_collectives", "1 if it holds a PowerSGD tensor (two collectives, P then Q)"),
+    ("compressed_frac", "share of its rows with a compressor other than none"),
+    ("position_mean", "mean forward position (fraction) of its rows' variables"),
+    ("position_min", "first forward position (fraction) among its rows"),
+    ("position_max", "last forward position (fraction) among its rows"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureSchema:
+    """Names and meanings of every feature column, with the schema version.
+
+    A trained ranker stores the schema it was trained on; :meth:`to_dict` gives its JSON form.
+    """
+
+    version: int
+    row_columns: tuple[str, ...]
+    agg_columns: tuple[str, ...]
+    server_columns: tuple[str, ...]
+    group_columns: tuple[str, ...]
+    descriptions: tuple[tuple[str, str, str], ...]  # (table, column, meaning)
+
+    @property
+    def num_row(self) -> int:
+        return len(self.row_columns)
+
+    @property
+    def num_agg(self) -> int:
+        return len(self.agg_columns)
+
+    @property
+    def num_server(self) -> int:
+        return len(self.server_columns)
+
+    @property
+    def num_group(self) -> int:
+        return len(self.group_columns)
+
+    def row_index(self, name: str) -> int:
+        return self.row_columns.index(name)
+
+    def agg_index(self, name: str) -> int:
+        return self.agg_columns.index(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "row_columns": list(self.row_columns),
+            "agg_columns": list(self.agg_columns),
+            "server_columns": list(self.server_columns),
+            "group_columns": list(self.group_columns),
+        }
+
+    def describe(self) -> str:
+        """A plain-text table of every column: table, index, name, meaning."""
+        width = max(len(c) for _, c, _ in self.descriptions)
+        lines = [f"feature schema v{self.version} (ref = reference_time_s of the domain; "
+                 f"W = world size, V = variables)"]
+        table = ""
+        index = 0
+        for t, col, text in self.descriptions:
+            if t != table:
+                table, index = t, 0
+                n = {"row": self.num_row, "agg": self.num_agg, "server": self.num_server,
+                     "group": self.num_group}[t]
+                lines.append(f"[{t}] {n} columns")
+            lines.append(f"  {index:3d}  {col:<{width}}  {text}")
+            index += 1
+        return "\n".join(lines)
+
+
+FEATURE_SCHEMA = FeatureSchema(
+    version=FEATURE_SCHEMA_VERSION,
+    row_columns=tuple(c for c, _ in _ROW_COLUMNS),
+    agg_columns=tuple(c for c, _ in _AGG_COLUMNS),
+    server_columns=tuple(c for c, _ in _SERVER_COLUMNS),
+    group_columns=tuple(c for c, _ in _GROUP_COLUMNS),
+    descriptions=tuple(
+        (table, c, d)
+        for table, cols in (("row", _ROW_COLUMNS), ("agg", _AGG_COLUMNS),
+                            ("server", _SERVER_COLUMNS), ("group", _GROUP_COLUMNS))
+        for c, d in cols
+    ),
+)
+
+_R = {c: i for i, c in enumerate(FEATURE_SCHEMA.row_columns)}
+_A = {c: i for i, c in enumerate(FEATURE_SCHEMA.agg_columns)}
+_S = {c: i for i, c in enumerate(FEATURE_SCHEMA.server_columns)}
+_G = {c: i for i, c in enumerate(FEATURE_SCHEMA.group_columns)}
+
+
+# -- features of one strategy -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyFeatures:
+    """The features of one strategy on one domain (float32 features, int64 indices).
+
+    ``rows [R, F_row]``, ``row_var [R]`` (variable index in forward order), ``row_server [R]``
+    (local server index, -1 for AR rows), ``row_group [R]`` (local group index, -1 for PS rows),
+    ``agg [F_agg]``, ``server_feats [S, F_srv]``, ``group_feats [G, F_grp]``; ``num_vars`` is the
+    number of variables of the model. Columns: :data:`FEATURE_SCHEMA`.
+    """
+
+    strategy_id: str
+    rows: np.ndarray
+    row_var: np.ndarray
+    num_vars: int
+    row_server: np.ndarray
+    row_group: np.ndarray
+    agg: np.ndarray
+    server_feats: np.ndarray
+    group_feats: np.ndarray
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.rows.shape[0])
+
+    @property
+    def num_servers(self) -> int:
+        return int(self.server_feats.shape[0])
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.group_feats.shape[0])
+
+
+# -- per-domain tables --------------------------------------------------------------------------
+
+
+def reference_time_s(domain: Domain, config: CostModelConfig | None = None) -> float:
+    """The domain's time scale: the cost model's time to all-reduce every variable (its full dtype
+    bytes, sparse ones counted dense) in one group, uncompressed; ``model bytes / ring bandwidth``
+    when that is larger (a single worker, whose all-reduce costs nothing). Always > 0."""
+    return _Tables(domain, config or CostModelConfig()).ref_s
+
+
+class _Tables:
+    """What featurization needs from a domain, computed once."""
+
+    def __init__(self, domain: Domain, config: CostModelConfig):
+        ctx = _Context(domain, config)
+        self.ctx = ctx
+        model, cluster = domain.model, domain.cluster
+        variables = model.variables
+        self.num_vars = len(variables)
+        self.var_index = {v.name: i for i, v in enumerate(variables)}
+        self.ndim = np.array([len(v.shape) for v in variables], dtype=np.int64)
+        maxdim = max(1, int(self.ndim.max()))
+        self.dims = np.ones((self.num_vars, maxdim), dtype=np.int64)
+        for i, v in enumerate(variables):
+            self.dims[i, : len(v.shape)] = v.shape
+        self.shape0 = self.dims[:, 0].copy()  # 1 for scalars
+        self.num_el = np.array([v.num_elements for v in variables], dtype=np.int64)
+        self.itemsize = np.array([v.itemsize for v in variables], dtype=np.float64)
+        self.sparse = np.array([v.sparse for v in variables], dtype=bool)
+        self.sparse_row_bytes = np.array(
+            [v.row_elements * v.itemsize + config.sparse_index_bytes for v in variables],
+            dtype=np.float64,
+        )
+        self.position = np.arange(self.num_vars, dtype=np.float64) / max(1, self.num_vars - 1)
+        self.model_bytes = float(sum(v.nbytes for v in variables))
+        self.tokens = ctx.tokens
+
+        self.node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
+        self.num_nodes = ctx.num_nodes
+        self.world = ctx.world_size
+        self.workers = ctx.workers
+        self.nic = ctx.nic_bytes_per_s
+        self.lat = ctx.latency_s
+        self.intra = ctx.intra_bytes_per_s
+        self.ring_s_per_byte = ctx.ring_factor / ctx.ar_bytes_per_s
+        self.lat_per_coll = ctx.ar_latency_per_collective_s
+        mean_nic = float(self.nic.mean())
+        self.bw_rel = self.nic / mean_nic
+        self.ar_bw_rel = ctx.ar_bytes_per_s / mean_nic
+        self.lat_rel = self.lat / float(self.lat.mean()) if float(self.lat.mean()) > 0 else (
+            np.ones_like(self.lat))
+        self.workers_frac = self.workers / self.world
+        self.ref_s = max(
+            self.model_bytes * self.ring_s_per_byte + self.lat_per_coll,
+            self.model_bytes / ctx.ar_bytes_per_s,
+        )
+        self.msg_scale = 2.0 * self.world * self.num_vars  # 2 W V
+        self._ps_tables()
+        self.shape_cols = (
+            math.log2(self.num_nodes),
+            math.log2(self.world),
+            self.world / self.num_nodes,
+            float(self.nic.min() / self.nic.max()),
+        )
+
+    def _ps_tables(self) -> None:
+        """The cost model's PS terms per (server p, replication r), for rows of ``b`` bytes whose
+        time is linear in ``b`` (all but sparse rows with replication).
+
+        ``ps_gamma[p, r, k]``: seconds per byte at node ``k`` (NIC push/pull plus intra-node
+        fan-in); ``ps_gamma_max[p, r]`` its max over nodes (the row's transmission_s per byte);
+        ``ps_lat[p, r, k]``: per-message latency at node ``k``, ``ps_lat_max`` its max (the row's
+        latency_s); ``ps_server_msgs[p, r]``: pushes + pulls the server handles.
+        """
+        n, w, nic, intra = self.num_nodes, self.workers, self.nic, self.intra
+        eye = np.eye(n, dtype=bool)
+        gamma = np.empty((n, 2, n))
+        lat = np.empty((n, 2, n))
+        msgs = np.empty((n, 2))
+        for r in (0, 1):
+            sent = np.ones(n) if r else w.copy()  # bytes a remote node sends per row byte
+            remote_s = sent / nic + (r * (w - 1.0)) / intra
+            for p in range(n):
+                server_s = (sent.sum() - sent[p]) / nic[p] + (w[p] - 1.0) / intra
+                gamma[p, r] = np.where(eye[p], server_s, remote_s)
+                remote = (n - 1.0) if r else (self.world - w[p])
+                msgs[p, r] = 2.0 * (remote + w[p] - 1.0)
+                lat[p, r] = np.where(eye[p], msgs[p, r] * self.lat[p], 2.0 * w * self.lat)
+        self.ps_gamma = gamma
+        self.ps_gamma_max = gamma.max(axis=2)
+        self.ps_lat = lat
+        self.ps_lat_max = lat.max(axis=2)
+        self.ps_server_msgs = msgs
+
+
+# -- featurizer -----------------------------------------------------------------------------------
+
+
+class Featurizer:
+    """Featurizes strategies of one domain; the per-domain tables are built on first use and kept.
+
+    ``featurize_many`` validates every strategy (an invalid one raises
+    :class:`~autosync_transfer.errors.StrategyValidationError` with the validator's full report).
+    """
+
+    def __init__(self, domain: Domain, costmodel_config: CostModelConfig | None = None):
+        self.domain = domain
+        self.costmodel_config = costmodel_config or CostModelConfig()
+        self._tables: _Tables | None = None
+        # synchronizer value -> code, and code -> (is_ar, node, replication, group, comp, rank)
+        self._code_of_value: dict[tuple[Any, ...], int] = {}
+        self._code_rows: list[tuple[int, int, int, int, int, int]] = []
+        # sorted ids of known synchronizer objects and their codes; the objects are kept alive
+        # so that their ids stay unique
+        self._known_ids = np.zeros(0, dtype=np.int64)
+        self._known_codes = np.zeros(0, dtype=np.int64)
+        self._cache_keep: list[PS | AllReduce] = []
+
+    @property
+    def schema(self) -> FeatureSchema:
+        return FEATURE_SCHEMA
+
+    @property
+    def tables(self) -> _Tables:
+        if self._tables is None:
+            self._tables = _Tables(self.domain, self.costmodel_config)
+        return self._tables
+
+    @property
+    def reference_time_s(self) -> float:
+        return self.tables.ref_s
+
+    def featurize(self, strategy: Strategy) -> StrategyFeatures:
+        return self.featurize_many([strategy])[0]
+
+    def featurize_many(self, strategies: Sequence[Strategy]) -> list[StrategyFeatures]:
+        """Features of every strategy, in order.
+
+        Strategies are featurized in batches of about ``2**17`` rows; the arrays of the strategies
+        of one batch are views into one array per batch.
+        """
+        out: list[StrategyFeatures] = []
+        n = len(strategies)
+        if n == 0:
+            return out
+        first = strategies[0]
+        est_rows = max(1, sum(1 if c.partition is None else c.partition.shards
+                              for c in first.nodes))
+        per_batch = min(_MAX_STRATEGIES_PER_BATCH, max(1, _ROWS_PER_BATCH // est_rows))
+        for start in range(0, n, per_batch):
+            out.extend(self._batch(strategies[start : start + per_batch]))
+        return out
+
+    # -- one batch ------------------------------------------------------------------------------
+    def _sync_codes(self, syncs: list[PS | AllReduce]) -> np.ndarray:
+        """The code of every synchronizer (an index into ``self._code_rows``).
+
+        Synchronizer objects are frozen and, when a sampler made them, shared by many rows and
+        strategies: they are looked up by identity (a sorted array of known ids; the objects are
+        kept alive so that an id cannot be reused), and resolved by value only on a miss.
+        """
+        ids = np.fromiter(map(id, syncs), dtype=np.int64, count=len(syncs))
+        codes = _lookup(self._known_ids, self._known_codes, ids)
+        miss = np.flatnonzero(codes < 0)
+        if miss.size == 0:
+            return codes
+        uniq, first = np.unique(ids[miss], return_index=True)
+        objs = [syncs[i] for i in miss[first].tolist()]
+        new_codes = np.fromiter(map(self._value_code, objs), dtype=np.int64, count=len(objs))
+        codes[miss] = _lookup(uniq, new_codes, ids[miss])
+        if len(objs) <= _ID_CACHE_LIMIT:
+            if len(self._cache_keep) + len(objs) > _ID_CACHE_LIMIT:
+                self._cache_keep.clear()
+                self._known_ids = np.zeros(0, dtype=np.int64)
+                self._known_codes = np.zeros(0, dtype=np.int64)
+            self._cache_keep.extend(objs)
+            all_ids = np.concatenate((self._known_ids, uniq))
+            order = np.argsort(all_ids, kind="stable")
+            self._known_ids = all_ids[order]
+            self._known_codes = np.concatenate((self._known_codes, new_codes))[order]
+        return codes
+
+    def _value_code(self, s: PS | AllReduce) -> int:
+        if isinstance(s, PS):
+            key: tuple[Any, ...] = ("ps", s.destination, s.local_replication)
+        else:
+            key = ("ar", s.group, s.compressor, s.powersgd_rank)
+        code = self._code_of_value.get(key)
+        if code is None:
+            code = len(self._code_rows)
+            self._code_of_value[key] = code
+            if isinstance(s, PS):
+                self._code_rows.append((0, self.tables.node_index.get(s.destination, -1),
+                                        int(s.local_replication), -1, -1, 0))
+            else:
+                self._code_rows.append((1, -1, 0, s.group, COMPRESSORS.index(s.compressor),
+                                        s.powersgd_rank))
+        return code
+
+    def _invalid(self, strategy: Strategy, why: str) -> StrategyValidationError:
+        validate(strategy, self.domain)  # raises the full report when the validator finds it
+        return StrategyValidationError([why])
+
+    def _batch(self, strategies: Sequence[Strategy]) -> list[StrategyFeatures]:
+        t = self.tables
+        B = len(strategies)
+        V, N = t.num_vars, t.num_nodes
+
+        # ---- walk the objects once (C-level maps; no per-row Python code) -----------------------
+        names: list[str] = []
+        parts_all: list[Partition | None] = []
+        syncs_all: list[PS | AllReduce | None] = []
+        counts: list[int] = []
+        for s in strategies:
+            nodes = s.nodes
+            counts.append(len(nodes))
+            names.extend(map(_var_name, nodes))
+            parts_all.extend(map(_partition, nodes))
+            syncs_all.extend(map(_synchronizer, nodes))
+        C = len(names)
+        is_part_l = list(map(is_not, parts_all, repeat(None)))
+        cfg_part = np.fromiter(is_part_l, dtype=bool, count=C)
+        parts: list[Partition] = list(compress(parts_all, is_part_l))
+        part_syncs = list(map(_synchronizers, parts))
+        whole_syncs = list(compress(syncs_all, map(not_, is_part_l)))
+        cfg_var = np.fromiter(map(t.var_index.get, names, repeat(-1)), dtype=np.int64, count=C)
+        cfg_axis = np.full(C, -1, dtype=np.int64)
+        cfg_axis[cfg_part] = np.fromiter(map(_axis, parts), dtype=np.int64, count=len(parts))
+        cfg_shards = np.ones(C, dtype=np.int64)
+        cfg_shards[cfg_part] = np.fromiter(map(_shards, parts), dtype=np.int64, count=len(parts))
+        cfg_n = np.ones(C, dtype=np.int64)
+        cfg_n[cfg_part] = np.fromiter(map(len, part_syncs), dtype=np.int64, count=len(parts))
+        cfg_strat = np.repeat(np.arange(B), counts)
+        row_whole = np.repeat(~cfg_part, cfg_n)
+        codes = np.empty(row_whole.size, dtype=np.int64)
+        codes[row_whole] = self._sync_codes(whole_syncs)  # type: ignore[arg-type]
+        codes[~row_whole] = self._sync_codes(list(chain.from_iterable(part_syncs)))
+        ctab = np.array(self._code_rows, dtype=np.int64).reshape(-1, 6)
+
+        # ---- validity (vectorized; the validator explains a failure) ----------------------------
+        bad = np.zeros(B, dtype=bool)
+        bad[cfg_strat[cfg_var < 0]] = True
+        var_ok = np.where(cfg_var < 0, 0, cfg_var)
+        part = cfg_axis >= 0
+        ndim = t.ndim[var_ok]
+        axis_ok = np.where(part, cfg_axis, 0)
+        axis_in = np.minimum(axis_ok, t.dims.shape[1] - 1)
+        dim = np.where(part & (axis_ok < ndim), t.dims[var_ok, axis_in], 0)
+        bad_part = part & (
+            (cfg_axis >= ndim) | (t.sparse[var_ok] & (cfg_axis != 0)) | (cfg_shards > dim)
+            | (cfg_n != cfg_shards)
+        )
+        bad[cfg_strat[bad_part]] = True
+        seen = np.bincount(cfg_strat * V + var_ok, minlength=B * V).reshape(B, V)
+        bad |= (seen != 1).any(axis=1) | (np.array(counts) != V)
+        # rows (in the strategies' config order)
+        row_cfg = np.repeat(np.arange(cfg_var.size), cfg_n)
+        R = row_cfg.size
+        row_strat = cfg_strat[row_cfg]
+        row_var = var_ok[row_cfg]
+        cfg_start = np.cumsum(cfg_n) - cfg_n
+        shard_i = np.arange(R) - cfg_start[row_cfg]
+        crow = ctab[codes]
+        is_ar = crow[:, 0] == 1
+        srv = crow[:, 1]
+        row_sparse = t.sparse[row_var]
+        bad[row_strat[(~is_ar) & (srv < 0)]] = True
+        bad[row_strat[is_ar & row_sparse]] = True
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise self._invalid(strategies[k], "the strategy does not fit the domain")
+
+        # forward order: rows sorted by (strategy, variable, shard) unless the configs already are
+        # (the shards of one config are always in shard order)
+        if (np.diff(cfg_strat * V + var_ok) < 0).any():
+            perm = np.lexsort((shard_i, row_var, row_strat))
+            row_cfg, row_strat, row_var, shard_i = (
+                row_cfg[perm], row_strat[perm], row_var[perm], shard_i[perm])
+            crow, is_ar, srv, row_sparse = crow[perm], is_ar[perm], srv[perm], row_sparse[perm]
+
+        # ---- per-row sizes ----------------------------------------------------------------------
+        r_axis = cfg_axis[row_cfg]
+        r_part = r_axis >= 0
+        r_shards = cfg_n[row_cfg]
+        r_dim = dim[row_cfg]
+        safe_dim = np.where(r_part, r_dim, 1)
+        base, rem = np.divmod(safe_dim, r_shards)
+        size = base + (shard_i < rem)
+        num_el_var = t.num_el[row_var]
+        shape0 = t.shape0[row_var]
+        n_el = np.where(r_part, (num_el_var // safe_dim) * size, num_el_var)
+        d0 = np.where(r_part & (r_axis == 0), size, shape0)
+        rows_total = np.where(r_part & (r_axis == 0), size, shape0).astype(np.float64)
+        itemsize = t.itemsize[row_var]
+        tensor_bytes = n_el * itemsize
+
+        # ---- parameter-server rows --------------------------------------------------------------
+        is_ps = ~is_ar
+        lr = crow[:, 2] == 1
+        touched = np.where(
+            row_sparse, np.minimum(t.tokens * rows_total / shape0, rows_total), rows_total)
+        wire = np.where(row_sparse, touched * t.sparse_row_bytes[row_var], tensor_bytes)
+        trans = np.zeros(R)
+        lat = np.zeros(R)
+        msgs_eq = np.zeros(R)  # messages in the units of pre_messages (x 2W)
+        ps_idx = np.flatnonzero(is_ps)
+        # every PS row's time at node k is bytes x gamma[server, replication, k] (linear in its
+        # bytes), except sparse rows with replication, whose node aggregates are capped by the
+        # shard's rows: those few get the (rows x nodes) form
+        b = wire[ps_idx]
+        p = srv[ps_idx]
+        plr = lr[ps_idx].astype(np.int64)
+        pl = p * 2 + plr  # (server, replication) code
+        lat[ps_idx] = t.ps_lat_max.ravel()[pl]
+        msgs_eq[ps_idx] = t.ps_server_msgs.ravel()[pl]
+        trans[ps_idx] = b * t.ps_gamma_max.ravel()[pl]
+        key = row_strat[ps_idx] * (2 * N) + pl
+        nonlinear = np.flatnonzero(row_sparse[ps_idx] & (plr == 1))
+        b_lin = b
+        if nonlinear.size:
+            b_lin = b.copy()
+            b_lin[nonlinear] = 0.0
+        node_ps = (
+            np.bincount(key, weights=b_lin, minlength=B * 2 * N).reshape(B, 2 * N)
+            @ t.ps_gamma.reshape(2 * N, N)
+            + np.bincount(key, minlength=B * 2 * N).reshape(B, 2 * N)
+            @ t.ps_lat.reshape(2 * N, N)
+        )
+        if nonlinear.size:
+            rows_nl = ps_idx[nonlinear]
+            w = t.workers
+            p_nl = p[nonlinear]
+            on_server = p_nl[:, None] == np.arange(N)[None, :]
+            sender = (np.minimum(w[None, :] * touched[rows_nl, None], rows_total[rows_nl, None])
+                      * t.sparse_row_bytes[row_var[rows_nl], None])
+            sender[on_server] = 0.0
+            ingress = np.where(on_server, sender.sum(axis=1)[:, None], sender)
+            intra = (w - 1.0)[None, :] * b[nonlinear, None]  # fan-in on every node (replication)
+            node_time = ingress / t.nic[None, :] + intra / t.intra
+            trans[rows_nl] = node_time.max(axis=1)
+            keys = (row_strat[rows_nl, None] * N + np.arange(N)[None, :]).ravel()
+            node_ps += np.bincount(keys, weights=node_time.ravel(), minlength=B * N).reshape(B, N)
+
+        # ---- all-reduce rows --------------------------------------------------------------------
+        comp = crow[:, 4]
+        psgd = is_ar & (comp == 3) & (t.ndim[row_var] >= 2)
+        d0_safe = np.maximum(d0, 1)
+        rest = n_el // d0_safe
+        rank_eff = np.minimum(np.minimum(crow[:, 5], d0_safe), rest)
+        ar_bytes_row = np.where(
+            psgd, float(_POWERSGD_FACTOR_BYTES) * rank_eff * (d0_safe + rest),
+            np.where((comp == 1) | (comp == 2), float(_FP16_BYTES) * n_el, tensor_bytes))
+        wire = np.where(is_ar, ar_bytes_row, wire)
+        collectives = np.where(psgd, 2.0, 1.0)
+        trans = np.where(is_ar, wire * t.ring_s_per_byte, trans)
+        lat = np.where(is_ar, collectives * t.lat_per_coll, lat)
+        msgs_eq = np.where(is_ar, collectives * 2.0 * (t.world - 1), msgs_eq)
+
+        # ---- servers: local index by first appearance -------------------------------------------
+        ar_idx = np.flatnonzero(is_ar)
+        K = B * N
+        s_key, s_keys, s_strat, s_local, S_count = _local_index(row_strat[ps_idx], srv[ps_idx],
+                                                                N, B)
+        row_server = np.full(R, -1, dtype=np.int64)
+        row_server[ps_idx] = s_local[s_key]
+        wire_ps = wire[ps_idx]
+        srv_bytes = np.bincount(s_key, weights=wire_ps, minlength=K)
+        srv_time = np.bincount(s_key, weights=trans[ps_idx] + lat[ps_idx], minlength=K)
+        srv_msgs = np.bincount(s_key, weights=msgs_eq[ps_idx], minlength=K)
+        srv_rows = np.bincount(s_key, minlength=K).astype(np.float64)
+        srv_sparse = np.bincount(s_key, weights=wire_ps * row_sparse[ps_idx], minlength=K)
+        srv_lr = np.bincount(s_key, weights=lr[ps_idx], minlength=K)
+
+        # ---- groups: compact ids, local index by first appearance -------------------------------
+        g_ids = crow[ar_idx, 3]
+        if g_ids.size and B * (int(g_ids.max()) + 1) > 4 * g_ids.size + 4096:
+            # sparse numbering (large group ids): number the batch's distinct ids 0.. first
+            g_ids = np.unique(g_ids, return_inverse=True)[1].reshape(-1)
+        GM = int(g_ids.max()) + 1 if g_ids.size else 1
+        KG = B * GM
+        g_key, g_keys, g_strat, g_local, G_count = _local_index(row_strat[ar_idx], g_ids, GM, B)
+        row_group = np.full(R, -1, dtype=np.int64)
+        row_group[ar_idx] = g_local[g_key]
+        pos_row = t.position[row_var]
+        pos_ar = pos_row[ar_idx]
+        grp_bytes = np.bincount(g_key, weights=wire[ar_idx], minlength=KG)
+        grp_two = np.bincount(g_key, weights=psgd[ar_idx], minlength=KG) > 0
+        grp_rows = np.bincount(g_key, minlength=KG).astype(np.float64)
+        grp_comp = np.bincount(g_key, weights=comp[ar_idx] > 0, minlength=KG)
+        grp_pos = np.bincount(g_key, weights=pos_ar, minlength=KG)
+        grp_pos_min = np.full(KG, np.inf)
+        grp_pos_max = np.full(KG, -np.inf)
+        np.minimum.at(grp_pos_min, g_key, pos_ar)
+        np.maximum.at(grp_pos_max, g_key, pos_ar)
+        present = grp_rows > 0
+        grp_coll = np.where(grp_two, 2.0, 1.0)
+        grp_time = np.where(present, grp_bytes * t.ring_s_per_byte + grp_coll * t.lat_per_coll, 0.0)
+        grp_msgs = np.where(present, grp_coll * 2.0 * (t.world - 1), 0.0)
+
+        # ---- strategy-level totals --------------------------------------------------------------
+        ar_total = grp_time.reshape(B, GM).sum(axis=1)
+        ps_node_max = node_ps.max(axis=1)
+        total = ar_total + ps_node_max
+        per_server = srv_time.reshape(B, N)
+        sum_s = per_server.sum(axis=1) + ar_total
+        ps_bytes = srv_bytes.reshape(B, N).sum(axis=1)
+        ar_bytes = grp_bytes.reshape(B, GM).sum(axis=1)
+        all_bytes = ps_bytes + ar_bytes
+        rows_per = np.bincount(row_strat, minlength=B).astype(np.float64)
+
+        ref, M = t.ref_s, t.model_bytes
+        # ---- row features ---------------------------------------------------------------------
+        F = FEATURE_SCHEMA.num_row
+        X = np.zeros((F, R), dtype=np.float32)  # column-major while filling, transposed at the end
+        kind_sparse = is_ps & row_sparse
+        X[_R["kind_ps_dense"]] = is_ps & ~row_sparse
+        X[_R["kind_ps_sparse"]] = kind_sparse
+        X[_R["kind_ar"]] = is_ar
+        X[_R["local_replication"]] = is_ps & lr
+        for j, name in enumerate(("comp_none", "comp_fp16", "comp_fp16_ef", "comp_powersgd")):
+            X[_R[name]] = is_ar & (comp == j)
+        X[_R["powersgd_rank"]] = np.where(
+            is_ar & (comp == 3), np.log2(1.0 + crow[:, 5]) / math.log2(1 + _MAX_POWERSGD_RANK),
+            0.0)
+        X[_R["is_shard"]] = r_part
+        X[_R["log2_shards"]] = np.log2(r_shards)
+        X[_R["byte_share"]] = tensor_bytes / M
+        X[_R["wire_share"]] = wire / M
+        X[_R["log10_wire_bytes"]] = np.log10(1.0 + wire)
+        X[_R["is_sparse"]] = row_sparse
+        X[_R["rows_touched_frac"]] = np.where(row_sparse, touched / rows_total, 1.0)
+        key_ok = np.full(R, 0, dtype=np.int64)
+        key_ok[ps_idx] = s_key
+        X[_R["server_load_share"]] = np.where(
+            is_ps, srv_bytes[key_ok] / np.maximum(ps_bytes[row_strat], 1e-300), 0.0)
+        X[_R["server_bw_rel"]] = np.where(is_ps, t.bw_rel[np.maximum(srv, 0)], t.ar_bw_rel)
+        X[_R["server_workers_frac"]] = np.where(is_ps, t.workers_frac[np.maximum(srv, 0)], 0.0)
+        X[_R["servers_used_frac"]] = (S_count / N)[row_strat]
+        gkey_ok = np.full(R, 0, dtype=np.int64)
+        gkey_ok[ar_idx] = g_key
+        X[_R["group_byte_share"]] = np.where(
+            is_ar, grp_bytes[gkey_ok] / np.maximum(ar_bytes[row_strat], 1e-300), 0.0)
+        X[_R["log2_num_groups"]] = np.log2(1.0 + G_count)[row_strat]
+        X[_R["ps_wire_frac"]] = (ps_bytes / np.maximum(all_bytes, 1e-300))[row_strat]
+        for name, value in zip(("log2_nodes", "log2_world", "workers_per_node",
+                                "bw_min_max_ratio"), t.shape_cols):
+            X[_R[name]] = value
+        X[_R["var_position"]] = pos_row
+        X[_R["pre_transmission"]] = trans / ref
+        X[_R["pre_latency"]] = lat / ref
+        X[_R["pre_messages"]] = msgs_eq / (2.0 * t.world)
+        X[_R["pre_server_time"]] = np.where(
+            is_ps, node_ps.ravel()[row_strat * N + np.maximum(srv, 0)] / ref, 0.0)
+        X[_R["pre_group_time"]] = np.where(is_ar, grp_time[gkey_ok] / ref, 0.0)
+        X[_R["pre_total"]] = (total / ref)[row_strat]
+        X[_R["log10_transmission_s"]] = np.log10(_LOG_FLOOR_S + trans)
+        X[_R["log10_latency_s"]] = np.log10(_LOG_FLOOR_S + lat)
+        rows_all = np.ascontiguousarray(X.T)
+
+        # ---- aggregates -------------------------------------------------------------------------
+        A = np.zeros((B, FEATURE_SCHEMA.num_agg), dtype=np.float64)
+        sb = srv_bytes.reshape(B, N)
+        sm = srv_msgs.reshape(B, N)
+        gt = grp_time.reshape(B, GM)
+        gb = grp_bytes.reshape(B, GM)
+        gmsg = grp_msgs.reshape(B, GM)
+        A[:, _A["ps_time_max"]] = per_server.max(axis=1) / ref
+        A[:, _A["ps_time_sum"]] = per_server.sum(axis=1) / ref
+        A[:, _A["ps_bytes_max"]] = sb.max(axis=1) / M
+        A[:, _A["ps_bytes_sum"]] = ps_bytes / M
+        A[:, _A["ps_msgs_max"]] = sm.max(axis=1) / t.msg_scale
+        A[:, _A["ps_msgs_sum"]] = sm.sum(axis=1) / t.msg_scale
+        A[:, _A["ar_time_max"]] = gt.max(axis=1) / ref
+        A[:, _A["ar_time_sum"]] = ar_total / ref
+        A[:, _A["ar_bytes_max"]] = gb.max(axis=1) / M
+        A[:, _A["ar_bytes_sum"]] = ar_bytes / M
+        A[:, _A["ar_msgs_max"]] = gmsg.max(axis=1) / t.msg_scale
+        A[:, _A["ar_msgs_sum"]] = gmsg.sum(axis=1) / t.msg_scale
+        A[:, _A["total"]] = total / ref
+        A[:, _A["sum"]] = sum_s / ref
+        A[:, _A["ps_nic_max"]] = ps_node_max / ref
+        A[:, _A["log10_total_s"]] = np.log10(_LOG_FLOOR_S + total)
+        A[:, _A["log10_ref_s"]] = math.log10(ref)
+        A[:, _A["servers_used_frac"]] = S_count / N
+        A[:, _A["log2_num_groups"]] = np.log2(1.0 + G_count)
+        A[:, _A["ps_wire_frac"]] = ps_bytes / np.maximum(all_bytes, 1e-300)
+        A[:, _A["log2_rows_per_var"]] = np.log2(rows_per / V)
+        for name, value in zip(("log2_nodes", "log2_world", "workers_per_node",
+                                "bw_min_max_ratio"), t.shape_cols):
+            A[:, _A[name]] = value
+        agg_all = A.astype(np.float32)
+
+        # ---- server nodes (in local order) -------------------------------------------------------
+        node_of = s_keys % N
+        SF = np.zeros((s_keys.size, FEATURE_SCHEMA.num_server), dtype=np.float64)
+        if s_keys.size:
+            ps_b = ps_bytes[s_strat]
+            nps = node_ps.ravel()[s_keys]
+            SF[:, _S["bw_rel"]] = t.bw_rel[node_of]
+            SF[:, _S["workers_frac"]] = t.workers_frac[node_of]
+            SF[:, _S["latency_rel"]] = t.lat_rel[node_of]
+            SF[:, _S["load_share"]] = srv_bytes[s_keys] / np.maximum(ps_b, 1e-300)
+            SF[:, _S["bytes_share"]] = srv_bytes[s_keys] / M
+            SF[:, _S["rows_frac"]] = srv_rows[s_keys] / rows_per[s_strat]
+            SF[:, _S["time"]] = srv_time[s_keys] / ref
+            SF[:, _S["nic_time"]] = nps / ref
+            SF[:, _S["msgs"]] = srv_msgs[s_keys] / t.msg_scale
+            SF[:, _S["is_bottleneck"]] = nps >= ps_node_max[s_strat] * (1.0 - 1e-9)
+            SF[:, _S["sparse_frac"]] = srv_sparse[s_keys] / np.maximum(srv_bytes[s_keys], 1e-300)
+            SF[:, _S["replicated_frac"]] = srv_lr[s_keys] / srv_rows[s_keys]
+        srv_all = SF.astype(np.float32)
+
+        # ---- group nodes (in local order) -------------------------------------------------------
+        GF = np.zeros((g_keys.size, FEATURE_SCHEMA.num_group), dtype=np.float64)
+        if g_keys.size:
+            GF[:, _G["byte_share"]] = grp_bytes[g_keys] / np.maximum(ar_bytes[g_strat], 1e-300)
+            GF[:, _G["bytes_share"]] = grp_bytes[g_keys] / M
+            GF[:, _G["time"]] = grp_time[g_keys] / ref
+            GF[:, _G["rows_frac"]] = grp_rows[g_keys] / rows_per[g_strat]
+            GF[:, _G["two_collectives"]] = grp_two[g_keys]
+            GF[:, _G["compressed_frac"]] = grp_comp[g_keys] / grp_rows[g_keys]
+            GF[:, _G["position_mean"]] = grp_pos[g_keys] / grp_rows[g_keys]
+            GF[:, _G["position_min"]] = grp_pos_min[g_keys]
+            GF[:, _G["position_max"]] = grp_pos_max[g_keys]
+        grp_all = GF.astype(np.float32)
+
+        # ---- split per strategy ------------------------------------------------------------------
+        r_off = np.concatenate(([0], np.cumsum(rows_per.astype(np.int64)))).tolist()
+        s_off = np.concatenate(([0], np.cumsum(S_count))).tolist()
+        g_off = np.concatenate(([0], np.cumsum(G_count))).tolist()
+        row_var64 = row_var.astype(np.int64)
+        out = []
+        for k, s in enumerate(strategies):
+            a, e = r_off[k], r_off[k + 1]
+            out.append(StrategyFeatures(
+                strategy_id=s.id,
+                rows=rows_all[a:e],
+                row_var=row_var64[a:e],
+                num_vars=V,
+                row_server=row_server[a:e],
+                row_group=row_group[a:e],
+                agg=agg_all[k],
+                server_feats=srv_all[s_off[k]: s_off[k + 1]],
+                group_feats=grp_all[g_off[k]: g_off[k + 1]],
+            ))
+        return out
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """For every ``q`` of ``query``: ``values[i]`` where ``keys[i] == q`` (sorted keys), else -1."""
+    if keys.size == 0:
+        return np.full(query.size, -1, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
+    return np.where(keys[pos] == query, values[pos], -1)
+
+
+def _local_index(
+    strat: np.ndarray, ids: np.ndarray, width: int, num_strategies: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Number the distinct ``ids`` (``0 <= id < width``) of each strategy 0.. in order of first
+    appearance; ``strat``/``ids`` are rows in row order (grouped by strategy).
+
+    Returns the dense key ``strategy * width + id`` of every row, the keys present in order of
+    first appearance (grouped by strategy), their strategy, the local index of every key (-1 if
+    absent) and the count per strategy.
+    """
+    key = strat * width + ids
+    K = num_strategies * width
+    first = np.full(K, key.size, dtype=np.int64)
+    np.minimum.at(first, key, np.arange(key.size))
+    present = np.flatnonzero(first < key.size)
+    keys = present[np.argsort(first[present], kind="stable")]
+    key_strat = keys // width
+    count = np.bincount(key_strat, minlength=num_strategies)
+    start = np.cumsum(count) - count
+    local_of_key = np.full(K, -1, dtype=np.int64)
+    local_of_key[keys] = np.arange(keys.size) - start[key_strat]
+    return key, keys, key_strat, local_of_key, count
+
+
+# -- module-level API -----------------------------------------------------------------------------
+
+
+def featurize(
+    strategy: Strategy, domain: Domain, *, costmodel_config: CostModelConfig | None = None
+) -> StrategyFeatures:
+    """The features of one strategy on ``domain`` (see :class:`StrategyFeatures`)."""
+    return Featurizer(domain, costmodel_config).featurize(strategy)
+
+
+def featurize_many(
+    strategies: Sequence[Strategy], domain: Domain, *,
+    costmodel_config: CostModelConfig | None = None,
+) -> list[StrategyFeatures]:
+    """The features of every strategy, sharing the per-domain tables and batching the work."""
+    return Featurizer(domain, costmodel_config).featurize_many(strategies)
+
+
+def collate(features: Sequence[StrategyFeatures]) -> dict[str, torch.Tensor]:
+    """Pad a list of :class:`StrategyFeatures` into a batch of tensors.
+
+    Keys: ``rows [B, Rmax, F_row]`` (float32, zero padding), ``row_mask [B, Rmax]`` (bool),
+    ``row_var``, ``row_server``, ``row_group`` ``[B, Rmax]`` (int64, -1 on padding rows),
+    ``num_rows [B]``, ``num_vars [B]``, ``agg [B, F_agg]``, ``server_feats [B, Smax, F_srv]``
+    with ``server_mask [B, Smax]`` and ``num_servers [B]``, ``group_feats [B, Gmax, F_grp]``
+    with ``group_mask [B, Gmax]`` and ``num_groups [B]``.
+    """
+    import torch
+
+    if not features:
+        raise ValueError("collate needs at least one StrategyFeatures, got an empty list")
+    B = len(features)
+    sch = FEATURE_SCHEMA
+
+    def pad(arrays: list[np.ndarray], width: int, dtype: np.dtype[Any], fill: float | int
+            ) -> tuple[np.ndarray, np.ndarray]:
+        n = np.array([a.shape[0] for a in arrays], dtype=np.int64)
+        nmax = int(n.max()) if B else 0
+        shape = (B, nmax, width) if width else (B, nmax)
+        out = np.full(shape, fill, dtype=dtype)
+        mask = np.arange(nmax)[None, :] < n[:, None]
+        if nmax:
+            out[mask] = np.concatenate(arrays, axis=0)
+        return out, mask
+
+    rows, row_mask = pad([f.rows for f in features], sch.num_row, np.dtype(np.float32), 0.0)
+    row_var, _ = pad([f.row_var for f in features], 0, np.dtype(np.int64), -1)
+    row_server, _ = pad([f.row_server for f in features], 0, np.dtype(np.int64), -1)
+    row_group, _ = pad([f.row_group for f in features], 0, np.dtype(np.int64), -1)
+    srv, srv_mask = pad([f.server_feats for f in features], sch.num_server,
+                        np.dtype(np.float32), 0.0)
+    grp, grp_mask = pad([f.group_feats for f in features], sch.num_group,
+                        np.dtype(np.float32), 0.0)
+    return {
+        "rows": torch.from_numpy(rows),
+        "row_mask": torch.from_numpy(row_mask),
+        "row_var": torch.from_numpy(row_var),
+        "row_server": torch.from_numpy(row_server),
+        "row_group": torch.from_numpy(row_group),
+        "num_rows": torch.tensor([f.num_rows for f in features], dtype=torch.int64),
+        "num_vars": torch.tensor([f.num_vars for f in features], dtype=torch.int64),
+        "agg": torch.from_numpy(np.stack([f.agg for f in features]).astype(np.float32)),
+        "server_feats": torch.from_numpy(srv),
+        "server_mask": torch.from_numpy(srv_mask),
+        "num_servers": torch.tensor([f.num_servers for f in features], dtype=torch.int64),
+        "group_feats": torch.from_numpy(grp),
+        "group_mask": torch.from_numpy(grp_mask),
+        "num_groups": torch.tensor([f.num_groups for f in features], dtype=torch.int64),
+    }

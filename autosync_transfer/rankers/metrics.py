@@ -1,0 +1,138 @@
+"""Ranking metrics for simulators (plain functions on numpy arrays).
+
+Every function takes ``scores`` (the ranker's output, **lower = predicted faster**; a slowness
+score or predicted seconds) and ``runtimes`` (measured step times, seconds, lower = faster) of the
+strategies of **one** domain; :func:`per_domain` averages a metric over several domains (runtimes of
+different domains are never compared). Where there is nothing to measure (fewer than two
+strategies, or all runtimes equal) a metric returns ``nan``.
+
+Ties: a pair with equal scores counts as half agreeing (:func:`pairwise_accuracy`) or neither
+concordant nor discordant (:func:`kendall_tau`); when several strategies share the lowest score,
+the first of them (in input order) is "the predicted best"; top-k sets break ties by input order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "pairwise_accuracy",
+    "kendall_tau",
+    "top1_score",
+    "topk_recall",
+    "regret",
+    "per_domain",
+]
+
+_BLOCK = 1024  # rows of the pair matrix handled at once (bounds memory to _BLOCK x n)
+
+
+def _as_pair(scores: Any, runtimes: Any) -> tuple[np.ndarray, np.ndarray]:
+    o = np.asarray(scores, dtype=np.float64).reshape(-1)
+    y = np.asarray(runtimes, dtype=np.float64).reshape(-1)
+    if o.shape != y.shape:
+        raise ValueError(
+            f"scores and runtimes need one value per strategy, got {o.size} scores and "
+            f"{y.size} runtimes"
+        )
+    return o, y
+
+
+def _pair_counts(o: np.ndarray, y: np.ndarray) -> tuple[int, int, int, int, int]:
+    """Over unordered pairs: (concordant, discordant, tied in scores only, tied in runtimes
+    only, tied in both)."""
+    n = o.size
+    conc = disc = tie_o = tie_y = tie_both = 0
+    for a in range(0, n, _BLOCK):
+        rows = np.arange(a, min(n, a + _BLOCK))
+        upper = np.arange(n)[None, :] > rows[:, None]
+        so = np.sign(o[rows, None] - o[None, :])[upper]
+        sy = np.sign(y[rows, None] - y[None, :])[upper]
+        prod = so * sy
+        conc += int((prod > 0).sum())
+        disc += int((prod < 0).sum())
+        tie_o += int(((so == 0) & (sy != 0)).sum())
+        tie_y += int(((sy == 0) & (so != 0)).sum())
+        tie_both += int(((so == 0) & (sy == 0)).sum())
+    return conc, disc, tie_o, tie_y, tie_both
+
+
+def pairwise_accuracy(scores: Any, runtimes: Any) -> float:
+    """Over all pairs of strategies with different runtimes, the fraction whose order the scores
+    get right (AutoSync's ranking accuracy); a pair with equal scores counts 1/2."""
+    o, y = _as_pair(scores, runtimes)
+    conc, disc, tie_o, _, _ = _pair_counts(o, y)
+    total = conc + disc + tie_o
+    if total == 0:
+        return float("nan")
+    return (conc + 0.5 * tie_o) / total
+
+
+def kendall_tau(scores: Any, runtimes: Any) -> float:
+    """Kendall's tau-b between scores and runtimes: ``(C - D) / sqrt((C + D + T_o) (C + D +
+    T_y))`` with ``T_o`` / ``T_y`` the pairs tied only in scores / only in runtimes; 1 = same
+    order, -1 = reversed."""
+    o, y = _as_pair(scores, runtimes)
+    conc, disc, tie_o, tie_y, _ = _pair_counts(o, y)
+    denom = float(np.sqrt(float(conc + disc + tie_o) * float(conc + disc + tie_y)))
+    if denom == 0:
+        return float("nan")
+    return (conc - disc) / denom
+
+
+def top1_score(scores: Any, runtimes: Any) -> float:
+    """``best runtime / runtime of the strategy with the lowest score``: 1.0 when the predicted
+    best is the true best, 0.5 when it takes twice as long."""
+    o, y = _as_pair(scores, runtimes)
+    if o.size == 0:
+        return float("nan")
+    return float(y.min() / y[int(np.argmin(o))])
+
+
+def regret(scores: Any, runtimes: Any) -> float:
+    """``runtime of the strategy with the lowest score / best runtime - 1``: 0 when the predicted
+    best is the true best, 0.25 when it is 25 % slower."""
+    o, y = _as_pair(scores, runtimes)
+    if o.size == 0:
+        return float("nan")
+    return float(y[int(np.argmin(o))] / y.min() - 1.0)
+
+
+def topk_recall(scores: Any, runtimes: Any, k: int) -> float:
+    """The fraction of the ``k`` truly fastest strategies that are among the ``k`` with the lowest
+    scores (``k`` is capped at the number of strategies)."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    o, y = _as_pair(scores, runtimes)
+    if o.size == 0:
+        return float("nan")
+    k = min(k, o.size)
+    pred = np.argsort(o, kind="stable")[:k]
+    true = np.argsort(y, kind="stable")[:k]
+    return len(np.intersect1d(pred, true)) / k
+
+
+def per_domain(
+    metric: Callable[..., float],
+    scores: Any,
+    runtimes: Any,
+    domains: Any,
+    **kwargs: Any,
+) -> float:
+    """The mean over domains of ``metric(scores_d, runtimes_d, **kwargs)`` computed on each
+    domain's strategies alone; domains where the metric is ``nan`` (e.g. a single strategy) are
+    left out (``nan`` if all are)."""
+    o, y = _as_pair(scores, runtimes)
+    d = np.asarray(domains).reshape(-1)
+    if d.size != o.size:
+        raise ValueError(f"domains needs one id per strategy ({o.size}), got {d.size}")
+    values = []
+    for dom in np.unique(d):
+        sel = d == dom
+        v = metric(o[sel], y[sel], **kwargs)
+        if not np.isnan(v):
+            values.append(v)
+    return float(np.mean(values)) if values else float("nan")

@@ -1,0 +1,98 @@
+"""Ranking metrics on hand-computed cases (lower score = predicted faster)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from autosync_transfer.rankers.metrics import (
+    kendall_tau,
+    pairwise_accuracy,
+    per_domain,
+    regret,
+    top1_score,
+    topk_recall,
+)
+
+# runtimes 1.0 < 1.25 < 2.0; the scores put strategy 1 first, then 0, then 2
+SCORES = [0.2, 0.1, 0.3]
+RUNTIMES = [1.0, 1.25, 2.0]
+
+
+def test_three_strategies_by_hand() -> None:
+    # pairs: (0,1) wrong order, (0,2) right, (1,2) right
+    assert pairwise_accuracy(SCORES, RUNTIMES) == pytest.approx(2 / 3)
+    # tau = (C - D) / 3 pairs = (2 - 1) / 3
+    assert kendall_tau(SCORES, RUNTIMES) == pytest.approx(1 / 3)
+    # predicted best = strategy 1 (1.25 s); true best 1.0 s
+    assert top1_score(SCORES, RUNTIMES) == pytest.approx(0.8)
+    assert regret(SCORES, RUNTIMES) == pytest.approx(0.25)
+    # top-1: {1} vs {0}; top-2: {1, 0} vs {0, 1}; k beyond n is capped
+    assert topk_recall(SCORES, RUNTIMES, 1) == 0.0
+    assert topk_recall(SCORES, RUNTIMES, 2) == 1.0
+    assert topk_recall(SCORES, RUNTIMES, 10) == 1.0
+
+
+def test_perfect_and_reversed_orders() -> None:
+    y = np.array([3.0, 1.0, 2.0, 5.0])
+    assert pairwise_accuracy(y, y) == 1.0
+    assert kendall_tau(10 * y + 1, y) == pytest.approx(1.0)
+    assert pairwise_accuracy(-y, y) == 0.0
+    assert kendall_tau(-y, y) == pytest.approx(-1.0)
+    assert top1_score(y, y) == 1.0 and regret(y, y) == 0.0
+    # the reversed ranker picks the slowest: 5 s against 1 s
+    assert top1_score(-y, y) == pytest.approx(0.2)
+    assert regret(-y, y) == pytest.approx(4.0)
+
+
+def test_ties() -> None:
+    # runtime ties are not pairs to get right: only (0,2) and (1,2) count, both right
+    assert pairwise_accuracy([0.0, 1.0, 2.0], [1.0, 1.0, 2.0]) == 1.0
+    # equal scores on a pair with different runtimes count one half
+    assert pairwise_accuracy([1.0, 1.0], [1.0, 2.0]) == 0.5
+    # tau-b: C = 2, D = 0, score ties T_o = 0, runtime ties T_y = 1 -> 2 / sqrt(2 * 3)
+    assert kendall_tau([0.0, 1.0, 2.0], [1.0, 1.0, 2.0]) == pytest.approx(2 / math.sqrt(6))
+    # several lowest scores: the first is the predicted best
+    assert top1_score([0.0, 0.0, 1.0], [2.0, 1.0, 3.0]) == pytest.approx(0.5)
+
+
+def test_nothing_to_measure_is_nan() -> None:
+    assert math.isnan(pairwise_accuracy([1.0], [1.0]))
+    assert math.isnan(pairwise_accuracy([1.0, 2.0], [3.0, 3.0]))
+    assert math.isnan(kendall_tau([1.0], [2.0]))
+    assert math.isnan(top1_score([], []))
+    with pytest.raises(ValueError):
+        pairwise_accuracy([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError):
+        topk_recall([1.0], [1.0], 0)
+
+
+def test_large_inputs_use_blocks() -> None:
+    rng = np.random.default_rng(0)
+    y = rng.random(2500)
+    o = y + rng.normal(0, 0.1, y.size)
+    # the blocked count equals a direct count on the full pair matrix
+    so = np.sign(o[:, None] - o[None, :])
+    sy = np.sign(y[:, None] - y[None, :])
+    upper = np.triu(np.ones((y.size, y.size), dtype=bool), 1)
+    agree = ((so * sy) > 0)[upper].sum()
+    assert pairwise_accuracy(o, y) == pytest.approx(agree / upper.sum())
+
+
+def test_per_domain_means_over_domains() -> None:
+    scores = [0.2, 0.1, 0.3, 5.0, 1.0, 7.0]
+    runtimes = [1.0, 1.25, 2.0, 10.0, 20.0, 30.0]
+    domains = ["a", "a", "a", "b", "b", "c"]
+    # a: 2/3; b: (10 s scored 5, 20 s scored 1) wrong -> 0; c: one strategy -> left out
+    assert per_domain(pairwise_accuracy, scores, runtimes, domains) == pytest.approx(1 / 3)
+    # a: 0.8, b: 10 / 20 = 0.5, c: 1.0
+    assert per_domain(top1_score, scores, runtimes, domains) == pytest.approx((0.8 + 0.5 + 1) / 3)
+    # keyword arguments reach the metric; b's top-1 is wrong, c's is right
+    assert per_domain(topk_recall, scores, runtimes, domains, k=1) == pytest.approx(1 / 3)
+    # a pair across domains never counts
+    assert math.isnan(per_domain(pairwise_accuracy, [0, 1], [1.0, 2.0], [0, 1]))
+    assert per_domain(pairwise_accuracy, [0, 1], [1.0, 2.0], [0, 0]) == 1.0
+    with pytest.raises(ValueError):
+        per_domain(pairwise_accuracy, [0, 1], [1.0, 2.0], [0])
