@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from autosync_transfer.cli import clusters, datasets, domains, measure, strategies
+from autosync_transfer.cli import clusters, datasets, domains, measure, simulators, strategies
 
 __all__ = ["app", "main"]
 
@@ -27,6 +27,10 @@ app.add_typer(strategies.app, name="strategies")
 app.add_typer(datasets.app, name="datasets")
 app.command("collect")(measure.collect)
 app.command("run")(measure.run)
+app.command("train")(simulators.train)
+app.command("evaluate")(simulators.evaluate)
+app.command("ui")(simulators.ui)
+app.add_typer(simulators.registry_app, name="registry")
 
 
 def main(argv: list[str] | None = None) -> None:

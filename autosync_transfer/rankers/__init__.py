@@ -9,6 +9,17 @@ _EXPORTS = {
     "AnalyticalRanker": "costmodel",
     "CostModelConfig": "costmodel",
     "estimate": "costmodel",
+    "FEATURE_SCHEMA_VERSION": "features",
+    "Featurizer": "features",
+    "featurize": "features",
+    "RankerModule": "modules",
+    "RANKERS": "modules",
+    "build_ranker": "modules",
+    "TrialDataModule": "datamodule",
+    "ANALYTICAL": "simulator",
+    "Simulator": "simulator",
+    "train_simulator": "simulator",
+    "evaluate_simulator": "simulator",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -271,8 +271,9 @@ def _estimate(strategy: Strategy, domain: Domain, ctx: _Context,
             raise _reject(strategy, domain, f"variable {name!r} is not a trainable variable")
         part = cfg.partition
         if part is None:
+            rows = var.shape[0] if var.shape else 1  # a scalar is one row
             add(name, None, cfg.synchronizer, var, var.num_elements,  # type: ignore[arg-type]
-                var.shape[0], var.shape[0])
+                rows, rows)
             continue
         axis, shape = part.axis, var.shape
         if axis >= len(shape) or (var.sparse and axis != 0) or part.shards > shape[axis]:

@@ -324,3 +324,14 @@ def test_ranker_scores_are_bottleneck_seconds_lower_is_faster() -> None:
     assert int(np.argmin(scores)) == 2
     assert scores[1] < scores[0]
     np.testing.assert_allclose(ranker.score(cands[::-1], dom), scores[::-1])
+
+
+def test_scalar_variables_are_one_row():
+    from autosync_transfer.rankers.costmodel import estimate
+    from autosync_transfer.strategies.builders import build
+    from autosync_transfer.testing.tiny import tiny_domain
+
+    d = tiny_domain()
+    assert any(v.shape == () for v in d.model.variables)
+    for b in ("ps", "all_reduce", "parallax"):
+        assert estimate(build(b, d), d).total_s > 0

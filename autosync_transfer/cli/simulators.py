@@ -1,0 +1,273 @@
+"""``autosync-transfer train|evaluate|ui`` and ``autosync-transfer registry list|show|promote``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import typer
+
+RANKER_KINDS: tuple[str, ...] = ("rnn", "gat", "linear", "transformer", "analytical")
+#: metrics shown in tables, in this order (regret: lower is better; others: higher)
+TABLE_METRICS: tuple[str, ...] = ("pairwise_acc", "kendall_tau", "top1", "regret")
+
+registry_app = typer.Typer(help="The MLflow registry of trained simulators (one model per domain).",
+                           no_args_is_help=True)
+
+_TRIALS = typer.Option(None, "--trials",
+                       help="A trial store (.jsonl), parquet file or folder; default: the shipped "
+                            "datasets ($AUTOSYNC_DATASETS overrides).")
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{float(value):.{digits}f}"
+
+
+def _domain_trials(domain_name: str, trials: str | None) -> tuple[Any, Any]:
+    """(catalog Domain, its ok trials); no trials for the domain is an UnknownNameError."""
+    from autosync_transfer.dataset.loader import default_datasets_dir, load_trials
+    from autosync_transfer.domains.catalog import get_domain
+    from autosync_transfer.errors import UnknownNameError
+
+    domain = get_domain(domain_name)
+    df = load_trials(trials)
+    sub = df[df["domain"] == domain.name] if len(df) else df
+    if not len(sub):
+        known = sorted(set(df["domain"])) if len(df) else []
+        where = trials or str(default_datasets_dir())
+        raise UnknownNameError(f"no ok trials for domain {domain.name!r} in {where} (domains "
+                               f"with trials: {', '.join(known[:20]) or 'none'})")
+    return domain, sub.reset_index(drop=True)
+
+
+def _evaluate(sim: Any, domain: Any, df: Any) -> tuple[dict[str, float], Any, Any]:
+    """Ranking metrics of ``sim`` on every measured strategy of ``df`` (one domain)."""
+    import numpy as np
+
+    from autosync_transfer.dataset.loader import strategies_and_runtimes
+    from autosync_transfer.errors import ConfigError
+    from autosync_transfer.rankers import metrics as m
+
+    pairs = strategies_and_runtimes(df)
+    if len(pairs) < 2:
+        raise ConfigError(f"domain {domain.name!r} has {len(pairs)} measured strategies; "
+                          f"ranking metrics need at least 2")
+    strategies = [s for s, _ in pairs]
+    runtimes = np.array([t for _, t in pairs], dtype=np.float64)
+    scores = np.asarray(sim.score(strategies, domain), dtype=np.float64).reshape(-1)
+    out = {
+        "pairwise_acc": m.pairwise_accuracy(scores, runtimes),
+        "kendall_tau": m.kendall_tau(scores, runtimes),
+        "top1": m.top1_score(scores, runtimes),
+        "top5_recall": m.topk_recall(scores, runtimes, 5),
+        "regret": m.regret(scores, runtimes),
+        "strategies": float(len(pairs)),
+    }
+    return out, scores, runtimes
+
+
+def train(
+    domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-3l-A"),
+    ranker: str = typer.Option("rnn", "--ranker", help=f"One of {', '.join(RANKER_KINDS)}."),
+    seeds: int = typer.Option(3, "--seeds", min=1, help="Train one simulator per seed 0..N-1."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="Maximum epochs (default: the trainer's, with early stopping)."),
+    trials: Optional[str] = _TRIALS,
+    metric: str = typer.Option("pairwise_acc", "--metric", help="Test metric that picks the champion (pairwise_acc, kendall_tau, top1, regret)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Train simulators of DOMAIN (one per seed), register each, promote the best if better."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from autosync_transfer.cli._common import err, out, print_json
+    from autosync_transfer.errors import ConfigError
+    from autosync_transfer.registry import models
+
+    if ranker not in RANKER_KINDS:
+        raise ConfigError(f"unknown ranker {ranker!r} (known: {', '.join(RANKER_KINDS)})")
+    if metric not in TABLE_METRICS:
+        raise ConfigError(f"unknown metric {metric!r} (known: {', '.join(TABLE_METRICS)})")
+    domain, df = _domain_trials(domain_name, trials)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=err(),
+                  transient=json_out) as bar:
+        task = bar.add_task(f"train {ranker} on {domain.name}", total=seeds,
+                            status="featurizing trials")
+
+        def on_seed(seed: int, info: Any, _out: Any) -> None:
+            bar.update(task, completed=seed + 1,
+                       status=f"seed {seed} -> version {info.version}, {metric} "
+                              f"{_fmt(info.metrics.get(metric))}")
+
+        report = models.train_and_register(ranker, domain, df, seeds=range(seeds),
+                                           max_epochs=epochs, metric=metric,
+                                           trials_source=trials or "", on_seed=on_seed)
+    if json_out:
+        print_json(report.to_dict())
+        return
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"{ranker} on {domain.name}: test metrics over {seeds} seed(s)",
+                  box=box.SIMPLE_HEAD)
+    table.add_column("metric")
+    table.add_column("mean ± std", justify="right")
+    summary = report.summary()
+    for key in TABLE_METRICS:
+        if key in summary:
+            table.add_row(key, f"{summary[key]['mean']:.3f} ± {summary[key]['std']:.3f}")
+    con = out()
+    con.print(table)
+    best = report.best.version
+    verdict = ("promoted to champion" if report.promoted
+               else f"champion stays version {report.champion}")
+    con.print(f"registered {report.name} versions "
+              f"{', '.join(r.version.version for r in report.runs)}; best version {best.version} "
+              f"({metric} {_fmt(best.metrics.get(metric))}) {verdict}",
+              markup=False, highlight=False)
+
+
+def evaluate(
+    model_uri: str = typer.Argument(..., metavar="MODEL_URI",
+                                    help="models:/autosync-bert-B@champion, models:/NAME/3, a "
+                                         "registered name or a domain name (its champion)."),
+    on: str = typer.Option(..., "--on", metavar="DOMAIN", help="Domain whose trials to score."),
+    trials: Optional[str] = _TRIALS,
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Ranking metrics of a registered simulator on every measured strategy of a domain."""
+    from autosync_transfer.cli._common import out, print_json
+    from autosync_transfer.registry import models
+
+    domain, df = _domain_trials(on, trials)
+    info = models.resolve(model_uri)
+    sim = models.load_simulator(info.model_uri)
+    metrics, _, _ = _evaluate(sim, domain, df)
+    if json_out:
+        print_json({"model": info.model_uri, "on": domain.name, "metrics": metrics})
+        return
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"{info.name} version {info.version} ({info.tags.get('ranker_kind', '?')}, "
+                        f"trained on {info.tags.get('domain', '?')}) on {domain.name}: "
+                        f"{int(metrics['strategies'])} strategies", box=box.SIMPLE_HEAD)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in (*TABLE_METRICS, "top5_recall"):
+        table.add_row(key, _fmt(metrics[key]))
+    out().print(table)
+
+
+def ui(
+    port: int = typer.Option(5000, "--port", min=1, max=65535),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the command instead of running it."),
+) -> None:
+    """Open the MLflow UI on the registry (127.0.0.1 only)."""
+    import shlex
+    import subprocess
+    import sys
+
+    from autosync_transfer.cli._common import out
+    from autosync_transfer.registry import store
+
+    uri = store.tracking_uri()
+    if uri.startswith(("http://", "https://")):
+        out().print(f"the registry is a tracking server: open {uri}", markup=False, highlight=False)
+        return
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+           "--host", "127.0.0.1", "--port", str(port)]
+    root = store.artifact_root()
+    if root:
+        cmd += ["--default-artifact-root", root]
+    if dry_run:
+        out().print(shlex.join(cmd), markup=False, highlight=False, soft_wrap=True)
+        return
+    store.configure()  # creates the local folders the UI expects
+    out().print(f"MLflow UI on http://127.0.0.1:{port} (store {uri}); Ctrl-C stops it",
+                markup=False, highlight=False)
+    env = {**__import__("os").environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    code = subprocess.call(cmd, env=env)
+    if code:
+        raise typer.Exit(code)
+
+
+@registry_app.command("list")
+def registry_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """One row per registered model: versions, champion, its ranker and test metrics."""
+    from autosync_transfer.cli._common import out, print_json
+    from autosync_transfer.registry import models, store
+
+    rows = models.list_models()
+    if json_out:
+        print_json(rows)
+        return
+    if not rows:
+        out().print(f"no registered simulators in {store.tracking_uri()}", markup=False,
+                    highlight=False)
+        return
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"registered simulators in {store.tracking_uri()}", box=box.SIMPLE_HEAD)
+    for col in ("model", "domain", "versions", "champion", "ranker", "pairwise_acc", "kendall_tau",
+                "top1"):
+        table.add_column(col, no_wrap=col == "model")
+    for r in rows:
+        cm = r["champion_metrics"]
+        table.add_row(r["name"], r["domain"], str(r["versions"]), r["champion"] or "-",
+                      r["champion_kind"] or "-", _fmt(cm.get("pairwise_acc")),
+                      _fmt(cm.get("kendall_tau")), _fmt(cm.get("top1")))
+    out().print(table)
+
+
+def _model_name(name: str) -> str:
+    from autosync_transfer.registry.models import registered_name
+
+    return name if name.startswith("autosync-") else registered_name(name)
+
+
+@registry_app.command("show")
+def registry_show(
+    name: str = typer.Argument(..., metavar="NAME", help="Registered model (autosync-bert-B) or domain (bert-B)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Every version of a registered model: aliases, ranker, provenance and test metrics."""
+    from autosync_transfer.cli._common import out, print_json
+    from autosync_transfer.registry import models
+
+    info = models.describe_model(_model_name(name))
+    if json_out:
+        print_json(info)
+        return
+    from rich import box
+    from rich.table import Table
+
+    con = out()
+    con.print(f"[bold]{info['name']}[/bold]: {info['description']}", highlight=False)
+    table = Table(box=box.SIMPLE_HEAD)
+    for col in ("version", "aliases", "ranker", "trials", "seed", "source", *TABLE_METRICS, "run"):
+        table.add_column(col, no_wrap=True)
+    for v in info["versions"]:
+        t, mtr = v["tags"], v["metrics"]
+        source = (f"{t['source_model']}/{t.get('source_version', '?')} {t.get('method', '')} "
+                  f"{t.get('shots', '')}".strip() if t.get("source_model") else "-")
+        table.add_row(v["version"], ",".join(v["aliases"]) or "-", t.get("ranker_kind", "-"),
+                      t.get("trial_count") or "-", t.get("seed") or "-", source,
+                      *(_fmt(mtr.get(k)) for k in TABLE_METRICS), v["run_id"][:8])
+    con.print(table)
+
+
+@registry_app.command("promote")
+def registry_promote(
+    name: str = typer.Argument(..., metavar="NAME", help="Registered model (autosync-bert-B) or domain (bert-B)."),
+    version: str = typer.Argument(..., metavar="VERSION"),
+    alias: str = typer.Option("champion", "--alias"),
+) -> None:
+    """Point an alias (default: champion) at a version."""
+    from autosync_transfer.cli._common import out
+    from autosync_transfer.registry import models
+
+    info = models.promote(_model_name(name), version, alias)
+    out().print(f"{info.name}@{alias} -> version {info.version}", markup=False, highlight=False)

@@ -1,0 +1,140 @@
+"""Where the MLflow store of autosync-transfer lives: tracking URI, artifact root, experiment.
+
+``$MLFLOW_TRACKING_URI`` names the store when set (a tracking server, or any backend URI).
+Otherwise the store is local: ``sqlite:///<registry dir>/mlflow.db`` with artifacts under
+``<registry dir>/artifacts``, where the registry dir is ``$AUTOSYNC_REGISTRY_DIR`` or the
+repository's ``registry/`` folder. ``$AUTOSYNC_REGISTRY_ARTIFACTS`` overrides the artifact root.
+Artifact locations are always explicit (never the current directory).
+
+mlflow is imported inside functions only, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autosync_transfer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+__all__ = [
+    "EXPERIMENT_NAME",
+    "REGISTRY_DIR_ENV",
+    "ARTIFACT_ROOT_ENV",
+    "registry_dir",
+    "tracking_uri",
+    "artifact_root",
+    "configure",
+    "client",
+    "experiment_id",
+    "lightning_logger",
+]
+
+#: the experiment every simulator run is logged to
+EXPERIMENT_NAME = "autosync-transfer"
+#: environment variable that replaces the repository's ``registry/`` folder
+REGISTRY_DIR_ENV = "AUTOSYNC_REGISTRY_DIR"
+#: environment variable that replaces ``<registry dir>/artifacts`` as the artifact root
+ARTIFACT_ROOT_ENV = "AUTOSYNC_REGISTRY_ARTIFACTS"
+_TRACKING_ENV = "MLFLOW_TRACKING_URI"
+
+
+def registry_dir() -> Path:
+    """``$AUTOSYNC_REGISTRY_DIR``, else ``<repository>/registry``."""
+    env = os.environ.get(REGISTRY_DIR_ENV)
+    if env:
+        return Path(env).expanduser().resolve()
+    return Path(__file__).resolve().parents[2] / "registry"
+
+
+def tracking_uri() -> str:
+    """``$MLFLOW_TRACKING_URI``, else the local sqlite store in :func:`registry_dir`."""
+    env = os.environ.get(_TRACKING_ENV)
+    if env:
+        return env
+    return f"sqlite:///{registry_dir() / 'mlflow.db'}"
+
+
+def artifact_root() -> str:
+    """Artifact root of new experiments: ``$AUTOSYNC_REGISTRY_ARTIFACTS``, else
+    ``<registry dir>/artifacts`` (as a ``file://`` URI). For a tracking server without a local
+    override, the server's own default is used (empty string)."""
+    env = os.environ.get(ARTIFACT_ROOT_ENV)
+    if env:
+        return env if "://" in env else Path(env).expanduser().resolve().as_uri()
+    uri = tracking_uri()
+    if uri.startswith(("http://", "https://", "databricks")):
+        return ""
+    return (registry_dir() / "artifacts").as_uri()
+
+
+def _local_paths() -> None:
+    """Create the folders a local store needs (sqlite cannot create its parent folder)."""
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    root = artifact_root()
+    if root.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        Path(unquote(urlparse(root).path)).mkdir(parents=True, exist_ok=True)
+
+
+def configure() -> str:
+    """Point mlflow's fluent API at the store (tracking and registry URI); returns the URI."""
+    import mlflow
+
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # creating a local database's tables is routine, not news (and would break one-line errors)
+    for name in ("mlflow.store.db.utils", "alembic.runtime.migration"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    _local_paths()
+    uri = tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    return uri
+
+
+def client() -> MlflowClient:
+    """An ``MlflowClient`` on the store (tracking and registry)."""
+    from mlflow import MlflowClient
+
+    uri = configure()
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def experiment_id(c: MlflowClient | None = None) -> str:
+    """Id of the ``autosync-transfer`` experiment, created with an explicit artifact location
+    when missing."""
+    from mlflow.exceptions import MlflowException
+
+    c = c or client()
+    exp = c.get_experiment_by_name(EXPERIMENT_NAME)
+    if exp is not None:
+        return str(exp.experiment_id)
+    root = artifact_root()
+    try:
+        return str(c.create_experiment(EXPERIMENT_NAME, artifact_location=root or None))
+    except MlflowException as e:
+        exp = c.get_experiment_by_name(EXPERIMENT_NAME)  # created concurrently
+        if exp is None:
+            raise ConfigError(f"cannot create experiment {EXPERIMENT_NAME!r} in "
+                              f"{tracking_uri()}: {e.message}") from e
+        return str(exp.experiment_id)
+
+
+def lightning_logger(run_name: str | None = None, tags: dict[str, Any] | None = None) -> Any:
+    """A Lightning ``MLFlowLogger`` writing to the store's experiment (a new run; its id is
+    ``logger.run_id``; models are not logged by the logger)."""
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    c = client()
+    experiment_id(c)
+    return MLFlowLogger(experiment_name=EXPERIMENT_NAME, run_name=run_name,
+                        tracking_uri=tracking_uri(), tags=tags, log_model=False,
+                        artifact_location=artifact_root() or None)

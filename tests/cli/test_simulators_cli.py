@@ -1,0 +1,178 @@
+"""``autosync-transfer train|evaluate|ui`` and ``autosync-transfer registry list|show|promote``
+on a temporary MLflow store.
+
+Test double: the trials are synthetic. Runtimes are the analytical cost model's estimate plus a
+fixed compute time and seeded noise (no measurement), on the small catalog domain ncf-A.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mlflow")
+torch = pytest.importorskip("torch")
+
+DOMAIN = "ncf-A"
+NAME = "autosync-ncf-A"
+
+
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sqlite MLflow database with its tables created (the migrations take seconds); every
+    test gets a fresh copy of it."""
+    from mlflow import MlflowClient
+
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    path = tmp_path_factory.mktemp("mlflow-template-cli") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_store: Path) -> Path:
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("AUTOSYNC_REGISTRY_ARTIFACTS", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Any:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def trials_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A trial store of 40 synthetic ncf-A trials (test double, see the module docstring)."""
+    from autosync_transfer.dataset.store import TrialRecord, TrialStore
+    from autosync_transfer.domains.catalog import get_domain
+    from autosync_transfer.rankers.costmodel import AnalyticalRanker
+    from autosync_transfer.strategies.sampler import StrategySampler
+
+    domain = get_domain(DOMAIN)
+    strats = StrategySampler(domain, seed=0).sample_n(40)
+    est = AnalyticalRanker().score(strats, domain)
+    rng = np.random.default_rng(0)
+    path = tmp_path_factory.mktemp("trials") / f"{DOMAIN}.jsonl"
+    store = TrialStore(path)
+    for i, (s, e) in enumerate(zip(strats, est)):
+        t = float(0.05 + e * (1 + 0.05 * rng.standard_normal()))
+        store.append(TrialRecord(
+            id=f"{DOMAIN}/synthetic/{i}", domain=DOMAIN, model=domain.model.name,
+            cluster=domain.cluster.name, model_fingerprint=domain.model.fingerprint,
+            cluster_fingerprint=domain.cluster.fingerprint, strategy_id=s.id,
+            strategy_kind=s.kind, strategy=s.model_dump(mode="json"), status="ok",
+            iteration_times_s=[t] * 3, median_s=t, protocol={"warmup": 0, "iters": 3},
+            launcher="synthetic", timestamp="2024-05-01T12:00:00+00:00", wall_s=0.0,
+            machine={}, estimated_sync_s=float(e)))
+    return path
+
+
+def assert_one_line_error(res: Any, needle: str) -> None:
+    assert res.code == 2, (res.code, res.out, res.err)
+    lines = [ln for ln in res.err.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.err
+    assert lines[0].startswith("error: "), lines[0]
+    assert "Traceback" not in res.err + res.out
+    assert needle in lines[0], (needle, lines[0])
+
+
+def test_command_surface(cli: Any) -> None:
+    from typer.main import get_command
+
+    from autosync_transfer.cli import app
+
+    root = get_command(app)
+    assert {"train", "evaluate", "ui", "registry"} <= set(root.commands)  # type: ignore[attr-defined]
+    assert {"list", "show", "promote"} <= set(root.commands["registry"].commands)  # type: ignore[attr-defined]
+
+
+def test_ui_dry_run_prints_the_command(cli: Any, registry: Path) -> None:
+    res = cli("ui", "--dry-run", "--port", "5123")
+    assert res.code == 0, res.err
+    cmd = res.out.strip()
+    assert "mlflow ui" in cmd and "--host 127.0.0.1" in cmd and "--port 5123" in cmd
+    assert f"--backend-store-uri sqlite:///{registry}/mlflow.db" in cmd
+    assert f"--default-artifact-root {(registry / 'artifacts').as_uri()}" in cmd
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (("train", "ncf-Z"), "no cluster 'Z'"),
+    (("train", "gpt-A"), "no model 'gpt'"),
+    (("train", DOMAIN, "--ranker", "forest"), "unknown ranker 'forest'"),
+    (("train", "ncf-B", "--ranker", "linear"), "no ok trials for domain 'ncf-B'"),
+    (("train", DOMAIN, "--metric", "accuracy"), "unknown metric 'accuracy'"),
+    (("evaluate", "autosync-nope", "--on", DOMAIN), "no registered model 'autosync-nope'"),
+    (("evaluate", f"models:/{NAME}@champion", "--on", "ncf-Z"), "no cluster 'Z'"),
+    (("registry", "show", "autosync-nope"), "no registered model 'autosync-nope'"),
+    (("registry", "promote", NAME, "3"), "no registered model"),
+], ids=lambda v: " ".join(v) if isinstance(v, tuple) else None)
+def test_bad_input_is_one_line_and_registers_nothing(cli: Any, registry: Path, trials_file: Path,
+                                                     argv: tuple[str, ...], needle: str) -> None:
+    res = cli(*argv, "--trials", str(trials_file)) if argv[0] in ("train", "evaluate") else cli(*argv)
+    assert_one_line_error(res, needle)
+    listed = cli("registry", "list", "--json")
+    assert listed.code == 0 and json.loads(listed.out) == []
+
+
+def test_missing_trials_file(cli: Any, registry: Path, tmp_path: Path) -> None:
+    res = cli("train", DOMAIN, "--trials", str(tmp_path / "none.jsonl"))
+    assert_one_line_error(res, "no trial dataset")
+
+
+def test_train_evaluate_show_promote(cli: Any, registry: Path, trials_file: Path) -> None:
+    res = cli("train", DOMAIN, "--ranker", "linear", "--seeds", "2", "--epochs", "2",
+              "--trials", str(trials_file))
+    assert res.code == 0, res.err
+    assert "pairwise_acc" in res.out and "±" in res.out and "promoted to champion" in res.out
+
+    res = cli("train", DOMAIN, "--ranker", "analytical", "--seeds", "1", "--trials",
+              str(trials_file), "--json")
+    assert res.code == 0, res.err
+    report = json.loads(res.out)
+    assert report["versions"][0]["version"] == "3" and report["ranker"] == "analytical"
+    assert report["summary"]["pairwise_acc"]["n"] == 1
+
+    desc = json.loads(cli("registry", "show", DOMAIN, "--json").out)
+    versions = {v["version"]: v for v in desc["versions"]}
+    assert set(versions) == {"1", "2", "3"}
+    # every seed's metrics are on one test split, so they compare
+    assert len({v["tags"]["test_split"] for v in versions.values()}) == 1
+    assert {v["tags"]["seed"] for v in versions.values()} == {"0", "1"}
+    assert versions["1"]["tags"]["trial_count"] == "40"
+    assert versions["1"]["tags"]["ranker_kind"] == "linear"
+    champion = desc["aliases"]["champion"]
+    best = max(versions.values(), key=lambda v: v["metrics"]["pairwise_acc"])
+    assert versions[champion]["metrics"]["pairwise_acc"] == best["metrics"]["pairwise_acc"]
+
+    res = cli("registry", "list")
+    assert res.code == 0 and NAME in res.out
+    res = cli("registry", "show", NAME)
+    assert res.code == 0 and "champion" in res.out
+
+    res = cli("registry", "promote", NAME, "1")
+    assert res.code == 0, res.err
+    assert json.loads(cli("registry", "show", NAME, "--json").out)["aliases"] == {"champion": "1"}
+
+    res = cli("evaluate", f"models:/{NAME}@champion", "--on", DOMAIN, "--trials",
+              str(trials_file), "--json")
+    assert res.code == 0, res.err
+    metrics = json.loads(res.out)["metrics"]
+    assert metrics["strategies"] == 40 and 0.0 <= metrics["pairwise_acc"] <= 1.0
+    res = cli("evaluate", DOMAIN, "--on", DOMAIN, "--trials", str(trials_file))
+    assert res.code == 0 and "kendall_tau" in res.out
+    assert_one_line_error(cli("evaluate", f"models:/{NAME}/9", "--on", DOMAIN, "--trials",
+                              str(trials_file)), "has no version 9")
+    assert_one_line_error(cli("registry", "promote", NAME, "9"), "has no version 9")

@@ -1,0 +1,133 @@
+"""Every learned ranker passes the conformance suite; the analytical simulator behaves like the
+cost model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from autosync_transfer.domains.domain import Domain
+from autosync_transfer.domains.graph import ModelGraph
+from autosync_transfer.errors import ConfigError, UnknownNameError
+from autosync_transfer.rankers.costmodel import AnalyticalRanker, CostModelConfig
+from autosync_transfer.rankers.modules import RANKERS, build_ranker, ranker_hparams
+from autosync_transfer.rankers.simulator import Simulator, train_simulator
+from autosync_transfer.testing.conformance import (
+    RankerConformance,
+    relabelled_domain_pair,
+    synthetic_triples,
+)
+from autosync_transfer.testing.tiny import tiny_domain, tiny_strategies
+
+
+class TestLinear(RankerConformance):
+    kind = "linear"
+    hparams = {"hidden": 8}
+
+
+class TestRNN(RankerConformance):
+    kind = "rnn"
+    hparams = {"row_hidden": 32, "row_out": 16, "lstm_hidden": 16, "head_hidden": 16}
+
+
+class TestGAT(RankerConformance):
+    kind = "gat"
+    hparams = {"hidden": 16, "heads": 2, "head_hidden": 16}
+
+
+class TestTransformer(RankerConformance):
+    kind = "transformer"
+    hparams = {"d_model": 16, "nhead": 2, "dim_feedforward": 32, "head_hidden": 16}
+
+
+class TestTransformerOverRows(RankerConformance):
+    kind = "transformer"
+    hparams = {"d_model": 16, "nhead": 2, "layers": 1, "dim_feedforward": 32,
+               "head_hidden": 16, "tokens": "rows"}
+
+
+def test_every_kind_has_a_conformance_test() -> None:
+    tested = {c.kind for c in (TestLinear, TestRNN, TestGAT, TestTransformer)}
+    assert tested == set(RANKERS)
+
+
+def test_unknown_kind_and_hparam_are_config_errors() -> None:
+    with pytest.raises(UnknownNameError, match="unknown ranker kind 'mlp'"):
+        build_ranker("mlp")
+    with pytest.raises(ConfigError, match="unknown hyper-parameter 'lstm_hiden'"):
+        build_ranker("rnn", {"lstm_hiden": 3})
+    with pytest.raises(ConfigError, match="divisible"):
+        build_ranker("gat", {"hidden": 10, "heads": 3})
+    assert ranker_hparams("rnn")["lstm_layers"] == 2
+    assert ranker_hparams("rnn")["lr"] == 1e-3
+
+
+def test_freeze_body_leaves_only_the_head_trainable() -> None:
+    module = build_ranker("rnn", {"lstm_hidden": 8}, seed=0)
+    module.freeze_body()
+    trainable = {n.split(".")[0] for n, p in module.named_parameters() if p.requires_grad}
+    assert trainable == {"head"}
+
+
+# -- the analytical simulator ---------------------------------------------------------------------
+
+
+def _without_scalars(dom: Domain) -> Domain:
+    """``dom`` without its scalar variable (``costmodel.estimate`` indexes ``shape[0]``)."""
+    g = dom.model
+    variables = tuple(v for v in g.variables if v.shape)
+    graph = ModelGraph(name=f"{g.name}-noscalar", variables=variables,
+                       edges=tuple((a.name, b.name) for a, b in zip(variables, variables[1:])),
+                       batch_size=g.batch_size, seq_len=g.seq_len)
+    return Domain(name=f"{dom.name}-noscalar", model=graph, cluster=dom.cluster)
+
+
+def test_analytical_simulator_is_the_cost_model(tmp_path: Path) -> None:
+    dom = _without_scalars(tiny_domain(2, [1, 2]))
+    strategies = tiny_strategies(dom, 12, seed=4)
+    cm = CostModelConfig(intra_node_gbps=20.0)
+    sim = Simulator("analytical", costmodel_config=cm)
+    np.testing.assert_array_equal(sim.score(strategies, dom),
+                                  AnalyticalRanker(cm).score(strategies, dom))
+    assert sim.state_dict() == {}
+    (tmp_path / "c.json").write_text(json.dumps(sim.config()))
+    loaded = Simulator.from_config(json.loads((tmp_path / "c.json").read_text()), {})
+    assert loaded.costmodel_config == cm
+    np.testing.assert_array_equal(loaded.score(strategies, dom), sim.score(strategies, dom))
+    dom_a, strat_a, dom_b, strat_b = relabelled_domain_pair(graph=dom.model)
+    np.testing.assert_allclose(sim.score(strat_b, dom_b), sim.score(strat_a, dom_a), rtol=1e-9)
+
+
+def test_analytical_train_simulator_only_evaluates() -> None:
+    triples = synthetic_triples(n=30, seed=1, noise=0.01)
+    sim, result = train_simulator("analytical", triples, seed=0)
+    assert sim.kind == "analytical" and result["epochs"] == 0
+    assert result["test_pairwise_accuracy"] > 0.9  # runtimes are the cost model plus 1 % noise
+    assert set(result["test_per_domain"]) == {d.name for d, _, _ in triples}
+
+
+def test_unfitted_learned_simulator_raises() -> None:
+    from autosync_transfer.errors import NotFittedError
+
+    dom = tiny_domain()
+    sim = Simulator("rnn")
+    assert not sim.fitted
+    with pytest.raises(NotFittedError):
+        sim.score(tiny_strategies(dom, 2), dom)
+
+
+def test_wrong_weights_are_a_config_error() -> None:
+    module = build_ranker("linear", {"hidden": 4}, seed=0)
+    config = Simulator.from_module(module).config()
+    config["hparams"]["hidden"] = 5
+    with pytest.raises(ConfigError, match="do not fit"):
+        Simulator.from_config(config, {k: v for k, v in module.state_dict().items()})
+    config["hparams"]["hidden"] = 4
+    sd = dict(module.state_dict())
+    sd["extra"] = torch.zeros(1)
+    with pytest.raises(ConfigError, match="do not fit"):
+        Simulator.from_config(config, sd)
