@@ -42,32 +42,6 @@ def _domain_trials(domain_name: str, trials: str | None) -> tuple[Any, Any]:
     return domain, sub.reset_index(drop=True)
 
 
-def _evaluate(sim: Any, domain: Any, df: Any) -> tuple[dict[str, float], Any, Any]:
-    """Ranking metrics of ``sim`` on every measured strategy of ``df`` (one domain)."""
-    import numpy as np
-
-    from autosync_transfer.dataset.loader import strategies_and_runtimes
-    from autosync_transfer.errors import ConfigError
-    from autosync_transfer.rankers import metrics as m
-
-    pairs = strategies_and_runtimes(df)
-    if len(pairs) < 2:
-        raise ConfigError(f"domain {domain.name!r} has {len(pairs)} measured strategies; "
-                          f"ranking metrics need at least 2")
-    strategies = [s for s, _ in pairs]
-    runtimes = np.array([t for _, t in pairs], dtype=np.float64)
-    scores = np.asarray(sim.score(strategies, domain), dtype=np.float64).reshape(-1)
-    out = {
-        "pairwise_acc": m.pairwise_accuracy(scores, runtimes),
-        "kendall_tau": m.kendall_tau(scores, runtimes),
-        "top1": m.top1_score(scores, runtimes),
-        "top5_recall": m.topk_recall(scores, runtimes, 5),
-        "regret": m.regret(scores, runtimes),
-        "strategies": float(len(pairs)),
-    }
-    return out, scores, runtimes
-
-
 def train(
     domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-3l-A"),
     ranker: str = typer.Option("rnn", "--ranker", help=f"One of {', '.join(RANKER_KINDS)}."),
@@ -142,8 +116,7 @@ def evaluate(
 
     domain, df = _domain_trials(on, trials)
     info = models.resolve(model_uri)
-    sim = models.load_simulator(info.model_uri)
-    metrics, _, _ = _evaluate(sim, domain, df)
+    metrics = models.evaluate_registered(info.model_uri, domain, df)
     if json_out:
         print_json({"model": info.model_uri, "on": domain.name, "metrics": metrics})
         return
@@ -155,8 +128,8 @@ def evaluate(
                         f"{int(metrics['strategies'])} strategies", box=box.SIMPLE_HEAD)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key in (*TABLE_METRICS, "top5_recall"):
-        table.add_row(key, _fmt(metrics[key]))
+    for key in TABLE_METRICS:
+        table.add_row(key, _fmt(metrics.get(key)))
     out().print(table)
 
 
@@ -165,6 +138,7 @@ def ui(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the command instead of running it."),
 ) -> None:
     """Open the MLflow UI on the registry (127.0.0.1 only)."""
+    import os
     import shlex
     import subprocess
     import sys
@@ -187,7 +161,7 @@ def ui(
     store.configure()  # creates the local folders the UI expects
     out().print(f"MLflow UI on http://127.0.0.1:{port} (store {uri}); Ctrl-C stops it",
                 markup=False, highlight=False)
-    env = {**__import__("os").environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     code = subprocess.call(cmd, env=env)
     if code:
         raise typer.Exit(code)

@@ -4,9 +4,9 @@ One registered model per domain, ``autosync-<domain>`` (e.g. ``autosync-bert-B``
 is one logged simulator:
 
 run artifacts
-    ``simulator/config.json`` (``Simulator.config()`` plus ``trained_on``, the domain), ``simulator/weights.pt`` (its
-    ``state_dict``, a plain dict of tensors written with ``torch.save``; empty for the analytical
-    simulator) and ``plots/*.png``.
+    ``simulator/config.json`` (``Simulator.config()`` plus ``trained_on``, the domain),
+    ``simulator/weights.pt`` (its ``state_dict``, a plain dict of tensors written with
+    ``torch.save``; empty for the analytical simulator) and ``plots/*.png``.
 model (pyfunc, "models from code")
     the same two files as pyfunc artifacts ``config`` and ``weights``, so that
     ``mlflow.pyfunc.load_model("models:/autosync-bert-B@champion").predict(df)`` scores
@@ -65,6 +65,7 @@ __all__ = [
     "TrainedVersion",
     "TrainReport",
     "train_and_register",
+    "evaluate_registered",
 ]
 
 CHAMPION = "champion"
@@ -127,7 +128,8 @@ class ModelVersionInfo:
 def registered_name(domain_name: str) -> str:
     """``'bert-B'`` -> ``'autosync-bert-B'`` (the registered model of a domain)."""
     if not isinstance(domain_name, str) or not _NAME_RE.match(domain_name):
-        raise ConfigError(f"a domain name is letters, digits, '-', '_' and '.', got {domain_name!r}")
+        raise ConfigError(f"a domain name is letters, digits, '-', '_' and '.', "
+                          f"got {domain_name!r}")
     return domain_name if domain_name.startswith(_PREFIX) else f"{_PREFIX}{domain_name}"
 
 
@@ -139,8 +141,10 @@ def _check_name(name: str) -> str:
 
 
 # -- files ----------------------------------------------------------------------------------------
-def write_simulator_files(sim: Simulator, folder: str | Path, *, domain: str = "") -> tuple[Path, Path]:
-    """Write ``config.json`` and ``weights.pt`` (a plain ``state_dict``) of ``sim`` to ``folder``."""
+def write_simulator_files(sim: Simulator, folder: str | Path, *, domain: str = ""
+                          ) -> tuple[Path, Path]:
+    """Write ``config.json`` and ``weights.pt`` (a plain ``state_dict``) of ``sim`` to
+    ``folder``; returns their paths."""
     import torch
 
     folder = Path(folder)
@@ -211,7 +215,7 @@ def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
     elif isinstance(value, (int, float)) or hasattr(value, "__float__"):
         try:
             out[prefix] = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RuntimeError):  # e.g. a tensor of several values
             return
 
 
@@ -275,8 +279,9 @@ def _signature() -> Any:
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
 
-    return ModelSignature(inputs=Schema([ColSpec("string", "domain"), ColSpec("string", "strategy")]),
-                          outputs=Schema([ColSpec("double")]))
+    return ModelSignature(
+        inputs=Schema([ColSpec("string", "domain"), ColSpec("string", "strategy")]),
+        outputs=Schema([ColSpec("double")]))
 
 
 def log_simulator(
@@ -370,7 +375,7 @@ def log_simulator(
         mv = c.create_model_version(name=name, source=info.model_uri, run_id=run_id,
                                     tags=version_tags, model_id=info.model_id,
                                     description=f"{sim.kind} simulator of {dom.name}")
-    return _info(c, mv, {})
+    return _info(mv)
 
 
 def _ensure_registered_model(c: MlflowClient, name: str, domain: str) -> None:
@@ -392,8 +397,9 @@ def _ensure_registered_model(c: MlflowClient, name: str, domain: str) -> None:
                 raise
 
 
-def _info(c: MlflowClient, mv: Any, aliases_by_version: Mapping[str, list[str]]) -> ModelVersionInfo:
-    aliases = tuple(getattr(mv, "aliases", None) or aliases_by_version.get(str(mv.version), ()))
+def _info(mv: Any, aliases_by_version: Mapping[str, list[str]] | None = None) -> ModelVersionInfo:
+    aliases = tuple(getattr(mv, "aliases", None)
+                    or (aliases_by_version or {}).get(str(mv.version), ()))
     return ModelVersionInfo(
         name=mv.name, version=str(mv.version), run_id=mv.run_id or "", source=mv.source or "",
         tags=dict(mv.tags or {}), aliases=aliases, created_ms=int(mv.creation_timestamp or 0),
@@ -493,12 +499,12 @@ def resolve(uri_or_name: str, version: str | int | None = None, alias: str = CHA
     if uri_version is not None or uri_alias is not None:
         version, alias = uri_version, uri_alias or alias
     if version is not None:
-        return _info(c, _version(c, name, version), {})
+        return _info(_version(c, name, version))
     mv = _by_alias(c, name, alias)
     if mv is None:
         raise UnknownNameError(f"{name!r} has no version with alias {alias!r} (promote one with "
                                f"`autosync-transfer registry promote {name} VERSION`)")
-    return _info(c, mv, {})
+    return _info(mv)
 
 
 def load_simulator(uri_or_name: str, version: str | int | None = None, alias: str = CHAMPION
@@ -515,9 +521,9 @@ def load_simulator(uri_or_name: str, version: str | int | None = None, alias: st
         local = Path(mlflow.artifacts.download_artifacts(
             artifact_uri=f"models:/{mv.name}/{mv.version}", dst_path=tmp,
             tracking_uri=store.tracking_uri(), registry_uri=store.tracking_uri()))
-        config_path = next(iter(local.rglob(CONFIG_FILE)), None)
-        weights_path = next(iter(local.rglob(WEIGHTS_FILE)), None)
-        if config_path is None:
+        config_path = local / "artifacts" / CONFIG_FILE  # pyfunc artifacts live there
+        weights_path = local / "artifacts" / WEIGHTS_FILE
+        if not config_path.is_file():
             raise SpecError(f"{mv.model_uri} has no {CONFIG_FILE}: not a simulator")
         return read_simulator_files(config_path, weights_path)
 
@@ -527,10 +533,15 @@ def promote(name: str, version: str | int, alias: str = CHAMPION) -> ModelVersio
     """Point ``alias`` of registered model ``name`` at ``version``."""
     from autosync_transfer.registry import store
 
+    from mlflow.exceptions import MlflowException
+
     c = store.client()
     mv = _version(c, name, version)
-    c.set_registered_model_alias(name, alias, str(mv.version))
-    return _info(c, c.get_model_version(name, str(mv.version)), {})
+    try:
+        c.set_registered_model_alias(name, alias, str(mv.version))
+    except MlflowException as e:
+        raise ConfigError(f"cannot set alias {alias!r} of {name!r}: {e.message}") from e
+    return _info(c.get_model_version(name, str(mv.version)))
 
 
 def champion(name: str, alias: str = CHAMPION) -> str | None:
@@ -570,7 +581,7 @@ def promote_if_better(
     from autosync_transfer.registry import store
 
     c = store.client()
-    cand = _info(c, _version(c, name, version), {})
+    cand = _info(_version(c, name, version))
     if metric not in cand.metrics:
         raise ConfigError(f"{name} version {cand.version} has no metric {metric!r} "
                           f"(metrics: {', '.join(sorted(cand.metrics)) or 'none'})")
@@ -578,7 +589,7 @@ def promote_if_better(
     if cur is None:
         c.set_registered_model_alias(name, alias, cand.version)
         return True
-    incumbent = _info(c, cur, {})
+    incumbent = _info(cur)
     if incumbent.version == cand.version:
         return False
     same_split = incumbent.tags.get("test_split", "") == cand.tags.get("test_split", "")
@@ -600,6 +611,11 @@ def promote_if_better(
 
 
 # -- listing --------------------------------------------------------------------------------------
+def _aliases(rm: Any) -> dict[str, str]:
+    """alias -> version of a registered model (MLflow returns a mapping)."""
+    return {str(k): str(v) for k, v in dict(rm.aliases or {}).items()}
+
+
 def list_models() -> list[dict[str, Any]]:
     """One entry per registered model: name, domain, number of versions, latest version,
     aliases (alias -> version), champion's ranker kind and metrics, last update."""
@@ -609,10 +625,9 @@ def list_models() -> list[dict[str, Any]]:
     rows = []
     for rm in sorted(_all_registered(c), key=lambda m: m.name):
         versions = _versions(c, rm.name)
-        aliases = {a.alias: str(a.version) for a in (rm.aliases or [])} if isinstance(
-            rm.aliases, list) else {str(k): str(v) for k, v in (rm.aliases or {}).items()}
+        aliases = _aliases(rm)
         champ = next((v for v in versions if str(v.version) == aliases.get(CHAMPION)), None)
-        champ_info = _info(c, champ, {}) if champ is not None else None
+        champ_info = _info(champ) if champ is not None else None
         rows.append({
             "name": rm.name,
             "domain": (rm.tags or {}).get("domain", ""),
@@ -633,12 +648,11 @@ def describe_model(name: str) -> dict[str, Any]:
 
     c = store.client()
     rm = _registered(c, name)
-    aliases = {a.alias: str(a.version) for a in (rm.aliases or [])} if isinstance(
-        rm.aliases, list) else {str(k): str(v) for k, v in (rm.aliases or {}).items()}
+    aliases = _aliases(rm)
     by_version: dict[str, list[str]] = {}
     for a, v in aliases.items():
         by_version.setdefault(v, []).append(a)
-    versions = sorted((_info(c, mv, by_version) for mv in _versions(c, name)),
+    versions = sorted((_info(mv, by_version) for mv in _versions(c, name)),
                       key=lambda i: -int(i.version))
     return {"name": rm.name, "description": rm.description or "", "tags": dict(rm.tags or {}),
             "aliases": aliases, "versions": [v.to_dict() for v in versions],
@@ -794,7 +808,8 @@ def train_and_register(
         logger = store.lightning_logger(run_name=run_name)
         kwargs: dict[str, Any] = {} if max_epochs is None else {"max_epochs": max_epochs}
         sim, out = train_simulator(kind, dm, seed=seed, logger=logger, **kwargs)
-        test_metrics = {k: v for k, v in out.items() if k.startswith("test_")}
+        test_metrics = {k: v for k, v in out.items()
+                        if k.startswith("test_") and k != "test_strategies"}  # a size: a tag
         tags = {**common_tags, "seed": seed,
                 **{k: out[k] for k in ("train_strategies", "val_strategies", "test_strategies",
                                        "epochs", "best_epoch") if k in out}}
@@ -820,3 +835,23 @@ def train_and_register(
     return TrainReport(domain=dom.name, kind=kind, name=name, metric=metric, runs=tuple(runs),
                        best=best, promoted=promoted, champion=champion(name),
                        test_split=test_split)
+
+
+def evaluate_registered(uri_or_name: str, domain: Domain | str, trials: Any) -> dict[str, float]:
+    """Test metrics (registry names, as :func:`flat_metrics` gives them: ``pairwise_acc``,
+    ``kendall_tau``, ``top1``, ``regret``, ``strategies``, ``per_domain.<domain>.*``) of a
+    registered simulator on every measured strategy of ``domain`` in ``trials`` (a trials table),
+    computed like the test metrics of training (``evaluate_simulator``)."""
+    from autosync_transfer.rankers.datamodule import TrialDataModule
+    from autosync_transfer.rankers.simulator import evaluate_simulator
+
+    dom = _as_domain(domain)
+    df = trials[trials["domain"] == dom.name] if len(trials) else trials
+    if "status" in df.columns:
+        df = df[df["status"] == "ok"]
+    if not len(df):
+        raise UnknownNameError(f"no ok trials for domain {dom.name!r}")
+    sim = load_simulator(uri_or_name)
+    dm = TrialDataModule(df.reset_index(drop=True), fractions=(0.0, 0.0, 1.0),
+                         domains={dom.name: dom})
+    return flat_metrics(evaluate_simulator(sim, dm, "test"))

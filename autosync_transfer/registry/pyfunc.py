@@ -1,7 +1,9 @@
-"""The MLflow pyfunc face of a simulator: score strategies from ``models:/autosync-<domain>@champion``.
+"""The MLflow pyfunc face of a simulator: score strategies from
+``models:/autosync-<domain>@champion``.
 
 Input: a DataFrame with columns ``domain`` (a catalog domain name such as ``bert-B``) and
-``strategy`` (a strategy as JSON text, or as its parsed JSON object). Output: one score per row
+``strategy`` (the strategy as JSON text, ``Strategy.to_json()``; the model's signature declares
+both as strings). Output: one score per row
 (float64, **lower = predicted faster**), in input order. Scores are comparable only between rows
 of the same domain.
 
@@ -44,7 +46,8 @@ def write_model_code(folder: str | Path) -> Path:
 
 
 def score_frame(sim: Any, model_input: pd.DataFrame | dict[str, Any]) -> np.ndarray:
-    """Scores (numpy float64, input order) of the rows of ``model_input`` under ``sim``."""
+    """Scores (numpy float64, input order) of the rows of ``model_input`` under ``sim``
+    (``strategy`` as JSON text or, called directly, as its parsed object)."""
     import json
 
     from autosync_transfer.domains.catalog import get_domain
@@ -67,8 +70,8 @@ def score_frame(sim: Any, model_input: pd.DataFrame | dict[str, Any]) -> np.ndar
         domain = get_domain(name)
         rows = np.flatnonzero(domains == name)
         strategies = [
-            Strategy.from_dict(raw[i]) if isinstance(raw[i], dict)
-            else Strategy.from_json(raw[i] if isinstance(raw[i], (str, bytes)) else json.dumps(raw[i]))
+            Strategy.from_dict(raw[i]) if isinstance(raw[i], dict) else Strategy.from_json(
+                raw[i] if isinstance(raw[i], (str, bytes)) else json.dumps(raw[i]))
             for i in rows
         ]
         scores[rows] = np.asarray(sim.score(strategies, domain), dtype=np.float64).reshape(-1)

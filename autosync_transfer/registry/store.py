@@ -114,8 +114,14 @@ def experiment_id(c: MlflowClient | None = None) -> str:
     from mlflow.exceptions import MlflowException
 
     c = c or client()
-    exp = c.get_experiment_by_name(EXPERIMENT_NAME)
+    try:
+        exp = c.get_experiment_by_name(EXPERIMENT_NAME)
+    except MlflowException as e:
+        raise ConfigError(f"cannot use the MLflow store {tracking_uri()}: "
+                          f"{' '.join(e.message.split())[:300]}") from e
     if exp is not None:
+        if exp.lifecycle_stage == "deleted":  # deleted in the UI: runs cannot start there
+            c.restore_experiment(exp.experiment_id)
         return str(exp.experiment_id)
     root = artifact_root()
     try:

@@ -333,7 +333,7 @@ def test_bad_input_registers_nothing(registry: Path, tmp_path: Path) -> None:
 def test_lineage_and_plots(registry: Path, tmp_path: Path) -> None:
     from mlflow import MlflowClient
 
-    from autosync_transfer.registry import models, plots
+    from autosync_transfer.registry import plots
 
     scores, runtimes = np.arange(8.0), np.arange(8.0)[::-1] + 1
     figs = [
@@ -380,3 +380,26 @@ def test_pyfunc_scores_strategies_from_the_champion(registry: Path, domain: Any,
     np.testing.assert_allclose(got, sim.score(strategies, domain))
     with pytest.raises(Exception, match="unknown domain 'ncf-Z'"):
         model.predict(pd.DataFrame({"domain": ["ncf-Z"], "strategy": [strategies[0].to_json()]}))
+
+
+def test_train_and_register_rescores_a_champion_of_another_split(registry: Path,
+                                                                 domain: Any) -> None:
+    from autosync_transfer.registry import models
+
+    champ = log(analytical(), 0.1, split="an-older-split")  # a low number on another split
+    models.promote(NAME, champ.version)
+    seen: list[int] = []
+    report = models.train_and_register("linear", domain, synthetic_trials(domain), seeds=[0, 1],
+                                       max_epochs=2, on_seed=lambda s, i, o: seen.append(s))
+    assert seen == [0, 1] and [r.version.version for r in report.runs] == ["2", "3"]
+    assert len({r.version.tags["test_split"] for r in report.runs}) == 1
+    # the champion is re-scored on the new split (the cost model ranks its own synthetic
+    # runtimes almost perfectly), so its 0.1 from another split does not decide
+    assert report.promoted is False and report.champion == "1"
+    summary = report.summary()
+    assert summary["pairwise_acc"]["n"] == 2 and "kendall_tau" in summary
+    with pytest.raises(UnknownNameError, match="no ok trials for domain 'ncf-B'"):
+        models.train_and_register("linear", "ncf-B", synthetic_trials(domain), seeds=[0])
+    with pytest.raises(UnknownNameError, match="unknown ranker 'forest'"):
+        models.train_and_register("forest", domain, synthetic_trials(domain), seeds=[0])
+    assert [v["version"] for v in models.describe_model(NAME)["versions"]] == ["3", "2", "1"]

@@ -1,0 +1,238 @@
+"""Training on a few target shots: choosing the number of epochs, and full fine-tuning with an
+L2 penalty toward the source weights.
+
+:func:`fit_on_shots` wraps any training function (``train_simulator`` for from-scratch and
+head-only fine-tuning, :func:`finetune_full` for full fine-tuning) with the epoch selection of
+:class:`ShotTraining`:
+
+* ``N >= cv_below`` (20): a validation set of ``val_fraction`` of the shots (at least 2) is carved
+  out; training stops early on its pairwise accuracy and keeps the best epoch's weights;
+* ``4 <= N < cv_below``: k-fold cross-validation (``k = min(folds, N // 2)``, so every fold holds
+  at least 2 strategies to rank) with ``max_epochs`` and no early stopping; the epoch count with
+  the best mean validation pairwise accuracy is then trained on all N shots;
+* ``2 <= N < 4``: too few to validate; ``few_epochs`` epochs on all shots.
+
+The validation strategies and folds come from a generator seeded by ``seed``.
+
+:func:`finetune_full` is a plain torch loop on the source's network (``train_simulator`` builds
+its own module and has no way to add a term to the loss): the ranker's own loss
+(:func:`~autosync_transfer.rankers.losses.combined_loss` with the ranker's hyper-parameters) plus
+``l2sp * sum ||w - w_source||^2`` over every parameter (the "L2-SP" regularizer, which keeps the
+fine-tuned weights near the source's instead of near zero: no weight decay), Adam, the same
+learning-rate schedule and gradient clipping as ``train_simulator``, the input statistics of the
+source kept.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autosync_transfer.adapt.data import ShotDataModule, TargetData
+from autosync_transfer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from autosync_transfer.rankers.costmodel import CostModelConfig
+    from autosync_transfer.rankers.simulator import Simulator
+
+__all__ = ["ShotTraining", "TrainFn", "fit_on_shots", "finetune_full"]
+
+#: ``(datamodule, max_epochs, patience, seed) -> (simulator, train_simulator-like output)``;
+#: the output has ``epochs``, ``best_epoch``, ``best_val_pairwise_acc`` and ``history``
+#: (per epoch, at least ``val_pairwise_acc``)
+TrainFn = Callable[[ShotDataModule, int, "int | None", int], "tuple[Simulator, dict[str, Any]]"]
+
+
+@dataclass(frozen=True)
+class ShotTraining:
+    """How to train on N target shots (see the module docstring): at most ``max_epochs``,
+    early stopping after ``patience`` epochs without improvement (``None``: never),
+    ``batch_size`` strategies per batch, ``val_fraction`` of the shots for validation when
+    ``N >= cv_below``, else ``folds``-fold cross-validation, ``few_epochs`` when N < 4."""
+
+    max_epochs: int = 60
+    patience: int | None = 10
+    batch_size: int = 32
+    val_fraction: float = 0.2
+    cv_below: int = 20
+    folds: int = 5
+    few_epochs: int = 20
+
+    def __post_init__(self) -> None:
+        if self.max_epochs < 1 or self.few_epochs < 1:
+            raise ConfigError(f"max_epochs and few_epochs must be >= 1, got "
+                              f"max_epochs={self.max_epochs}, few_epochs={self.few_epochs}")
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError(f"patience must be >= 1 or None, got {self.patience}")
+        if self.batch_size < 2:
+            raise ConfigError(f"batch_size must be >= 2, got {self.batch_size}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+        if self.cv_below < 4 or self.folds < 2:
+            raise ConfigError(f"cv_below must be >= 4 and folds >= 2, got "
+                              f"cv_below={self.cv_below}, folds={self.folds}")
+
+
+def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, seed: int,
+                 costmodel_config: CostModelConfig | None = None
+                 ) -> tuple[Simulator, dict[str, Any]]:
+    """Train on ``shots`` with ``train``, choosing the epochs as :class:`ShotTraining` says.
+    Returns the simulator and ``details`` (``selection``, ``epochs`` and the validation score
+    that chose them). Fewer than 2 shots is a :class:`ConfigError`."""
+    n = len(shots)
+    if n < 2:
+        raise ConfigError(f"training on target trials needs at least 2 of them, got {n}")
+    ids = list(shots.strategy_ids)
+    rng = np.random.default_rng([int(seed), 7919])
+
+    def module(assignment: dict[str, str]) -> ShotDataModule:
+        return ShotDataModule(shots, assignment, batch_size=config.batch_size, seed=seed,
+                              costmodel_config=costmodel_config)
+
+    if n >= config.cv_below:
+        n_val = min(max(2, int(round(n * config.val_fraction))), n - 2)
+        val = [ids[i] for i in rng.permutation(n)[:n_val]]
+        sim, out = train(module({s: "val" for s in val}), config.max_epochs, config.patience,
+                         seed)
+        return sim, {"selection": "validation", "val_strategies": n_val,
+                     "epochs": int(out["epochs"]), "best_epoch": int(out["best_epoch"]),
+                     "val_pairwise_acc": _finite(out.get("best_val_pairwise_acc"))}
+    if n >= 4:
+        k = max(2, min(config.folds, n // 2))
+        folds = np.array_split(rng.permutation(n), k)
+        curves = np.full((k, config.max_epochs), math.nan)
+        for j, fold in enumerate(folds):
+            _, out = train(module({ids[i]: "val" for i in fold}), config.max_epochs, None, seed)
+            acc = [float(a) for a in out["history"].get("val_pairwise_acc", [])]
+            curves[j, : len(acc)] = acc[: config.max_epochs]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-nan epochs
+            mean = np.nanmean(curves, axis=0)
+        if np.all(np.isnan(mean)):
+            epochs, cv = min(config.few_epochs, config.max_epochs), math.nan
+        else:
+            best = int(np.nanargmax(mean))
+            epochs, cv = best + 1, float(mean[best])
+        sim, _ = train(module({}), epochs, None, seed)
+        return sim, {"selection": f"{k}-fold cross-validation", "folds": k, "epochs": epochs,
+                     "cv_pairwise_acc": _finite(cv)}
+    epochs = min(config.few_epochs, config.max_epochs)
+    sim, _ = train(module({}), epochs, None, seed)
+    return sim, {"selection": "fixed epochs (too few shots to validate)", "epochs": epochs}
+
+
+def _finite(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def finetune_full(
+    source: Simulator,
+    dm: ShotDataModule,
+    *,
+    max_epochs: int,
+    patience: int | None,
+    seed: int,
+    l2sp: float,
+    lr: float | None = None,
+    gradient_clip_val: float = 0.25,
+) -> tuple[Simulator, dict[str, Any]]:
+    """Fine-tune every parameter of ``source``'s network on ``dm``'s train split (see the module
+    docstring); with a validation split, keep the weights of the best validation pairwise
+    accuracy and stop after ``patience`` epochs without improvement. ``lr``: Adam's learning
+    rate (default: the source's). Returns the simulator and ``{"epochs", "best_epoch",
+    "best_val_pairwise_acc", "fit_s", "history"}`` (history: ``train_loss``,
+    ``val_pairwise_acc``, ``epoch_s`` per epoch)."""
+    import torch
+
+    from autosync_transfer.rankers import losses, metrics
+    from autosync_transfer.rankers.modules import build_ranker
+    from autosync_transfer.rankers.simulator import Simulator
+
+    if l2sp < 0:
+        raise ConfigError(f"l2sp must be >= 0, got {l2sp}")
+    if lr is not None and lr <= 0:
+        raise ConfigError(f"lr must be > 0, got {lr}")
+    dm.setup()
+    if dm.split_size("train") < 2:
+        raise ConfigError(f"need at least 2 training strategies, got {dm.split_size('train')}")
+    hp = dict(source.config()["hparams"])
+    has_val = dm.split_size("val") > 0
+    history: dict[str, list[float]] = {"train_loss": [], "val_pairwise_acc": [], "epoch_s": []}
+    best, best_epoch, best_state = -math.inf, -1, None
+    t0 = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = build_ranker(source.kind, hp)
+        module.load_state_dict(source.state_dict(), strict=True)
+        params = [p for p in module.parameters()]
+        anchor = [p.detach().clone() for p in params]
+        opt = torch.optim.Adam(params, lr=float(lr if lr is not None else hp["lr"]),
+                               weight_decay=0.0)
+        milestones = sorted({max(1, int(round(f * max_epochs))) for f in hp["lr_milestones"]})
+        sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=milestones,
+                                                     gamma=float(hp["lr_gamma"]))
+        loader = dm.train_dataloader()  # its generator reshuffles every epoch
+        since_best = 0
+        for epoch in range(max_epochs):
+            e0 = time.perf_counter()
+            module.train()
+            total, count = 0.0, 0
+            for batch in loader:
+                opt.zero_grad()
+                scores = module(batch)
+                loss = losses.combined_loss(
+                    scores, batch["runtime"], domain_ids=batch["domain_id"],
+                    margin=float(hp["margin"]), listwise_weight=float(hp["listwise_weight"]),
+                    temperature=float(hp["temperature"]))
+                penalty = sum(((p - a) ** 2).sum() for p, a in zip(params, anchor))
+                (loss + l2sp * penalty).backward()
+                if gradient_clip_val > 0:
+                    torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+                opt.step()
+                total += float(loss.detach()) * scores.numel()
+                count += scores.numel()
+            sched.step()
+            history["train_loss"].append(total / max(count, 1))
+            acc = _val_accuracy(module, dm, metrics) if has_val else math.nan
+            history["val_pairwise_acc"].append(acc)
+            history["epoch_s"].append(time.perf_counter() - e0)
+            if math.isfinite(acc) and acc > best:
+                best, best_epoch, since_best = acc, epoch, 0
+                best_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+            elif has_val:
+                since_best += 1
+                if patience is not None and since_best >= patience:
+                    break
+    if best_state is not None:
+        module.load_state_dict(best_state)
+    module.eval()
+    sim = Simulator.from_module(module, source.costmodel_config)
+    return sim, {"epochs": len(history["train_loss"]), "best_epoch": best_epoch,
+                 "best_val_pairwise_acc": best if best_state is not None else math.nan,
+                 "fit_s": time.perf_counter() - t0, "history": history}
+
+
+def _val_accuracy(module: Any, dm: ShotDataModule, metrics: Any) -> float:
+    """Mean per-domain pairwise accuracy of ``module`` on ``dm``'s validation split."""
+    import torch
+
+    module.eval()
+    outs: list[tuple[Any, Any, Any]] = []
+    with torch.inference_mode():
+        for batch in dm.val_dataloader():
+            outs.append((module(batch).double().numpy(), batch["runtime"].double().numpy(),
+                         batch["domain_id"].numpy()))
+    if not outs:
+        return math.nan
+    o, y, d = (np.concatenate(t) for t in zip(*outs))
+    return float(metrics.per_domain(metrics.pairwise_accuracy, o, y, d))

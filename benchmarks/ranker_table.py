@@ -1,0 +1,71 @@
+"""AutoSync's Table-1 analogue on the measured dataset: in-domain ranking quality per ranker.
+
+For every domain with enough ok trials, each ranker kind is trained on the domain's 70 % split and
+evaluated on its 15 % test split (per-domain seeded splits), over several seeds; the table prints
+pairwise accuracy (mean ± std over seeds) and top-1 score (best true runtime / true runtime of
+the predicted best). The analytical cost model needs no training and is evaluated on the same
+test split.
+
+    python benchmarks/ranker_table.py [--seeds 3] [--epochs 60] [--min-trials 40] [--kinds analytical,linear,rnn,gat,transformer]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=60)
+    ap.add_argument("--min-trials", type=int, default=40)
+    ap.add_argument("--kinds", default="analytical,linear,rnn,gat,transformer")
+    ap.add_argument("--stores", default=None, help="trial stores (default: the shipped datasets/)")
+    ap.add_argument("--domains", default=None, help="comma-separated subset")
+    args = ap.parse_args()
+
+    import torch
+
+    from autosync_transfer.dataset.loader import load_trials
+    from autosync_transfer.rankers.simulator import train_simulator
+
+    torch.set_num_threads(1)
+    df = load_trials(args.stores)
+    df = df[(df["status"] == "ok") & (df["strategy_kind"] != "torch_ddp")]
+    counts = df.groupby("domain")["strategy_id"].nunique()
+    domains = [d for d, n in counts.items() if n >= args.min_trials]
+    if args.domains:
+        domains = [d for d in domains if d in args.domains.split(",")]
+    if not domains:
+        print(f"no domain has {args.min_trials} measured strategies yet", file=sys.stderr)
+        return 1
+    kinds = args.kinds.split(",")
+    print(f"{'domain':14s} {'n':>4s} " + " ".join(f"{k:>22s}" for k in kinds))
+    best_learned = []
+    for d in domains:
+        sub = df[df["domain"] == d]
+        cells = []
+        accs: dict[str, float] = {}
+        for kind in kinds:
+            pa, t1 = [], []
+            for seed in range(args.seeds):
+                _, m = train_simulator(kind, sub, seed=seed, max_epochs=args.epochs)
+                pa.append(m["test_pairwise_accuracy"])
+                t1.append(m["test_top1"])
+            sd = statistics.pstdev(pa) if len(pa) > 1 else 0.0
+            accs[kind] = statistics.mean(pa)
+            cells.append(f"{statistics.mean(pa):.3f}±{sd:.3f} t1 {statistics.mean(t1):.2f}")
+        learned = {k: v for k, v in accs.items() if k != "analytical"}
+        if learned:
+            best_learned.append(max(learned.values()))
+        print(f"{d:14s} {counts[d]:4d} " + " ".join(f"{c:>22s}" for c in cells), flush=True)
+    if best_learned:
+        print(f"\nmedian over domains of the best learned ranker's pairwise accuracy: "
+              f"{statistics.median(best_learned):.3f} (goal >= 0.92)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
