@@ -3,7 +3,8 @@
 An :class:`Adapter` is configured in its constructor (which only stores) and does its work in
 :meth:`Adapter.fit`: given the source simulator and N target shots it returns an
 :class:`Adapted` (the target simulator and how it was trained). Adapters are stateless between
-calls, so one instance serves every seed and N of a learning curve.
+calls (beyond memoizing work that depends only on their configuration, the target and the seed,
+such as multi-source pretraining), so one instance serves every seed and N of a learning curve.
 """
 
 from __future__ import annotations

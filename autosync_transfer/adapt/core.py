@@ -40,6 +40,7 @@ __all__ = [
     "learning_curve",
     "make_adapter",
     "resolve_method",
+    "jsonable",
 ]
 
 #: ``method`` values of :func:`adapt` ("auto": finetune with shots, else zero-shot)
@@ -61,7 +62,8 @@ def resolve_method(method: str, shots: int) -> str:
 
 def make_adapter(method: str, *, training: ShotTraining | None = None,
                  pretrain_trials: pandas.DataFrame | None = None) -> Adapter:
-    """The adapter of a resolved method name (``multi-source`` needs ``pretrain_trials``)."""
+    """The adapter of a resolved method name (``multi-source`` needs ``pretrain_trials``; its
+    pretraining epochs are capped by ``training.max_epochs`` when ``training`` is given)."""
     if method == "zero-shot":
         return ZeroShot()
     if method == "finetune":
@@ -72,7 +74,8 @@ def make_adapter(method: str, *, training: ShotTraining | None = None,
         if pretrain_trials is None:
             raise ConfigError("multi-source needs the trials of the other domains "
                               "(pretrain_trials)")
-        return MultiSource(pretrain_trials, training=training)
+        epochs = {"pretrain_epochs": training.max_epochs} if training is not None else {}
+        return MultiSource(pretrain_trials, training=training, **epochs)
     raise ConfigError(f"unknown method {method!r} (known: {', '.join(METHODS[1:])})")
 
 
@@ -129,12 +132,13 @@ class AdaptResult:
         return [{"row": r, "trials": trials[r], **self.metrics[r]} for r in ROWS]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "target": self.target, "method": self.method,
+        """Plain JSON data (``nan`` as None)."""
+        return jsonable({"source": self.source, "target": self.target, "method": self.method,
                 "shots": self.shots, "seed": self.seed, "metrics": self.metrics,
                 "rows": self.rows(), "shot_ids": list(self.shot_ids),
                 "holdout_ids": list(self.holdout_ids), "split_seed": self.split_seed,
                 "test_split": self.test_split, "dataset_fingerprint": self.dataset_fingerprint,
-                "details": self.details}
+                "details": self.details})
 
 
 def adapt(
@@ -178,6 +182,8 @@ def adapt(
         resolved = resolve_method(method, n)
         adapter = make_adapter(resolved, training=training, pretrain_trials=pretrain_trials)
     resolved = _method_of(adapter)
+    if resolved == "zero-shot" and n > 0:
+        raise ConfigError(f"zero-shot uses no target trials, got {n}")
     if source_sim is not None or adapter.uses_source:
         check_source(source_sim, resolved)
     control = control or FromScratch(training=training)
@@ -198,6 +204,20 @@ def adapt(
         dataset_fingerprint=split.data.fingerprint,
         details={"adapted": fitted.details, "from-scratch": scratch.details},
     )
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with tuples as lists, numpy scalars as Python numbers and non-finite floats as
+    None (strict JSON has no NaN)."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 # -- learning curve ------------------------------------------------------------------------------
@@ -243,12 +263,13 @@ class LearningCurve:
         return rows
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "method": self.method, "shots": list(self.shots),
+        """Plain JSON data (``nan`` as None)."""
+        return jsonable({"target": self.target, "method": self.method, "shots": list(self.shots),
                 "seeds": list(self.seeds), "skipped": list(self.skipped),
                 "available": self.available, "zero_shot": self.zero_shot,
                 "test_split": self.test_split,
                 "table": {m: self.table(m) for m in ("pairwise_accuracy", "top1")},
-                "points": list(self.points)}
+                "points": list(self.points)})
 
 
 def learning_curve(

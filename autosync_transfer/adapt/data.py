@@ -22,7 +22,7 @@ import hashlib
 import json
 import math
 import zlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 

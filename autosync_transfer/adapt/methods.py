@@ -162,6 +162,13 @@ class MultiSource(Adapter):
         self.pretrain_epochs = pretrain_epochs
         self.patience = patience
         self.finetune = finetune or FineTune("full", training=training)
+        # (target, seed, kind) -> pretrained simulator and its training output: a learning
+        # curve fine-tunes the same pretrained simulator for every N
+        self._pretrained: dict[tuple[str, int, str], tuple[Simulator, dict[str, Any]]] = {}
+
+    def __repr__(self) -> str:
+        return (f"MultiSource({len(self.pretrain_trials)} pretrain trials, kind={self.kind!r}, "
+                f"pretrain_epochs={self.pretrain_epochs}, finetune={self.finetune!r})")
 
     def pretrain_domains(self, target: str) -> list[Any]:
         """The catalog domains of ``pretrain_trials`` other than ``target`` whose trials were
@@ -198,13 +205,17 @@ class MultiSource(Adapter):
                               f"{target!r} to pretrain on, found none")
         kind = self.kind or _learned_kind(source)
         names = [d.name for d in domains]
-        df = self.pretrain_trials
-        df = df[df["domain"].isin(names)].reset_index(drop=True)
-        cm = source.costmodel_config if source is not None else None
-        dm = TrialDataModule(df, split_seed=seed, seed=seed, domains={d.name: d for d in domains},
-                             costmodel_config=cm)
-        pretrained, out = train_simulator(kind, dm, hparams=self.hparams, seed=seed,
-                                          max_epochs=self.pretrain_epochs, patience=self.patience)
+        key = (target, int(seed), kind)
+        if key not in self._pretrained:
+            df = self.pretrain_trials
+            df = df[df["domain"].isin(names)].reset_index(drop=True)
+            cm = source.costmodel_config if source is not None else None
+            dm = TrialDataModule(df, split_seed=seed, seed=seed,
+                                 domains={d.name: d for d in domains}, costmodel_config=cm)
+            self._pretrained[key] = train_simulator(
+                kind, dm, hparams=self.hparams, seed=seed, max_epochs=self.pretrain_epochs,
+                patience=self.patience)
+        pretrained, out = self._pretrained[key]
         adapted = self.finetune.fit(pretrained, shots, seed=seed)
         details = {"pretrain_domains": names, "pretrain_epochs": int(out["epochs"]),
                    "pretrain_test_pairwise_acc": out.get("test_pairwise_accuracy"),

@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from autosync_transfer.cli import clusters, datasets, domains, measure, simulators, strategies
+from autosync_transfer.cli import adapt, clusters, datasets, domains, measure, simulators, strategies
 
 __all__ = ["app", "main"]
 
@@ -31,6 +31,7 @@ app.command("train")(simulators.train)
 app.command("evaluate")(simulators.evaluate)
 app.command("ui")(simulators.ui)
 app.add_typer(simulators.registry_app, name="registry")
+app.command("adapt")(adapt.adapt)
 
 
 def main(argv: list[str] | None = None) -> None:

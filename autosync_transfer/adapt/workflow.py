@@ -1,0 +1,361 @@
+"""The ``autosync-transfer adapt`` workflow: source champion -> adapt -> evaluate -> register.
+
+:func:`adapt_and_register` loads the source domain's ``champion`` from the registry (training and
+registering one first when the source has none but has trials), optionally measures N new target
+trials on the emulated target cluster (:func:`collect_target`), adapts and evaluates on the
+target's held-out strategies (:func:`~autosync_transfer.adapt.core.adapt`), registers the result
+as a new version of ``autosync-<target>`` with lineage tags, and promotes it to ``champion`` only
+if it beats the current champion on the same held-out strategies. With ``curve`` it also runs
+the learning curve and logs its plot with the new version.
+
+Every check a user can fail (unknown domains or method, no source simulator and no source data,
+too many shots, an incompatible feature schema, ``collect`` without root or emulation) runs
+before anything is trained or registered.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autosync_transfer.adapt.core import (
+    CURVE_SHOTS,
+    AdaptResult,
+    LearningCurve,
+    adapt,
+    jsonable,
+    learning_curve,
+    resolve_method,
+)
+from autosync_transfer.adapt.data import DEFAULT_HOLDOUT_FRACTION, split_target
+from autosync_transfer.adapt.training import ShotTraining
+from autosync_transfer.errors import ConfigError, UnknownNameError
+
+if TYPE_CHECKING:
+    import pandas
+
+    from autosync_transfer.domains.domain import Domain
+    from autosync_transfer.registry.models import ModelVersionInfo
+    from autosync_transfer.rankers.simulator import Simulator
+
+__all__ = ["DEFAULT_SHOTS", "AdaptReport", "adapt_and_register", "check_collect",
+           "collect_store_path", "collect_target"]
+
+#: target trials used when the number is not given (fewer when fewer are available)
+DEFAULT_SHOTS = 20
+_METRIC = "pairwise_acc"
+
+
+@dataclass(frozen=True)
+class AdaptReport:
+    """What :func:`adapt_and_register` did: the evaluation, the source version it started from
+    (``source_trained``: trained and registered by this call), the registered target version,
+    whether it was promoted, the target's champion afterwards, the learning curve (or None) and
+    the store."""
+
+    result: AdaptResult
+    source_model: str
+    source_version: str
+    source_trained: bool
+    version: ModelVersionInfo
+    promoted: bool
+    champion: str | None
+    curve: LearningCurve | None
+    collected: tuple[str, ...]
+    tracking_uri: str
+    experiment: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data (``nan`` as None)."""
+        return jsonable({"source_model": self.source_model, "source_version": self.source_version,
+                "source_trained": self.source_trained, "registered_model": self.version.name,
+                "version": self.version.version, "run_id": self.version.run_id,
+                "promoted": self.promoted, "champion": self.champion,
+                "collected": list(self.collected), "tracking_uri": self.tracking_uri,
+                "experiment": self.experiment, "result": self.result.to_dict(),
+                "curve": self.curve.to_dict() if self.curve is not None else None})
+
+
+# -- collection ----------------------------------------------------------------------------------
+
+
+def check_collect(launcher: str = "emulated") -> None:
+    """A :class:`ConfigError` unless trials can be measured here with ``launcher``: the emulated
+    launcher needs root and working network namespaces with ``tc``."""
+    if launcher not in ("emulated", "local"):
+        raise ConfigError(f"launcher must be 'emulated' or 'local', got {launcher!r}")
+    if launcher != "emulated":
+        return
+    geteuid = getattr(os, "geteuid", None)
+    if geteuid is None or geteuid() != 0:
+        raise ConfigError("--collect measures trials on an emulated cluster, which needs root "
+                          "(network namespaces and tc); run as root, or measure with "
+                          "`autosync-transfer collect` where that works")
+    from autosync_transfer.runtime.emulation import available
+
+    ok, reason = available()
+    if not ok:
+        raise ConfigError(f"--collect: the emulated launcher is unavailable here: {reason}")
+
+
+def collect_store_path(trials: str | Path | None, domain: str) -> Path:
+    """Where ``collect`` appends the target's trials: ``trials`` itself when it is a JSON Lines
+    store, ``<folder>/trials/<domain>.jsonl`` for a datasets folder (the default one when
+    ``trials`` is None)."""
+    from autosync_transfer.dataset.loader import default_datasets_dir
+
+    if trials is None:
+        return default_datasets_dir() / "trials" / f"{domain}.jsonl"
+    path = Path(trials)
+    if path.is_dir():
+        sub = path / "trials"
+        return (sub if sub.is_dir() else path) / f"{domain}.jsonl"
+    if path.suffix != ".jsonl":
+        raise ConfigError(f"--collect appends to a JSON Lines trial store; {str(path)!r} is "
+                          f"not one (pass a .jsonl store or a datasets folder)")
+    return path
+
+
+def collect_target(domain: Domain, store_path: str | Path, n: int, *, seed: int = 0,
+                   launcher: str = "emulated") -> tuple[str, ...]:
+    """Measure ``n`` more trials of ``domain`` on its (emulated) cluster with
+    :func:`~autosync_transfer.dataset.collect.collect`, appending them to ``store_path``;
+    returns the ids of the newly measured strategies that ran ok (torch's own DDP, which has
+    no strategy, and failed trials are not returned)."""
+    from autosync_transfer.dataset.collect import collect
+    from autosync_transfer.dataset.store import TrialStore
+
+    if n < 1:
+        raise ConfigError(f"--collect needs --shots >= 1, got {n}")
+    path = Path(store_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    store = TrialStore(path)
+    before = store.ids()  # a store that does not exist yet is empty
+    done = sum(1 for r in store.records() if r.domain == domain.name and not r.reference)
+    collect(domain, path, trials=done + n, launcher=launcher, seed=seed,
+            log_dir=path.parent / "logs" / domain.name)
+    new = {r.strategy_id for r in store.records()
+           if r.id not in before and r.domain == domain.name and not r.reference
+           and r.status == "ok" and r.strategy is not None and r.strategy_id}
+    return tuple(sorted(new))
+
+
+# -- the workflow --------------------------------------------------------------------------------
+
+
+def _source_champion(name: str) -> str | None:
+    from autosync_transfer.registry import models
+
+    try:
+        return models.champion(name)
+    except UnknownNameError:
+        return None
+
+
+def _ok_trials(df: pandas.DataFrame, domain: str) -> pandas.DataFrame:
+    sub = df[df["domain"] == domain] if len(df) else df
+    if "status" in sub.columns:
+        sub = sub[sub["status"] == "ok"]
+    return sub.reset_index(drop=True)
+
+
+def _where(trials: str | Path | None) -> str:
+    from autosync_transfer.dataset.loader import default_datasets_dir
+
+    return str(trials) if trials is not None else str(default_datasets_dir())
+
+
+def _finite(d: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in d.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def adapt_and_register(
+    source: str,
+    target: str,
+    *,
+    trials: str | Path | None = None,
+    method: str = "auto",
+    shots: int | None = None,
+    seed: int = 0,
+    split_seed: int = 0,
+    holdout_fraction: float = DEFAULT_HOLDOUT_FRACTION,
+    collect: bool = False,
+    launcher: str = "emulated",
+    curve: bool = False,
+    curve_shots: Iterable[int] = CURVE_SHOTS,
+    curve_seeds: int = 3,
+    max_epochs: int | None = None,
+    source_ranker: str = "rnn",
+    on_status: Callable[[str], None] | None = None,
+) -> AdaptReport:
+    """Adapt the ``source`` domain's champion to ``target`` and register the result.
+
+    ``trials``: a trial store, parquet file or folder (default: the shipped datasets);
+    ``shots``: target trials to adapt on (default :data:`DEFAULT_SHOTS`, or all available when
+    fewer; none for zero-shot); ``collect``: measure them first on the emulated target cluster and append them to
+    the target's store (they become the shots); ``max_epochs``: cap on the training epochs of
+    the source (when it has to be trained) and of the adaptation; ``source_ranker``: the ranker
+    kind trained when the source has no champion; ``curve``: also run
+    :func:`~autosync_transfer.adapt.core.learning_curve` over ``curve_shots`` x ``curve_seeds``
+    and log its plot with the new version. ``on_status`` receives short progress lines.
+    """
+    from autosync_transfer.dataset.loader import load_trials
+    from autosync_transfer.domains.catalog import get_domain
+    from autosync_transfer.registry import models, store
+
+    say = on_status or (lambda _line: None)
+    src_dom, tgt_dom = get_domain(source), get_domain(target)
+    if src_dom.name == tgt_dom.name:
+        raise ConfigError(f"--source and --target are the same domain ({source!r})")
+    if shots is not None and shots < 0:
+        raise ConfigError(f"--shots must be >= 0, got {shots}")
+    resolve_method(method, 1)  # the name, before anything runs
+    if curve_seeds < 1:
+        raise ConfigError(f"the learning curve needs at least 1 seed, got {curve_seeds}")
+    if max_epochs is not None and max_epochs < 1:
+        raise ConfigError(f"--epochs must be >= 1, got {max_epochs}")
+    store_path: Path | None = None
+    if collect:
+        if method == "zero-shot" or shots == 0:
+            raise ConfigError("--collect measures the target trials to adapt on; zero-shot "
+                              "and --shots 0 use none")
+        check_collect(launcher)
+        store_path = collect_store_path(trials, tgt_dom.name)
+    training = ShotTraining(max_epochs=max_epochs) if max_epochs is not None else None
+
+    say("reading trials")
+    df = load_trials(trials)
+    src_name, tgt_name = models.registered_name(src_dom.name), models.registered_name(tgt_dom.name)
+    src_version = _source_champion(src_name)
+    source_sim: Simulator | None = None
+    src_df = _ok_trials(df, src_dom.name)
+    if src_version is not None:
+        say(f"loading {src_name}@champion (version {src_version})")
+        source_sim = models.load_simulator(src_name, src_version)  # schema checked here
+    elif not len(src_df):
+        raise ConfigError(
+            f"no simulator of the source {src_dom.name!r}: {src_name} has no champion in the "
+            f"registry and {_where(trials)} has no trials of {src_dom.name!r} to train one "
+            f"(train one with `autosync-transfer train {src_dom.name}` or measure it with "
+            f"`autosync-transfer collect {src_dom.name}`)")
+
+    collected: tuple[str, ...] = ()
+    if store_path is not None:
+        n_collect = shots if shots is not None else DEFAULT_SHOTS
+        say(f"measuring {n_collect} trials of {tgt_dom.name} ({launcher})")
+        collected = collect_target(tgt_dom, store_path, n_collect, seed=seed, launcher=launcher)
+        df = load_trials(trials)
+
+    tgt_df = _ok_trials(df, tgt_dom.name)
+    if not len(tgt_df):
+        raise UnknownNameError(
+            f"no ok trials of the target {tgt_dom.name!r} in {_where(trials)}: adaptation is "
+            f"evaluated on held-out target trials (measure some with `autosync-transfer collect "
+            f"{tgt_dom.name}`, or pass --collect)")
+    split = split_target(tgt_dom, tgt_df, split_seed=split_seed,
+                         holdout_fraction=holdout_fraction, reserved=collected)
+    if collect:
+        n = len(collected)
+        shot_ids: tuple[str, ...] | None = collected
+    else:
+        default = 0 if method == "zero-shot" else min(DEFAULT_SHOTS, split.available)
+        n = shots if shots is not None else default
+        split.check_shots(n)
+        shot_ids = None
+    resolved = resolve_method(method, n)
+    if resolved == "zero-shot" and n > 0:
+        raise ConfigError(f"zero-shot uses no target trials, got {n} (drop --shots, or use "
+                          f"--method finetune)")
+    if n == 1 and resolved != "zero-shot":
+        raise ConfigError(f"{resolved} needs at least 2 target trials, got --shots 1 "
+                          f"(use --shots 0 for zero-shot)")
+    if resolved == "multi-source":
+        from autosync_transfer.adapt.methods import MultiSource
+
+        if not MultiSource(df).pretrain_domains(tgt_dom.name):
+            raise ConfigError(f"multi-source needs trials of at least one domain other than "
+                              f"{tgt_dom.name!r} to pretrain on; {_where(trials)} has none")
+    if source_sim is not None and resolved in ("finetune", "finetune-head") \
+            and source_sim.kind == "analytical":
+        raise ConfigError(f"{src_name} version {src_version} is the analytical cost model (no "
+                          f"weights to fine-tune); use --method zero-shot or multi-source")
+
+    source_trained = False
+    if source_sim is None:
+        say(f"training a {source_ranker} simulator of {src_dom.name} (no champion yet)")
+        report = models.train_and_register(source_ranker, src_dom, src_df, seeds=(seed,),
+                                           max_epochs=max_epochs, trials_source=_where(trials))
+        src_version = report.champion or report.best.version.version
+        source_sim = models.load_simulator(src_name, src_version)
+        source_trained = True
+    assert src_version is not None
+
+    say(f"adapting {src_dom.name} -> {tgt_dom.name}: {resolved}, {n} target trials")
+    result = adapt(source_sim, tgt_dom, split, method=resolved, shots=n, seed=seed,
+                   shot_ids=shot_ids, pretrain_trials=df, training=training,
+                   source_name=f"{src_name}/{src_version}")
+
+    lc: LearningCurve | None = None
+    with tempfile.TemporaryDirectory(prefix="autosync-adapt-") as tmp:
+        plots: list[Path] = []
+        holdout = split.holdout()
+        if len(holdout):
+            from autosync_transfer.registry import plots as registry_plots
+
+            plots.append(registry_plots.rank_scatter(
+                result.simulator.score(list(holdout.strategies), tgt_dom),
+                list(holdout.runtimes_s), Path(tmp) / "rank_scatter_heldout.png",
+                title=f"{resolved} {src_dom.name} -> {tgt_dom.name}, {n} trials: held-out"))
+        if curve:
+            from autosync_transfer.adapt.plots import learning_curve_plot
+
+            curve_method = resolved if resolved not in ("zero-shot",) else "finetune"
+            say(f"learning curve ({curve_method}, {curve_seeds} seeds)")
+            lc = learning_curve(source_sim, tgt_dom, split, curve_shots, curve_seeds,
+                                method=curve_method, pretrain_trials=df, training=training)
+            plots.append(learning_curve_plot(
+                lc, Path(tmp) / "learning_curve.png",
+                title=f"{src_dom.name} -> {tgt_dom.name}: held-out pairwise accuracy"))
+        metrics: dict[str, Any] = {
+            f"test_{k}": v for k, v in _finite(result.metrics["adapted"]).items()}
+        metrics["zero_shot"] = _finite(result.metrics["zero-shot"])
+        metrics["from_scratch"] = _finite(result.metrics["from-scratch"])
+        if lc is not None:
+            metrics["curve"] = {
+                f"{key}_n{r['shots']}": r[f"{key}_mean"] for r in lc.table()
+                for key in ("adapted", "scratch") if math.isfinite(r[f"{key}_mean"])}
+        shot_set = set(result.shot_ids)
+        trial_count = int(tgt_df["strategy_id"].isin(shot_set).sum()) if shot_set else 0
+        details = result.details.get("adapted", {})
+        tags = {"trial_count": trial_count, "strategies": n, "test_split": result.test_split,
+                "split_seed": result.split_seed, "seed": seed,
+                "holdout_strategies": len(result.holdout_ids), "trials_source": _where(trials),
+                "epochs": details.get("epochs", ""), "selection": details.get("selection", ""),
+                "collected": len(collected)}
+        if details.get("pretrain_domains"):
+            tags["pretrain_domains"] = ",".join(details["pretrain_domains"])
+        lineage = {"source_model": src_name, "source_version": src_version, "method": resolved,
+                   "shots": n, "dataset_fingerprint": result.dataset_fingerprint}
+        say(f"registering a version of {tgt_name}")
+        info = models.log_simulator(
+            result.simulator, domain=tgt_dom, metrics=metrics, tags=tags, lineage=lineage,
+            plots=plots, run_name=f"adapt-{src_dom.name}-to-{tgt_dom.name}-{resolved}-{n}-"
+                                  f"seed{seed}")
+
+    promoted = False
+    if _METRIC in info.metrics and math.isfinite(info.metrics[_METRIC]):
+        def rescore(champion_sim: Simulator) -> float:
+            from autosync_transfer.adapt.data import evaluate_on
+
+            return evaluate_on(champion_sim, holdout)["pairwise_accuracy"]
+
+        promoted = models.promote_if_better(tgt_name, info.version, _METRIC, rescore=rescore)
+    return AdaptReport(result=result, source_model=src_name, source_version=str(src_version),
+                       source_trained=source_trained, version=info, promoted=promoted,
+                       champion=models.champion(tgt_name), curve=lc, collected=collected,
+                       tracking_uri=store.tracking_uri(), experiment=store.EXPERIMENT_NAME)

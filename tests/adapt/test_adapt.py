@@ -1,0 +1,306 @@
+"""Adaptation routines, the held-out split, ``adapt`` and ``learning_curve``.
+
+Test double: the trial data here are synthetic. Runtimes are the analytical cost model's estimate
+plus a fixed compute time and seeded noise (no measurement), on the small catalog domains ncf-A
+(source) and ncf-B (target). Training runs a few epochs of small rankers on one thread.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from autosync_transfer.errors import ConfigError  # noqa: E402
+
+SOURCE, TARGET = "ncf-A", "ncf-B"
+N_STRATEGIES = 40
+
+
+def synthetic_trials(domain: Any, n: int = N_STRATEGIES, seed: int = 0) -> Any:
+    """Test double for measured trials: cost-model runtimes (see the module docstring)."""
+    import pandas as pd
+
+    from autosync_transfer.dataset.store import TrialRecord
+    from autosync_transfer.rankers.costmodel import AnalyticalRanker
+    from autosync_transfer.strategies.sampler import StrategySampler
+
+    strats = StrategySampler(domain, seed=seed).sample_n(n)
+    est = AnalyticalRanker().score(strats, domain)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i, (s, e) in enumerate(zip(strats, est)):
+        t = float(0.05 + e * (1 + 0.05 * rng.standard_normal()))
+        rows.append(TrialRecord(
+            id=f"{domain.name}/synthetic/{i}", domain=domain.name, model=domain.model.name,
+            cluster=domain.cluster.name, model_fingerprint=domain.model.fingerprint,
+            cluster_fingerprint=domain.cluster.fingerprint, strategy_id=s.id,
+            strategy_kind=s.kind, strategy=s.model_dump(mode="json"), status="ok",
+            iteration_times_s=[t] * 3, median_s=t, protocol={"warmup": 0, "iters": 3},
+            launcher="synthetic", timestamp="2024-05-01T12:00:00+00:00", wall_s=0.0,
+            machine={}, estimated_sync_s=float(e)).to_row())
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Any:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def domains() -> tuple[Any, Any]:
+    from autosync_transfer.domains.catalog import get_domain
+
+    return get_domain(SOURCE), get_domain(TARGET)
+
+
+@pytest.fixture(scope="module")
+def source_df(domains: Any) -> Any:
+    return synthetic_trials(domains[0], seed=0)
+
+
+@pytest.fixture(scope="module")
+def target_df(domains: Any) -> Any:
+    return synthetic_trials(domains[1], seed=1)
+
+
+@pytest.fixture(scope="module")
+def source_sim(source_df: Any) -> Any:
+    """A linear simulator of ncf-A (a few epochs)."""
+    from autosync_transfer.rankers.simulator import train_simulator
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        sim, _ = train_simulator("linear", source_df, seed=0, max_epochs=5, patience=None,
+                                 batch_size=16)
+    finally:
+        torch.set_num_threads(threads)
+    return sim
+
+
+@pytest.fixture(scope="module")
+def split(domains: Any, target_df: Any) -> Any:
+    from autosync_transfer.adapt import split_target
+
+    return split_target(domains[1], target_df)
+
+
+def small() -> Any:
+    from autosync_transfer.adapt import ShotTraining
+
+    return ShotTraining(max_epochs=3, patience=2, few_epochs=2)
+
+
+def tiny_rnn_source() -> Any:
+    """An untrained small RNN simulator (weights from seed 0): enough to test what moves."""
+    from autosync_transfer.rankers.modules import build_ranker
+    from autosync_transfer.rankers.simulator import Simulator
+
+    hp = {"row_hidden": 8, "row_out": 4, "lstm_hidden": 4, "lstm_layers": 1, "head_hidden": 4}
+    return Simulator.from_module(build_ranker("rnn", hp, seed=0))
+
+
+# -- the held-out split ---------------------------------------------------------------------------
+
+
+def test_holdout_is_the_registry_test_split_and_disjoint_from_the_pool(
+        split: Any, domains: Any, target_df: Any) -> None:
+    from autosync_transfer.rankers.datamodule import TrialDataModule
+
+    dm = TrialDataModule(target_df, split_seed=0)  # train_and_register's 70/15/15 split
+    dm.setup()
+    assert sorted(split.holdout_ids) == dm.splits()["test"][TARGET]
+    assert not set(split.holdout_ids) & set(split.pool_ids)
+    assert len(split.holdout_ids) + len(split.pool_ids) == N_STRATEGIES
+    assert split.available == N_STRATEGIES - len(split.holdout_ids)
+    assert len(split.test_split) == 16
+
+
+def test_shots_are_seeded_nested_and_never_held_out(split: Any) -> None:
+    five, ten = split.shots(5, seed=3), split.shots(10, seed=3)
+    assert set(five.strategy_ids) <= set(ten.strategy_ids)
+    assert split.shots(5, seed=3).strategy_ids == five.strategy_ids
+    assert split.shots(5, seed=4).strategy_ids != five.strategy_ids
+    assert not set(ten.strategy_ids) & set(split.holdout_ids)
+    with pytest.raises(ConfigError, match=r"--shots 500 is more than the \d+ target trials"):
+        split.shots(500, seed=0)
+    with pytest.raises(ConfigError, match="held out for evaluation"):
+        split.chosen([split.holdout_ids[0]])
+
+
+def test_reserved_strategies_are_never_held_out(domains: Any, target_df: Any) -> None:
+    from autosync_transfer.adapt import split_target
+
+    base = split_target(domains[1], target_df)
+    reserved = base.holdout_ids[:2]
+    again = split_target(domains[1], target_df, reserved=reserved)
+    assert not set(reserved) & set(again.holdout_ids)
+    assert again.chosen(reserved).strategy_ids == tuple(sorted(reserved))
+
+
+def test_too_few_target_strategies_for_a_holdout(domains: Any, target_df: Any) -> None:
+    from autosync_transfer.adapt import split_target
+
+    few = target_df[target_df["strategy_id"].isin(sorted(set(target_df["strategy_id"]))[:5])]
+    with pytest.raises(ConfigError, match="at least 2 held-out strategies"):
+        split_target(domains[1], few)
+
+
+# -- adapt ----------------------------------------------------------------------------------------
+
+
+def test_zero_shot_scores_the_target_with_the_source_as_is(source_sim: Any, split: Any,
+                                                          domains: Any) -> None:
+    from autosync_transfer.adapt import adapt, evaluate_on
+
+    res = adapt(source_sim, domains[1], split, method="auto", shots=0)
+    assert res.method == "zero-shot" and res.shots == 0 and res.simulator is source_sim
+    expected = evaluate_on(source_sim, split.holdout())
+    assert res.metrics["zero-shot"] == expected == res.metrics["adapted"]
+    assert 0.0 <= expected["pairwise_accuracy"] <= 1.0
+    assert 0.0 < expected["top1"] <= 1.0
+    assert all(math.isnan(v) for v in res.metrics["from-scratch"].values())
+    assert [r["row"] for r in res.rows()] == ["zero-shot", "adapted", "from-scratch"]
+    assert res.holdout_ids == split.holdout_ids and res.test_split == split.test_split
+
+
+def test_auto_finetunes_with_shots_and_compares_with_from_scratch(
+        source_sim: Any, split: Any, domains: Any) -> None:
+    from autosync_transfer.adapt import adapt
+
+    res = adapt(source_sim, domains[1], split, method="auto", shots=6, seed=1, training=small())
+    assert res.method == "finetune" and res.shots == 6
+    assert res.simulator is not source_sim and res.simulator.kind == "linear"
+    assert not set(res.shot_ids) & set(res.holdout_ids)
+    for row in ("zero-shot", "adapted", "from-scratch"):
+        assert 0.0 <= res.metrics[row]["pairwise_accuracy"] <= 1.0
+    assert res.details["adapted"]["selection"] == "3-fold cross-validation"
+    assert res.details["from-scratch"]["kind"] == "linear"
+    again = adapt(source_sim, domains[1], split, method="finetune", shots=6, seed=1,
+                  training=small())
+    assert again.metrics == res.metrics and again.shot_ids == res.shot_ids
+
+
+@pytest.mark.parametrize("n,selection", [(3, "fixed epochs"), (8, "4-fold cross-validation"),
+                                         (20, "validation")])
+def test_epochs_are_chosen_on_the_shots(source_sim: Any, split: Any, n: int,
+                                        selection: str) -> None:
+    from autosync_transfer.adapt import FineTune
+
+    fitted = FineTune(training=small()).fit(source_sim, split.shots(n, seed=0), seed=0)
+    assert fitted.details["selection"].startswith(selection)
+    assert 1 <= fitted.details["epochs"] <= 3
+    if n >= 20:
+        assert fitted.details["val_strategies"] == 4
+
+
+def test_full_finetuning_is_pulled_toward_the_source_weights(split: Any) -> None:
+    from autosync_transfer.adapt.data import ShotDataModule
+    from autosync_transfer.adapt.training import finetune_full
+
+    src = tiny_rnn_source()
+    shots = split.shots(8, seed=0)
+
+    def distance(l2sp: float) -> float:
+        sim, out = finetune_full(src, ShotDataModule(shots), max_epochs=4, patience=None,
+                                 seed=0, l2sp=l2sp, lr=0.05)
+        assert out["epochs"] == 4 and len(out["history"]["train_loss"]) == 4
+        a, b = src.state_dict(), sim.state_dict()
+        return float(sum(((a[k] - b[k]) ** 2).sum() for k in a))
+
+    free, held = distance(0.0), distance(50.0)
+    assert free > 0 and held < free
+    assert distance(0.0) == free  # seeded: the same weights
+
+
+def test_head_finetuning_moves_only_the_head(split: Any) -> None:
+    from autosync_transfer.adapt import FineTune
+
+    src = tiny_rnn_source()
+    fitted = FineTune("head", training=small()).fit(src, split.shots(4, seed=0), seed=0)
+    assert fitted.method == "finetune-head"
+    before, after = src.state_dict(), fitted.simulator.state_dict()
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved and all(k.startswith("head.") for k in moved)
+
+
+def test_multi_source_pretrains_on_the_other_domains(source_sim: Any, split: Any,
+                                                     domains: Any, source_df: Any,
+                                                     target_df: Any) -> None:
+    import pandas as pd
+
+    from autosync_transfer.adapt import adapt
+
+    both = pd.concat([source_df, target_df], ignore_index=True)
+    res = adapt(source_sim, domains[1], split, method="multi-source", shots=4, seed=0,
+                pretrain_trials=both, training=small())
+    assert res.method == "multi-source"
+    assert res.details["adapted"]["pretrain_domains"] == [SOURCE]
+    assert 0.0 <= res.metrics["adapted"]["pairwise_accuracy"] <= 1.0
+    with pytest.raises(ConfigError, match="at least one domain other than 'ncf-B'"):
+        adapt(source_sim, domains[1], split, method="multi-source", shots=4,
+              pretrain_trials=target_df, training=small())
+
+
+def test_from_scratch_needs_two_shots(split: Any) -> None:
+    from autosync_transfer.adapt import FromScratch
+
+    assert FromScratch("linear").fit(None, split.shots(1, seed=0)).simulator is None
+    fitted = FromScratch("linear", training=small()).fit(None, split.shots(2, seed=0))
+    assert fitted.simulator is not None and fitted.shots == 2
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"method": "transfer", "shots": 5}, "unknown method 'transfer'"),
+    ({"method": "finetune", "shots": 1}, "fine-tuning needs at least 2 target trials"),
+    ({"method": "finetune", "shots": 999}, "--shots 999 is more than"),
+])
+def test_bad_arguments(source_sim: Any, split: Any, domains: Any, kwargs: dict[str, Any],
+                       needle: str) -> None:
+    from autosync_transfer.adapt import adapt
+
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        adapt(source_sim, domains[1], split, training=small(), **kwargs)
+
+
+def test_incompatible_feature_schema_and_weightless_sources(split: Any, domains: Any) -> None:
+    from autosync_transfer.adapt import adapt
+    from autosync_transfer.rankers.simulator import Simulator
+
+    old = Simulator("analytical", {}, schema_version=0)
+    with pytest.raises(ConfigError, match="incompatible feature schema"):
+        adapt(old, domains[1], split, method="zero-shot")
+    with pytest.raises(ConfigError, match="analytical cost model"):
+        adapt(Simulator("analytical"), domains[1], split, method="finetune", shots=4)
+
+
+# -- learning curve -------------------------------------------------------------------------------
+
+
+def test_learning_curve_table_and_plot(source_sim: Any, split: Any, domains: Any,
+                                       tmp_path: Any) -> None:
+    from autosync_transfer.adapt import learning_curve, learning_curve_plot
+
+    curve = learning_curve(source_sim, domains[1], split, shots=(0, 4, 10, 500), seeds=2,
+                           training=small())
+    assert curve.shots == (0, 4, 10) and curve.skipped == (500,) and curve.seeds == (0, 1)
+    assert len(curve.points) == 6
+    rows = {r["shots"]: r for r in curve.table()}
+    zero = curve.zero_shot["pairwise_accuracy"]
+    assert rows[0]["adapted_mean"] == pytest.approx(zero) and rows[0]["adapted_std"] == 0.0
+    assert math.isnan(rows[0]["scratch_mean"])
+    for n in (4, 10):
+        assert 0.0 <= rows[n]["adapted_mean"] <= 1.0 and rows[n]["adapted_std"] >= 0.0
+        assert 0.0 <= rows[n]["scratch_mean"] <= 1.0 and rows[n]["seeds"] == 2
+    assert curve.to_dict()["table"]["top1"][0]["shots"] == 0
+    png = learning_curve_plot(curve, tmp_path / "curve.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

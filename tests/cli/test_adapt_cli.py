@@ -1,0 +1,257 @@
+"""``autosync-transfer adapt`` on a temporary MLflow store.
+
+Test double: the trials are synthetic. Runtimes are the analytical cost model's estimate plus a
+fixed compute time and seeded noise (no measurement), on the small catalog domains ncf-A (source)
+and ncf-B (target); ncf-C has no trials. Training is capped at a few epochs (``--epochs``) of the
+linear ranker. ``--collect`` is tested only up to its refusal: no cluster is emulated here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mlflow")
+torch = pytest.importorskip("torch")
+
+SOURCE, TARGET = "ncf-A", "ncf-B"
+FAST = ("--epochs", "2", "--ranker", "linear")
+
+
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sqlite MLflow database with its tables created (the migrations take seconds); every
+    test gets a fresh copy of it."""
+    from mlflow import MlflowClient
+
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    path = tmp_path_factory.mktemp("mlflow-template-adapt") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_store: Path) -> Path:
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("AUTOSYNC_REGISTRY_ARTIFACTS", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Any:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _write_store(path: Path, domain_name: str, n: int, seed: int) -> None:
+    from autosync_transfer.dataset.store import TrialRecord, TrialStore
+    from autosync_transfer.domains.catalog import get_domain
+    from autosync_transfer.rankers.costmodel import AnalyticalRanker
+    from autosync_transfer.strategies.sampler import StrategySampler
+
+    domain = get_domain(domain_name)
+    strats = StrategySampler(domain, seed=seed).sample_n(n)
+    est = AnalyticalRanker().score(strats, domain)
+    rng = np.random.default_rng(seed)
+    store = TrialStore(path)
+    for i, (s, e) in enumerate(zip(strats, est)):
+        t = float(0.05 + e * (1 + 0.05 * rng.standard_normal()))
+        store.append(TrialRecord(
+            id=f"{domain_name}/synthetic/{i}", domain=domain_name, model=domain.model.name,
+            cluster=domain.cluster.name, model_fingerprint=domain.model.fingerprint,
+            cluster_fingerprint=domain.cluster.fingerprint, strategy_id=s.id,
+            strategy_kind=s.kind, strategy=s.model_dump(mode="json"), status="ok",
+            iteration_times_s=[t] * 3, median_s=t, protocol={"warmup": 0, "iters": 3},
+            launcher="synthetic", timestamp="2024-05-01T12:00:00+00:00", wall_s=0.0,
+            machine={}, estimated_sync_s=float(e)))
+
+
+@pytest.fixture(scope="module")
+def trials_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """40 synthetic trials each of ncf-A and ncf-B (test double, see the module docstring)."""
+    folder = tmp_path_factory.mktemp("adapt-trials")
+    _write_store(folder / f"{SOURCE}.jsonl", SOURCE, 40, seed=0)
+    _write_store(folder / f"{TARGET}.jsonl", TARGET, 40, seed=1)
+    return folder
+
+
+def holdout(trials_dir: Path) -> Any:
+    from autosync_transfer.adapt import split_target
+    from autosync_transfer.dataset.loader import load_trials
+    from autosync_transfer.domains.catalog import get_domain
+
+    return split_target(get_domain(TARGET), load_trials(trials_dir, domain=TARGET))
+
+
+def assert_one_line_error(res: Any, needle: str) -> None:
+    assert res.code == 2, (res.code, res.out, res.err)
+    lines = [ln for ln in res.err.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.err
+    assert lines[0].startswith("error: "), lines[0]
+    assert "Traceback" not in res.err + res.out
+    assert needle in lines[0], (needle, lines[0])
+
+
+def registered(cli: Any) -> dict[str, int]:
+    res = cli("registry", "list", "--json")
+    assert res.code == 0, res.err
+    return {r["name"]: r["versions"] for r in json.loads(res.out)}
+
+
+def test_command_surface() -> None:
+    from typer.main import get_command
+
+    from autosync_transfer.cli import app
+
+    cmd = get_command(app).commands["adapt"]  # type: ignore[attr-defined]
+    opts = {o for p in cmd.params for o in p.opts}
+    assert {"--source", "--target", "--method", "--shots", "--collect", "--seed", "--curve",
+            "--trials", "--epochs", "--ranker", "--json"} <= opts
+
+
+def test_finetune_trains_the_source_registers_with_lineage_and_promotes(
+        cli: Any, registry: Path, trials_dir: Path) -> None:
+    res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--shots", "10",
+              "--trials", str(trials_dir), *FAST)
+    assert res.code == 0, res.err
+    for needle in ("zero-shot", "adapted (finetune)", "from scratch", "pairwise_acc", "top1",
+                   "trained and registered now", "promoted to champion",
+                   "autosync-transfer ui", "Models > autosync-ncf-B > version 1"):
+        assert needle in res.out, (needle, res.out)
+    assert registered(cli) == {"autosync-ncf-A": 1, "autosync-ncf-B": 1}
+
+    show = cli("registry", "show", TARGET, "--json")
+    version = json.loads(show.out)["versions"][0]
+    tags, split = version["tags"], holdout(trials_dir)
+    assert tags["source_model"] == "autosync-ncf-A" and tags["source_version"] == "1"
+    assert tags["method"] == "finetune" and tags["shots"] == "10"
+    assert tags["test_split"] == split.test_split
+    assert tags["dataset_fingerprint"] == split.data.fingerprint
+    assert tags["trial_count"] == "10" and tags["holdout_strategies"] == str(
+        len(split.holdout_ids))
+    assert version["aliases"] == ["champion"]
+    for key in ("pairwise_acc", "top1", "zero_shot.pairwise_acc", "from_scratch.pairwise_acc"):
+        assert 0.0 <= version["metrics"][key] <= 1.0
+    assert "autosync-ncf-A/1 finetune 10" in cli("registry", "show", TARGET).out
+    assert list(registry.rglob("rank_scatter_heldout.png"))
+
+
+def test_zero_shot_is_reported_and_the_champion_kept_unless_beaten(
+        cli: Any, registry: Path, trials_dir: Path) -> None:
+    from autosync_transfer.registry import models
+    from autosync_transfer.rankers.simulator import Simulator
+
+    split = holdout(trials_dir)
+
+    def incumbent(acc: float) -> str:
+        info = models.log_simulator(Simulator("analytical"), domain=TARGET,
+                                    metrics={"test_pairwise_accuracy": acc},
+                                    tags={"test_split": split.test_split})
+        models.promote(info.name, info.version)
+        return info.version
+
+    champ = incumbent(1.0)  # unbeatable on the same held-out strategies
+    res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--method", "zero-shot",
+              "--trials", str(trials_dir), "--json", *FAST)
+    assert res.code == 0, res.err
+    report = json.loads(res.out)
+    zero = report["result"]["metrics"]["zero-shot"]
+    assert 0.0 <= zero["pairwise_accuracy"] <= 1.0
+    assert report["result"]["metrics"]["adapted"] == zero
+    assert report["result"]["method"] == "zero-shot" and report["result"]["shots"] == 0
+    assert not report["promoted"] and report["champion"] == champ
+    assert models.describe_model("autosync-ncf-B")["versions"][0]["tags"]["method"] == "zero-shot"
+
+    weak = incumbent(0.0)
+    res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--method", "zero-shot",
+              "--trials", str(trials_dir), "--json", *FAST)
+    report = json.loads(res.out)
+    assert report["promoted"] and report["champion"] == report["version"] != weak
+
+
+def test_curve_prints_the_table_and_logs_the_plot(cli: Any, registry: Path,
+                                                  trials_dir: Path) -> None:
+    res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--shots", "5", "--curve",
+              "--trials", str(trials_dir), "--epochs", "1", "--ranker", "linear")
+    assert res.code == 0, res.err
+    assert "learning curve on ncf-B" in res.out and "±" in res.out
+    assert "skipped N = 50, 100, 200" in res.out
+    plots = list(registry.rglob("learning_curve.png"))
+    assert len(plots) == 1 and plots[0].read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (("--source", SOURCE, "--target", "ncf-Z"), "no cluster 'Z'"),
+    (("--source", "gpt-A", "--target", TARGET), "no model 'gpt'"),
+    (("--source", "ncf-C", "--target", TARGET), "no simulator of the source 'ncf-C'"),
+    (("--source", SOURCE, "--target", "ncf-C"), "no ok trials of the target 'ncf-C'"),
+    (("--source", SOURCE, "--target", TARGET, "--shots", "500"),
+     "--shots 500 is more than the 34 target trials available"),
+    (("--source", SOURCE, "--target", TARGET, "--shots", "1"), "needs at least 2 target trials"),
+    (("--source", SOURCE, "--target", TARGET, "--method", "transfer"), "unknown method"),
+    (("--source", SOURCE, "--target", SOURCE), "same domain"),
+], ids=lambda v: " ".join(v) if isinstance(v, tuple) else None)
+def test_bad_input_is_one_line_and_registers_nothing(cli: Any, registry: Path,
+                                                     trials_dir: Path, argv: tuple[str, ...],
+                                                     needle: str) -> None:
+    res = cli("adapt", *argv, "--trials", str(trials_dir), *FAST)
+    assert_one_line_error(res, needle)
+    assert registered(cli) == {}
+
+
+def test_incompatible_feature_schema_is_one_line(cli: Any, registry: Path,
+                                                 trials_dir: Path) -> None:
+    from autosync_transfer.registry import models
+    from autosync_transfer.rankers.simulator import Simulator
+
+    info = models.log_simulator(Simulator("analytical", {}, schema_version=0), domain=SOURCE,
+                                metrics={"test_pairwise_accuracy": 0.9})
+    models.promote(info.name, info.version)
+    res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--trials", str(trials_dir),
+              *FAST)
+    assert_one_line_error(res, "feature schema version mismatch")
+    assert registered(cli) == {"autosync-ncf-A": 1}
+
+
+def test_collect_is_refused_without_root(cli: Any, registry: Path, trials_dir: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--shots", "5", "--collect",
+              "--trials", str(trials_dir), *FAST)
+    assert_one_line_error(res, "--collect measures trials on an emulated cluster, which needs root")
+    assert registered(cli) == {}
+
+
+def test_collect_is_refused_without_the_emulated_launcher(
+        cli: Any, registry: Path, trials_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autosync_transfer.runtime import emulation
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(emulation, "available", lambda prefix="ast": (False, "no tc here"))
+    res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--shots", "5", "--collect",
+              "--trials", str(trials_dir), *FAST)
+    assert_one_line_error(res, "the emulated launcher is unavailable here: no tc here")
+    assert registered(cli) == {}
+
+
+def test_collect_store_path(tmp_path: Path) -> None:
+    from autosync_transfer.adapt.workflow import collect_store_path
+    from autosync_transfer.errors import ConfigError
+
+    assert collect_store_path(tmp_path, TARGET) == tmp_path / f"{TARGET}.jsonl"
+    (tmp_path / "trials").mkdir()
+    assert collect_store_path(tmp_path, TARGET) == tmp_path / "trials" / f"{TARGET}.jsonl"
+    assert collect_store_path(tmp_path / "b.jsonl", TARGET) == tmp_path / "b.jsonl"
+    with pytest.raises(ConfigError, match="JSON Lines"):
+        collect_store_path(tmp_path / "b.parquet", TARGET)
