@@ -21,6 +21,7 @@ def collect(
     launcher: str = typer.Option("emulated", "--launcher", help="emulated (network namespaces, needs root) or local."),
     sampler: str = typer.Option("random", "--sampler", help="random (builders, DDP, then sampled) or builders."),
     seed: int = typer.Option(0, "--seed"),
+    preset: str = typer.Option("dataset", "--preset", help="Sampler preset for --sampler random (see strategies sample --preset)."),
     store: Optional[str] = typer.Option(None, "--store", help=f"Trial store (JSON Lines); default {DEFAULT_STORE_DIR}/DOMAIN.jsonl."),
     warmup: int = typer.Option(10, "--warmup", min=0, help="Untimed iterations per trial."),
     iters: int = typer.Option(40, "--iters", min=1, help="Timed iterations per trial."),
@@ -50,7 +51,8 @@ def collect(
             best = f"{p.best_s * 1000:.0f} ms" if p.best_s else "-"
             bar.update(task, completed=p.done, status=f"last {lat}  best {best}  failures {p.failures}")
 
-        result = run_collect(domain, path, trials=trials, launcher=launcher, sampler=sampler, seed=seed,
+        result = run_collect(domain, path, trials=trials, launcher=launcher, sampler=sampler,
+                             preset=preset, seed=seed,
                              protocol=proto, reference_every=reference_every, on_trial=on_trial,
                              log_dir=path.parent / "logs" / domain.name)
         bar.update(task, completed=result.done)

@@ -40,7 +40,8 @@ class CollectProgress:
     failures: int
 
 
-def planned_strategies(domain: Domain, sampler: str, seed: int, n: int) -> Iterator[Strategy | str]:
+def planned_strategies(domain: Domain, sampler: str, seed: int, n: int,
+                       preset: str = "dataset") -> Iterator[Strategy | str]:
     """The collection order: builders, torch DDP, then (``sampler='random'``) sampled strategies."""
     from autosync_transfer.strategies.builders import BUILDERS, build
 
@@ -51,8 +52,9 @@ def planned_strategies(domain: Domain, sampler: str, seed: int, n: int) -> Itera
     yield TORCH_DDP
     if sampler == "random":
         from autosync_transfer.strategies.sampler import StrategySampler
+        from autosync_transfer.strategies.sampler import preset as sampler_preset
 
-        yield from StrategySampler(domain, seed=seed).sample_n(n)
+        yield from StrategySampler(domain, sampler_preset(preset), seed=seed).sample_n(n)
 
 
 def record_for(domain: Domain, strategy: Strategy | None, result: TrialResult, protocol: Protocol,
@@ -81,6 +83,7 @@ def collect(
     trials: int,
     launcher: str = "emulated",
     sampler: str = "random",
+    preset: str = "dataset",
     seed: int = 0,
     protocol: Protocol | None = None,
     reference_every: int = 25,
@@ -107,6 +110,9 @@ def collect(
         "model_config": domain.model.config,
         "protocol": protocol.model_dump(),
         "launcher": launcher,
+        "sampler": sampler,
+        "sampler_preset": preset,
+        "seed": seed,
         "reference_strategy": REFERENCE_BUILDER,
         "reference_every": reference_every,
     })
@@ -117,7 +123,7 @@ def collect(
 
     reference = build(REFERENCE_BUILDER, domain)
     # sampled candidates needed: enough to reach the target even if every builder is already in
-    plan = planned_strategies(domain, sampler, seed, max(trials, 1))
+    plan = planned_strategies(domain, sampler, seed, max(trials, 1), preset)
     with WorkerPool(domain, launcher, protocol, seed=seed, log_dir=log_dir) as pool:
         since_ref = done % reference_every if reference_every else 0
         for item in plan:

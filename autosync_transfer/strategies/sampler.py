@@ -219,6 +219,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "compressed": {"compressors": ("none", "fp16", "fp16_ef", "powersgd")},
     # AutoSync's data-collection setting "if-partition-lb-100000": never split vars <= 100 kB
     "large_partitions": {"maybe_partition_bounds": (100_000, MAX_INT32)},
+    # what the shipped dataset samples: AutoSync's collection settings "if-partition-lb-100000"
+    # and "max-par-20" (tiny tensors are never split, at most 20 shards)
+    "dataset": {"maybe_partition_bounds": (100_000, MAX_INT32), "num_partition_bounds": (2, 20)},
 }
 
 
