@@ -32,3 +32,39 @@ def cli(capsys):
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory):
+    """A sqlite MLflow database with its tables created (the migrations take seconds); every
+    test that needs a registry gets a fresh copy of it."""
+    pytest.importorskip("mlflow")
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def registry(tmp_path, monkeypatch, empty_store):
+    """A temporary MLflow store: ``sqlite:///{tmp_path}/mlflow.db``, artifacts in ``tmp_path``."""
+    import shutil
+
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("AUTOSYNC_REGISTRY_ARTIFACTS", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    return tmp_path
+
+
+@pytest.fixture
+def one_thread():
+    """Train on one thread (the machine's cores are shared with measurements)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

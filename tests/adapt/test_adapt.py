@@ -14,45 +14,16 @@ from typing import Any
 import numpy as np
 import pytest
 
+from autosync_transfer.testing.synthetic import synthetic_trials
+
 torch = pytest.importorskip("torch")
 
 from autosync_transfer.errors import ConfigError  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 SOURCE, TARGET = "ncf-A", "ncf-B"
 N_STRATEGIES = 40
-
-
-def synthetic_trials(domain: Any, n: int = N_STRATEGIES, seed: int = 0) -> Any:
-    """Test double for measured trials: cost-model runtimes (see the module docstring)."""
-    import pandas as pd
-
-    from autosync_transfer.dataset.store import TrialRecord
-    from autosync_transfer.rankers.costmodel import AnalyticalRanker
-    from autosync_transfer.strategies.sampler import StrategySampler
-
-    strats = StrategySampler(domain, seed=seed).sample_n(n)
-    est = AnalyticalRanker().score(strats, domain)
-    rng = np.random.default_rng(seed)
-    rows = []
-    for i, (s, e) in enumerate(zip(strats, est)):
-        t = float(0.05 + e * (1 + 0.05 * rng.standard_normal()))
-        rows.append(TrialRecord(
-            id=f"{domain.name}/synthetic/{i}", domain=domain.name, model=domain.model.name,
-            cluster=domain.cluster.name, model_fingerprint=domain.model.fingerprint,
-            cluster_fingerprint=domain.cluster.fingerprint, strategy_id=s.id,
-            strategy_kind=s.kind, strategy=s.model_dump(mode="json"), status="ok",
-            iteration_times_s=[t] * 3, median_s=t, protocol={"warmup": 0, "iters": 3},
-            launcher="synthetic", timestamp="2024-05-01T12:00:00+00:00", wall_s=0.0,
-            machine={}, estimated_sync_s=float(e)).to_row())
-    return pd.DataFrame(rows)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

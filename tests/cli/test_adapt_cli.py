@@ -17,72 +17,23 @@ from typing import Any
 import numpy as np
 import pytest
 
+from autosync_transfer.testing.synthetic import write_synthetic_store
+
 pytest.importorskip("mlflow")
 torch = pytest.importorskip("torch")
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 SOURCE, TARGET = "ncf-A", "ncf-B"
 FAST = ("--epochs", "2", "--ranker", "linear")
-
-
-@pytest.fixture(scope="session")
-def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A sqlite MLflow database with its tables created (the migrations take seconds); every
-    test gets a fresh copy of it."""
-    from mlflow import MlflowClient
-
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    path = tmp_path_factory.mktemp("mlflow-template-adapt") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
-
-
-@pytest.fixture
-def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_store: Path) -> Path:
-    shutil.copy(empty_store, tmp_path / "mlflow.db")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
-    monkeypatch.setenv("AUTOSYNC_REGISTRY_ARTIFACTS", str(tmp_path / "artifacts"))
-    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
-    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    return tmp_path
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _write_store(path: Path, domain_name: str, n: int, seed: int) -> None:
-    from autosync_transfer.dataset.store import TrialRecord, TrialStore
-    from autosync_transfer.domains.catalog import get_domain
-    from autosync_transfer.rankers.costmodel import AnalyticalRanker
-    from autosync_transfer.strategies.sampler import StrategySampler
-
-    domain = get_domain(domain_name)
-    strats = StrategySampler(domain, seed=seed).sample_n(n)
-    est = AnalyticalRanker().score(strats, domain)
-    rng = np.random.default_rng(seed)
-    store = TrialStore(path)
-    for i, (s, e) in enumerate(zip(strats, est)):
-        t = float(0.05 + e * (1 + 0.05 * rng.standard_normal()))
-        store.append(TrialRecord(
-            id=f"{domain_name}/synthetic/{i}", domain=domain_name, model=domain.model.name,
-            cluster=domain.cluster.name, model_fingerprint=domain.model.fingerprint,
-            cluster_fingerprint=domain.cluster.fingerprint, strategy_id=s.id,
-            strategy_kind=s.kind, strategy=s.model_dump(mode="json"), status="ok",
-            iteration_times_s=[t] * 3, median_s=t, protocol={"warmup": 0, "iters": 3},
-            launcher="synthetic", timestamp="2024-05-01T12:00:00+00:00", wall_s=0.0,
-            machine={}, estimated_sync_s=float(e)))
 
 
 @pytest.fixture(scope="module")
 def trials_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """40 synthetic trials each of ncf-A and ncf-B (test double, see the module docstring)."""
     folder = tmp_path_factory.mktemp("adapt-trials")
-    _write_store(folder / f"{SOURCE}.jsonl", SOURCE, 40, seed=0)
-    _write_store(folder / f"{TARGET}.jsonl", TARGET, 40, seed=1)
+    write_synthetic_store(folder / f"{SOURCE}.jsonl", SOURCE, 40, seed=0)
+    write_synthetic_store(folder / f"{TARGET}.jsonl", TARGET, 40, seed=1)
     return folder
 
 

@@ -19,38 +19,10 @@ import pytest
 pytest.importorskip("mlflow")
 torch = pytest.importorskip("torch")
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 DOMAIN = "ncf-A"
 NAME = "autosync-ncf-A"
-
-
-@pytest.fixture(scope="session")
-def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A sqlite MLflow database with its tables created (the migrations take seconds); every
-    test gets a fresh copy of it."""
-    from mlflow import MlflowClient
-
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    path = tmp_path_factory.mktemp("mlflow-template-cli") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
-
-
-@pytest.fixture
-def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_store: Path) -> Path:
-    shutil.copy(empty_store, tmp_path / "mlflow.db")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
-    monkeypatch.setenv("AUTOSYNC_REGISTRY_ARTIFACTS", str(tmp_path / "artifacts"))
-    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
-    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    return tmp_path
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

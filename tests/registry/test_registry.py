@@ -18,47 +18,20 @@ from typing import Any
 import numpy as np
 import pytest
 
+from autosync_transfer.testing.synthetic import synthetic_trials
+
 pytest.importorskip("mlflow")
 torch = pytest.importorskip("torch")
 
 from autosync_transfer.errors import ConfigError, SpecError, UnknownNameError  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 DOMAIN = "ncf-A"
 NAME = "autosync-ncf-A"
 
 
 # -- fixtures -------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A sqlite MLflow database with its tables created (the migrations take seconds); every
-    test gets a fresh copy of it."""
-    from mlflow import MlflowClient
-
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
-
-
-@pytest.fixture
-def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_store: Path) -> Path:
-    """A temporary store: ``sqlite:///{tmp_path}/mlflow.db``, artifacts in ``tmp_path``."""
-    shutil.copy(empty_store, tmp_path / "mlflow.db")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
-    monkeypatch.setenv("AUTOSYNC_REGISTRY_ARTIFACTS", str(tmp_path / "artifacts"))
-    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
-    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    return tmp_path
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -73,31 +46,6 @@ def strategies(domain: Any) -> list[Any]:
     from autosync_transfer.strategies.sampler import StrategySampler
 
     return StrategySampler(domain, seed=7).sample_n(12)
-
-
-def synthetic_trials(domain: Any, n: int = 40, seed: int = 0) -> Any:
-    """Test double for measured trials: cost-model runtimes (see the module docstring)."""
-    import pandas as pd
-
-    from autosync_transfer.dataset.store import TrialRecord
-    from autosync_transfer.rankers.costmodel import AnalyticalRanker
-    from autosync_transfer.strategies.sampler import StrategySampler
-
-    strats = StrategySampler(domain, seed=seed).sample_n(n)
-    est = AnalyticalRanker().score(strats, domain)
-    rng = np.random.default_rng(seed)
-    rows = []
-    for i, (s, e) in enumerate(zip(strats, est)):
-        t = float(0.05 + e * (1 + 0.05 * rng.standard_normal()))
-        rows.append(TrialRecord(
-            id=f"{domain.name}/synthetic/{i}", domain=domain.name, model=domain.model.name,
-            cluster=domain.cluster.name, model_fingerprint=domain.model.fingerprint,
-            cluster_fingerprint=domain.cluster.fingerprint, strategy_id=s.id,
-            strategy_kind=s.kind, strategy=s.model_dump(mode="json"), status="ok",
-            iteration_times_s=[t] * 3, median_s=t, protocol={"warmup": 0, "iters": 3},
-            launcher="synthetic", timestamp="2024-05-01T12:00:00+00:00", wall_s=0.0,
-            machine={}, estimated_sync_s=float(e)).to_row())
-    return pd.DataFrame(rows)
 
 
 @pytest.fixture(scope="module")
