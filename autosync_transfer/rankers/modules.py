@@ -374,7 +374,7 @@ class GATRanker(RankerModule):
         rmask, smask, gmask = batch["row_mask"], batch["server_mask"], batch["group_mask"]
         B, R = rmask.shape
         dev = rmask.device
-        n_r, n_s, n_g = int(rmask.sum()), int(smask.sum()), int(gmask.sum())
+        n_r, n_s = int(rmask.sum()), int(smask.sum())
         rows = self._norm(batch["rows"], "row")[rmask]
         srv = self._norm(batch["server_feats"], "server")[smask]
         grp = self._norm(batch["group_feats"], "group")[gmask]

@@ -11,7 +11,6 @@ import math
 import re
 from typing import Any
 
-import numpy as np
 import pytest
 
 from autosync_transfer.testing.synthetic import synthetic_trials

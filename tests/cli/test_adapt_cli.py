@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from autosync_transfer.testing.synthetic import write_synthetic_store

@@ -8,8 +8,6 @@ fixed compute time and seeded noise (no measurement), on the small catalog domai
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
