@@ -35,21 +35,15 @@ app.command("adapt")(adapt.adapt)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: user mistakes become one red line and exit code 2."""
-    import click
+    """Console entry point: user mistakes become one red line and exit code 2.
 
+    Click (inside Typer) handles its own usage errors (exit 2) and ``typer.Exit`` codes in
+    standalone mode; library errors (:class:`AutosyncError`) pass through it and are printed here.
+    """
     from autosync_transfer.errors import AutosyncError
 
     try:
-        app(args=argv, prog_name="autosync-transfer", standalone_mode=False)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        sys.stderr.write("aborted\n")
-        sys.exit(130)
+        app(args=argv, prog_name="autosync-transfer", standalone_mode=True)
     except AutosyncError as e:
         _error_line(str(e))
         sys.exit(2)

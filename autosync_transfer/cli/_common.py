@@ -56,7 +56,16 @@ def resolve_domain(name: str, cluster_file: str | None = None):  # noqa: ANN201 
 
     if cluster_file is None:
         return get_domain(name)
+    from autosync_transfer.domains.catalog import CLUSTERS
+    from autosync_transfer.errors import ConfigError
+
     cluster = Cluster.from_file(cluster_file)
+    if "-" in cluster.name or cluster.name in CLUSTERS:
+        raise ConfigError(
+            f"--cluster-file {cluster_file!r}: the cluster is named after the file ({cluster.name!r}), "
+            f"which must not contain '-' nor be a catalog cluster ({', '.join(CLUSTERS)}); "
+            f"rename the file or set a top-level 'name:'"
+        )
     model_name = name
     if name not in model_names():
         from autosync_transfer.domains.catalog import split_domain_name

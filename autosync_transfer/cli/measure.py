@@ -26,7 +26,7 @@ def collect(
     warmup: int = typer.Option(10, "--warmup", min=0, help="Untimed iterations per trial."),
     iters: int = typer.Option(40, "--iters", min=1, help="Timed iterations per trial."),
     reference_every: int = typer.Option(25, "--reference-every", min=0, help="Re-measure the reference strategy every N trials (0: never)."),
-    timeout_s: float = typer.Option(300.0, "--timeout", help="Watchdog per trial, seconds."),
+    timeout_s: float = typer.Option(300.0, "--timeout", min=1.0, help="Watchdog per trial, seconds."),
     cluster_file: Optional[str] = typer.Option(None, "--cluster-file", help="Use this resource-spec YAML as the cluster."),
 ) -> None:
     """Measure strategies of DOMAIN for real and append them to a trial store (resumable)."""
@@ -66,7 +66,7 @@ def run(
     launcher: str = typer.Option("emulated", "--launcher", help="emulated or local."),
     warmup: int = typer.Option(10, "--warmup", min=0),
     iters: int = typer.Option(40, "--iters", min=1),
-    timeout_s: float = typer.Option(300.0, "--timeout"),
+    timeout_s: float = typer.Option(300.0, "--timeout", min=1.0, help="Watchdog per trial, seconds."),
     store: Optional[str] = typer.Option(None, "--store", help="Also append the trial to this store."),
     json_out: bool = typer.Option(False, "--json"),
     cluster_file: Optional[str] = typer.Option(None, "--cluster-file"),

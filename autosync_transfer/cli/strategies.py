@@ -68,26 +68,44 @@ def _table(rows: list[dict], title: str):  # noqa: ANN202
     return table
 
 
-def _write_jsonl(path: str, strategies) -> None:  # noqa: ANN001
+def _check_out(path: str | None, option: str) -> None:
+    """Refuse an output path that exists or whose folder does not (before any work is done)."""
+    from pathlib import Path
+
+    from autosync_transfer.errors import ConfigError
+
+    if path is None:
+        return
+    p = Path(path)
+    if p.exists():
+        raise ConfigError(f"{option} {path!r} already exists; refusing to overwrite it")
+    if not p.parent.is_dir():
+        raise ConfigError(f"{option} {path!r}: folder {str(p.parent)!r} does not exist")
+
+
+def _write_atomic(path: str, data: bytes, option: str) -> None:
+    """Write ``data`` to a temporary file beside ``path`` and rename it into place."""
     import os
     from pathlib import Path
 
     from autosync_transfer.errors import ConfigError
 
     p = Path(path)
-    if p.exists():
-        raise ConfigError(f"--out {path!r} already exists; refusing to overwrite it")
     tmp = p.with_name(p.name + ".tmp")
     try:
-        with open(tmp, "w") as f:
-            for s in strategies:
-                f.write(s.to_json() + "\n")
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise ConfigError(f"cannot write --out {path!r}: {e.strerror}") from e
+        raise ConfigError(f"cannot write {option} {path!r}: {e.strerror}") from e
+
+
+def _write_jsonl(path: str, strategies) -> None:  # noqa: ANN001
+    _check_out(path, "--out")
+    _write_atomic(path, "".join(s.to_json() + "\n" for s in strategies).encode(), "--out")
 
 
 @app.command("sample")
@@ -109,6 +127,7 @@ def sample(
     from autosync_transfer.strategies.validate import validate
 
     domain = resolve_domain(domain_name, cluster_file)
+    _check_out(out_path, "--out")
     sampler = StrategySampler(domain, get_preset(preset), seed=seed)
     strategies = sampler.sample_n(n)
     for s in strategies:
@@ -157,15 +176,16 @@ def baseline(
         out().print(_table(rows, f"hand-optimized strategies on {domain.name}, "
                                  f"ranked by the analytical cost model (sync time per step)"))
         return
+    _check_out(out_path, "--out")
+    _check_out(autodist_out, "--autodist-out")
     strategy = build(builder, domain)
     if out_path:
-        from pathlib import Path
-
-        Path(out_path).write_text(strategy.to_json(indent=2) + "\n")
+        _write_atomic(out_path, (strategy.to_json(indent=2) + "\n").encode(), "--out")
     if autodist_out:
-        from autosync_transfer.strategies.autodist import write_autodist_file
+        from autosync_transfer.strategies.autodist import strategy_to_autodist
 
-        write_autodist_file(strategy, domain.cluster, autodist_out, graph=domain.model)
+        _write_atomic(autodist_out, strategy_to_autodist(strategy, domain.cluster, graph=domain.model),
+                      "--autodist-out")
     if json_out:
         sys.stdout.write(strategy.to_json(indent=2) + "\n")
         return

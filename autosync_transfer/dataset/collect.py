@@ -76,6 +76,21 @@ def record_for(domain: Domain, strategy: Strategy | None, result: TrialResult, p
     )
 
 
+#: attempts of a trial whose failure is the environment's (workers did not start, ...)
+INFRASTRUCTURE_ATTEMPTS = 3
+
+
+def _run_with_retries(pool: WorkerPool, strategy: Strategy | None) -> TrialResult:
+    """Measure; a failure of the environment is retried and, if it persists, stops the collection
+    without recording anything against the strategy."""
+    for _ in range(INFRASTRUCTURE_ATTEMPTS):
+        res = pool.run(strategy)
+        if not res.infrastructure:
+            return res
+        log.warning("trial environment failed, retrying: %s", res.error)
+    raise ConfigError(f"the trial workers fail to run ({INFRASTRUCTURE_ATTEMPTS} attempts): {res.error}")
+
+
 def collect(
     domain: Domain,
     store_path: str | Path,
@@ -98,6 +113,14 @@ def collect(
     protocol = protocol or Protocol()
     store = TrialStore(store_path)
     existing = {r.id: r for r in store.records() if r.domain == domain.name}
+    for r in existing.values():
+        if (r.model_fingerprint, r.cluster_fingerprint) != (domain.model.fingerprint,
+                                                             domain.cluster.fingerprint):
+            raise ConfigError(
+                f"store {str(store_path)!r} holds trials of {domain.name} measured on a different "
+                f"{'model' if r.model_fingerprint != domain.model.fingerprint else 'cluster'} "
+                f"(trial {r.id!r}); use another --store"
+            )
     done = sum(1 for r in existing.values() if not r.reference)
     refs = sum(1 for r in existing.values() if r.reference)
     failures = sum(1 for r in existing.values() if r.status != "ok" and not r.reference)
@@ -136,7 +159,7 @@ def collect(
                 continue
             if reference_every and (since_ref >= reference_every or refs == 0):
                 start = machine_info()
-                res = pool.run(reference)
+                res = _run_with_retries(pool, reference)
                 ref_rec = record_for(domain, reference, res, protocol, launcher, seed=seed,
                                      record_id=f"{domain.name}/reference-{refs}", reference=True,
                                      machine_start=start)
@@ -144,7 +167,7 @@ def collect(
                 refs += 1
                 since_ref = 0
             start = machine_info()
-            res = pool.run(strategy)
+            res = _run_with_retries(pool, strategy)
             rec = record_for(domain, strategy, res, protocol, launcher, seed=seed, record_id=rid,
                              machine_start=start)
             if store.append(rec):

@@ -36,7 +36,7 @@ class Node(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     address: str = Field(min_length=1)
     workers: int = Field(ge=1)
     device: Literal["gpu", "cpu"] = "cpu"

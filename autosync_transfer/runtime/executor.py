@@ -77,6 +77,8 @@ class StrategyExecutor:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def setup(self) -> StrategyExecutor:
+        if self._ready:
+            raise ConfigError("StrategyExecutor.setup() was already called")
         if not dist.is_initialized():
             raise ConfigError("torch.distributed is not initialized; start workers through a launcher")
         if dist.get_world_size() != self.plan.world_size:
@@ -91,6 +93,11 @@ class StrategyExecutor:
         missing = [v for v in self.plan.var_tasks if v not in self.params]
         if missing:
             raise ConfigError(f"plan names variable {missing[0]!r}, which the module does not have")
+        unplanned = [n for n, p in self.params.items() if p.requires_grad and n not in self.plan.var_tasks]
+        if unplanned:
+            raise ConfigError(f"trainable parameter {unplanned[0]!r} is not in the strategy; it would "
+                              f"silently train locally")
+        self._broken: BaseException | None = None
         self._remaining_init: dict[tuple[str, int], int] = {}
         for b in self.plan.buckets:
             self._remaining_init[("ar", b.index)] = len({p.var for p in b.pieces})
@@ -157,6 +164,9 @@ class StrategyExecutor:
         """Wait for all communication of this iteration; gradients are then averaged."""
         if not self._ready:
             raise NotFittedError("StrategyExecutor.setup() must be called before finish()")
+        if self._broken is not None:
+            raise ConfigError(f"this executor failed earlier ({self._broken}); messages of that "
+                              f"iteration may still be in flight: rebuild the process group")
         # variables that got no gradient this iteration synchronize zeros
         for name in self.plan.var_tasks:
             p = self.params[name]
@@ -174,6 +184,9 @@ class StrategyExecutor:
                 raise self._error
             for fn in self._pending:
                 fn()
+        except BaseException as e:
+            self._broken = e
+            raise
         finally:
             self._reset_iteration()
 

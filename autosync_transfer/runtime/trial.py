@@ -30,7 +30,10 @@ from autosync_transfer.runtime.launch import free_port
 from autosync_transfer.runtime.worker import REPLY_PREFIX
 from autosync_transfer.strategies.types import Strategy
 
-__all__ = ["Protocol", "TrialResult", "WorkerPool"]
+__all__ = ["Protocol", "TrialResult", "WorkerPool", "ERROR_GRACE_S"]
+
+#: after one rank reports an error, how long the others get to report before the trial fails
+ERROR_GRACE_S = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ class TrialResult:
     iteration_times_s: list[float] = field(default_factory=list)
     error: str = ""
     wall_s: float = 0.0
+    #: the failure is the environment's (workers did not start, pipes broke), not the strategy's
+    infrastructure: bool = False
 
     @property
     def median_s(self) -> float | None:
@@ -115,7 +120,7 @@ class WorkerPool:
 
                 self._emu = EmulatedCluster(cluster)
                 self._emu.start()
-            master = self._emu.chief_address
+            master = self._emu.address_of(rank_nodes[0])  # rank 0 hosts the rendezvous store
         else:
             master = "127.0.0.1"
         if self.log_dir:
@@ -139,10 +144,15 @@ class WorkerPool:
                 argv = self._emu.exec_prefix(rank_nodes[rank]) + argv
             else:
                 env["GLOO_SOCKET_IFNAME"] = "lo"
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=stderr, env=env, bufsize=0)
-            if stderr is not subprocess.DEVNULL:
-                stderr.close()
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=stderr, env=env)
+            except OSError as e:
+                self._stop_workers(graceful=False)
+                raise ConfigError(f"cannot start trial workers: {e}") from e
+            finally:
+                if stderr is not subprocess.DEVNULL:
+                    stderr.close()
             self._procs.append(proc)
         replies = self._collect("ready", self.protocol.startup_timeout_s)
         if isinstance(replies, str):
@@ -190,8 +200,9 @@ class WorkerPool:
             if left <= 0:
                 waiting = [i for i in range(len(self._procs)) if i not in replies]
                 errors = [f"rank {i}: {r.get('error')}" for i, r in replies.items() if not r.get("ok")]
-                return (f"timeout after {timeout_s:.0f} s waiting for {want} from ranks {waiting}"
-                        + (f" ({'; '.join(errors)})" if errors else ""))
+                if errors:
+                    return f"failed: {'; '.join(errors)} (ranks {waiting} did not finish)"
+                return f"timeout after {timeout_s:.0f} s waiting for {want} from ranks {waiting}"
             fds = {p.stdout.fileno(): i for i, p in enumerate(self._procs)
                    if i not in replies and p.stdout}
             readable, _, _ = select.select(list(fds), [], [], min(left, 1.0))
@@ -199,7 +210,10 @@ class WorkerPool:
                 i = fds[fd]
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
-                    code = self._procs[i].wait(timeout=5) if self._procs[i].poll() is None else self._procs[i].returncode
+                    try:
+                        code = self._procs[i].wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        code = None
                     return f"worker {i} exited with code {code}"
                 bufs[i] += chunk
                 while b"\n" in bufs[i] and i not in replies:
@@ -207,9 +221,16 @@ class WorkerPool:
                     text = line.decode(errors="replace")
                     if not text.startswith(REPLY_PREFIX):
                         continue
-                    msg = json.loads(text[len(REPLY_PREFIX):])
+                    try:
+                        msg = json.loads(text[len(REPLY_PREFIX):])
+                    except json.JSONDecodeError:
+                        return f"worker {i} sent a malformed reply: {text[:200]!r}"
                     if msg.get("op") == want or msg.get("id") == want:
                         replies[i] = msg
+                        if not msg.get("ok"):
+                            # the other ranks are likely stuck in a collective with this one:
+                            # give them a moment to report, then stop waiting
+                            deadline = min(deadline, time.monotonic() + ERROR_GRACE_S)
             for i, p in enumerate(self._procs):
                 if i not in replies and p.poll() is not None:
                     return f"worker {i} exited with code {p.returncode}"
@@ -223,8 +244,18 @@ class WorkerPool:
         t0 = time.monotonic()
         try:
             self._ensure()
-        except ConfigError as e:
-            return TrialResult("failed", error=str(e), wall_s=time.monotonic() - t0)
+        except Exception as e:  # the environment, not the strategy
+            return TrialResult("failed", error=str(e), wall_s=time.monotonic() - t0,
+                               infrastructure=True)
+        try:
+            return self._run(strategy, proto, fault, t0)
+        except Exception as e:  # never fatal for a collection: record it and restart the workers
+            self._restart()
+            return TrialResult("failed", error=f"{type(e).__name__}: {e}", wall_s=time.monotonic() - t0,
+                               infrastructure=True)
+
+    def _run(self, strategy: Strategy | None, proto: Protocol, fault: dict[str, Any] | None,
+             t0: float) -> TrialResult:
         self._trial_no += 1
         tid = f"t{self._trial_no}"
         cmd = {"op": "trial", "id": tid, "warmup": proto.warmup, "iters": proto.iters,
@@ -239,11 +270,13 @@ class WorkerPool:
                 p.stdin.flush()
         except OSError as e:
             self._restart()
-            return TrialResult("failed", error=f"cannot reach workers: {e}", wall_s=time.monotonic() - t0)
+            return TrialResult("failed", error=f"cannot reach workers: {e}", wall_s=time.monotonic() - t0,
+                               infrastructure=True)
         replies = self._collect(tid, proto.timeout_s)
         wall = time.monotonic() - t0
         if isinstance(replies, str):
             status: Literal["failed", "timeout"] = "timeout" if replies.startswith("timeout") else "failed"
+            replies = replies.removeprefix("failed: ")
             if status == "timeout":
                 self._dump_stacks()
             self._restart()

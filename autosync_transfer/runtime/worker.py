@@ -57,6 +57,8 @@ class TrialHarness:
                         for _ in range(4)]
         self.groups = CommGroups.create()
         self.opt = torch.optim.SGD(self.module.parameters(), lr=self.lr)
+        # every trial starts from the same weights, whatever ran before it in this process
+        self.initial_state = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
         return self
 
     def _step(self, k: int, sync: Any) -> None:
@@ -78,6 +80,7 @@ class TrialHarness:
         from autosync_transfer.runtime.plan import make_plan
         from autosync_transfer.strategies.types import Strategy
 
+        self.module.load_state_dict(self.initial_state)
         if strategy_json is None:
             sync: Any = DistributedDataParallel(self.module, process_group=self.groups.ar)
         else:
@@ -122,6 +125,8 @@ def _serve(harness: TrialHarness) -> None:
                 os._exit(17)  # test hook: a worker dying mid-trial
             if cmd.get("fault") == "hang" and harness.rank == cmd.get("fault_rank", 0):
                 time.sleep(3600)  # test hook: a hung worker
+            if cmd.get("fault") == "error" and harness.rank == cmd.get("fault_rank", 0):
+                raise RuntimeError("injected error")  # test hook: one rank fails
             times = harness.measure(cmd.get("strategy"), int(cmd["warmup"]), int(cmd["iters"]))
             _reply({"id": tid, "ok": True, "rank": harness.rank, "times": times})
         except Exception as e:  # the controller records it and restarts the workers

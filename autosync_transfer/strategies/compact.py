@@ -47,6 +47,9 @@ def _sync(tok: str) -> PS | AllReduce:
     parts = tok.split(":")
     if parts[0] == "p" and len(parts) >= 2:
         flags = parts[2:]
+        bad = [f for f in flags if f not in ("L", "A") and not (f[:1] == "s" and f[1:].isdigit())]
+        if bad:
+            raise ValueError(f"unknown flag {bad[0]!r} in synchronizer token {tok!r}")
         stale = next((int(f[1:]) for f in flags if f.startswith("s")), 0)
         return PS(destination=parts[1], local_replication="L" in flags, sync="A" not in flags,
                   staleness=stale)

@@ -52,9 +52,18 @@ class AllReduce(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["ar"] = "ar"
-    group: int = Field(default=0, ge=0)
+    group: int = Field(default=0, ge=0, le=2**31 - 1)
     compressor: Compressor = "none"
     powersgd_rank: int = Field(default=1, ge=1, le=64)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rank_only_for_powersgd(cls, data: object) -> object:
+        """``powersgd_rank`` means nothing without PowerSGD: normalize it to 1."""
+        if isinstance(data, dict) and data.get("compressor", "none") != "powersgd" \
+                and "powersgd_rank" in data:
+            data = {**data, "powersgd_rank": 1}
+        return data
 
 
 Synchronizer = Annotated[Union[PS, AllReduce], Field(discriminator="kind")]
@@ -163,10 +172,15 @@ class Strategy(BaseModel):
             raw = p.read_bytes()
         except OSError as e:
             raise SpecError(f"cannot read strategy file {str(p)!r}: {e.strerror}") from e
-        if looks_like_json(raw):
-            return cls.from_json(raw)
+        raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
         from autosync_transfer.strategies.autodist import strategy_from_autodist
 
+        if looks_like_json(raw):
+            try:
+                return cls.from_json(raw)
+            except SpecError:
+                if raw[:1] != b"\n":  # 0x0A also starts every AutoDist file (field 1's tag)
+                    raise
         return strategy_from_autodist(raw)
 
     @property

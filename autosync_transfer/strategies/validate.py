@@ -19,6 +19,11 @@ def violations(strategy: Strategy, domain: Domain) -> list[str]:
 
     def check_sync(var_name: str, where: str, sync: PS | AllReduce, sparse: bool) -> None:
         if isinstance(sync, PS):
+            if not sync.sync or sync.staleness:
+                out.append(
+                    f"{where}: asynchronous or stale parameter servers (sync={str(sync.sync).lower()}, "
+                    f"staleness={sync.staleness}) are not supported; every step synchronizes"
+                )
             if sync.destination not in node_names:
                 out.append(
                     f"{where}: PS destination {sync.destination!r} is not a node of cluster "

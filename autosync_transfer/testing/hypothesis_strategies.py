@@ -59,7 +59,9 @@ def var_names() -> SearchStrategy[str]:
 
 
 def node_names() -> SearchStrategy[str]:
-    return st.one_of(st.from_regex(r"[a-z][a-z0-9-]{0,6}", fullmatch=True), text_values(max_size=8))
+    # the characters a Node name may use (a ':' would be ambiguous in compact strategy tokens)
+    return st.one_of(st.from_regex(r"[a-z][a-z0-9-]{0,6}", fullmatch=True),
+                     st.from_regex(r"[A-Za-z0-9_.-]{1,8}", fullmatch=True))
 
 
 def ps_synchronizers(destinations: Sequence[str] | None = None) -> SearchStrategy[PS]:

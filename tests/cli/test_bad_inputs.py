@@ -47,6 +47,7 @@ YAML_CASES = {
     "negative-latency": ("nodes: [{address: 10.0.0.1, cpus: [0], latency_ms: -1}]",
                          "'latency_ms' must be a number >= 0"),
     "bad-ssh-port": (f"nodes: [{GOOD_NODE}]\nssh: {{grp: {{port: 0}}}}", "port"),
+    "colon-in-node-name": ("nodes: [{address: 10.0.0.1, name: 'a:L', cpus: [0]}]", "name"),
 }
 
 
@@ -171,6 +172,9 @@ def _mutate(name: str, s: dict) -> dict:
     elif name == "stale-async":
         nodes[d] = {"var_name": nodes[d]["var_name"],
                     "synchronizer": {"kind": "ps", "destination": "n0", "sync": False, "staleness": 2}}
+    elif name == "async-ps":
+        nodes[d] = {"var_name": nodes[d]["var_name"],
+                    "synchronizer": {"kind": "ps", "destination": "n0", "sync": False}}
     elif name == "unknown-kind":
         nodes[d] = {"var_name": nodes[d]["var_name"], "synchronizer": {"kind": "gossip"}}
     elif name == "missing-nodes":
@@ -199,6 +203,7 @@ STRATEGY_CASES = {
     "unknown-compressor": "compressor",
     "negative-group": "group",
     "stale-async": "staleness > 0 requires sync=true",
+    "async-ps": "asynchronous or stale parameter servers",
     "unknown-kind": "gossip",
     "missing-nodes": "nodes",
     "extra-field": "colour",
@@ -255,3 +260,31 @@ def test_nothing_written_on_error(cli, tmp_path):
     res = cli("strategies", "sample", "bert-Z", "-n", "2", "--out", str(path))
     assert res.code == 2
     assert not path.exists()
+
+
+def test_baseline_out_into_missing_folder(cli, tmp_path):
+    res = cli("strategies", "baseline", DOMAIN, "ps", "--out", str(tmp_path / "no" / "x.json"))
+    assert_one_line_error(res, "does not exist")
+
+
+def test_baseline_out_refuses_to_overwrite_and_writes_nothing_half(cli, tmp_path):
+    ok = tmp_path / "ok.json"
+    res = cli("strategies", "baseline", DOMAIN, "ps", "--out", str(ok),
+              "--autodist-out", str(tmp_path / "no" / "x.pb"))
+    assert_one_line_error(res, "does not exist")
+    assert not ok.exists()
+
+
+def test_cluster_file_shadowing_a_catalog_cluster(cli, tmp_path):
+    spec = tmp_path / "A.yml"
+    spec.write_text("nodes: [{address: 10.0.0.1, cpus: [0]}]")
+    assert_one_line_error(cli("domains", "show", "ncf", "--cluster-file", str(spec)), "catalog cluster")
+
+
+@pytest.mark.parametrize("argv", [("strategies", "sample", DOMAIN, "-n", "0"), ("strategies", "sample"),
+                                  ("bogus",), ("run", DOMAIN, "-s", "ps", "--timeout", "0")],
+                         ids=["n-zero", "missing-argument", "unknown-command", "zero-timeout"])
+def test_usage_errors_exit_2_without_traceback(cli, argv):
+    res = cli(*argv)
+    assert res.code == 2, (res.code, res.err)
+    assert "Traceback" not in res.err + res.out

@@ -43,9 +43,12 @@ def test_local_pool_runs_many_and_survives_failures():
         hang = pool.run(build("ps", d), Protocol(warmup=1, iters=3, timeout_s=5),
                         fault={"fault": "hang", "fault_rank": 0})
         assert hang.status == "timeout"
+        error = pool.run(build("ps", d), fault={"fault": "error", "fault_rank": 1})
+        assert error.status == "failed" and "injected error" in error.error
+        assert error.wall_s < QUICK.timeout_s / 2  # the others are not waited for until the watchdog
         again = pool.run(build("ddp", d))
         assert again.ok, again.error
-        assert pool.restarts == 2
+        assert pool.restarts == 3
 
 
 def _netns_ok() -> tuple[bool, str]:

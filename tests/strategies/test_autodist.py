@@ -387,7 +387,9 @@ def test_export_partition_axis_beyond_rank() -> None:
 
 
 def test_export_group_beyond_int32() -> None:
-    s = Strategy(id="x", nodes=(VarConfig(var_name="v", synchronizer=AllReduce(group=2**31)),))
+    # the type itself refuses such groups; an unvalidated object must still fail cleanly on export
+    big = AllReduce.model_construct(group=2**31, compressor="none", powersgd_rank=1)
+    s = Strategy(id="x", nodes=(VarConfig(var_name="v", synchronizer=big),))
     with pytest.raises(ConfigError, match="int32"):
         strategy_to_autodist(s, CLUSTER)
 
