@@ -13,8 +13,7 @@ Names are imported lazily (torch and Lightning are heavy):
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from autosync_transfer._lazy import lazy_exports
 
 _EXPORTS = {
     "Adapter": "base",
@@ -40,10 +39,4 @@ _EXPORTS = {
     "adapt_and_register": "workflow",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -6,8 +6,7 @@ Names are imported lazily (mlflow is heavy): ``from autosync_transfer.registry i
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from autosync_transfer._lazy import lazy_exports
 
 _EXPORTS = {
     "tracking_uri": "store",
@@ -24,10 +23,4 @@ _EXPORTS = {
     "evaluate_registered": "models",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

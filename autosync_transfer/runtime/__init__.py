@@ -5,8 +5,7 @@ Names are imported lazily (torch is heavy): ``from autosync_transfer.runtime imp
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from autosync_transfer._lazy import lazy_exports
 
 _EXPORTS = {
     "make_plan": "plan",
@@ -21,10 +20,4 @@ _EXPORTS = {
     "init_from_env": "launch",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
