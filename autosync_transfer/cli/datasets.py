@@ -153,3 +153,24 @@ def import_autosync_cmd(
         con.print(f"  {domain}: {n}", markup=False, highlight=False)
     for p in report.problems:
         con.print(f"  skipped {p}", markup=False, highlight=False)
+
+
+@app.command("compact")
+def compact_cmd(
+    path: str = typer.Option("datasets/trials", "--path", help="Folder of trial stores (*.jsonl)."),
+    out: str = typer.Option("datasets/parquet", "--out", help="Folder for one parquet file per store."),
+) -> None:
+    """Write every trial store as parquet (for shipping; the loader reads both, once per trial)."""
+    from pathlib import Path
+
+    from autosync_transfer.dataset.store import TrialStore
+    from autosync_transfer.errors import SpecError
+
+    src, dst = Path(path), Path(out)
+    stores = sorted(src.glob("*.jsonl")) if src.is_dir() else []
+    if not stores:
+        raise SpecError(f"no trial stores (*.jsonl) in {path!r}")
+    dst.mkdir(parents=True, exist_ok=True)
+    for p in stores:
+        target = TrialStore(p).compact(dst / f"{p.stem}.parquet")
+        typer.echo(f"{p} -> {target}")
