@@ -20,7 +20,8 @@ All-reduce (AR)
     workers (ranks numbered node by node) moves ``2 (W - 1) / W * bytes`` over every ring link, so
     each NIC carries that much in each direction; the ring runs at its slowest link: the slowest
     NIC, or ``B_intra`` when that is slower and some node holds >= 2 workers. A single-node cluster
-    runs over ``B_intra`` only. A group issues as many collectives as its most demanding member (2
+    runs over ``B_intra`` only. A group issues one collective per fused bucket (one bucket per
+    compressor and PowerSGD rank in the group, as the runtime plans them), two for a PowerSGD bucket (2
     if it holds a PowerSGD tensor, else 1), each costing ``2 (W - 1) * max_i a_i`` of latency.
     Groups run one after another and every NIC carries every group, so the AR time is shared by
     all nodes: ``ar_total_s = sum over groups``.
@@ -220,7 +221,9 @@ def _estimate(strategy: Strategy, domain: Domain, ctx: _Context,
     # AR rows (bytes per worker, collectives, group), kept only for the per-row report
     ar: list[tuple[float, int, int]] = []
     group_bytes: dict[int, float] = {}
-    group_msgs: dict[int, int] = {}
+    # collectives of each group: one fused bucket per (compressor, PowerSGD rank), as the runtime
+    # plans them; a PowerSGD bucket holding a matrix is two collectives (P, then Q)
+    group_buckets: dict[int, dict[tuple[str, int], int]] = {}
     # every row in strategy order: (var name, shard, is_ps, index into ps / ar, sparse)
     order: list[tuple[str, int | None, bool, int, bool]] = []
 
@@ -257,8 +260,10 @@ def _estimate(strategy: Strategy, domain: Domain, ctx: _Context,
             nbytes = float(num_elements * _FP16_BYTES)
         g = sync.group
         group_bytes[g] = group_bytes.get(g, 0.0) + nbytes
-        if msgs > group_msgs.get(g, 0):
-            group_msgs[g] = msgs
+        buckets = group_buckets.setdefault(g, {})
+        bkey = (comp, sync.powersgd_rank if comp == "powersgd" else 0)
+        if msgs > buckets.get(bkey, 0):
+            buckets[bkey] = msgs
         if with_rows:
             ar.append((nbytes, msgs, g))
             order.append((name, shard, False, len(ar) - 1, False))
@@ -290,7 +295,7 @@ def _estimate(strategy: Strategy, domain: Domain, ctx: _Context,
     ring_s_per_byte = ctx.ring_factor / ctx.ar_bytes_per_s
     lat_per_coll = ctx.ar_latency_per_collective_s
     per_group = {
-        g: group_bytes[g] * ring_s_per_byte + group_msgs[g] * lat_per_coll
+        g: group_bytes[g] * ring_s_per_byte + sum(group_buckets[g].values()) * lat_per_coll
         for g in sorted(group_bytes)
     }
     ar_total_s = float(sum(per_group.values()))

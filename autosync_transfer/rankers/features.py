@@ -702,7 +702,15 @@ class Featurizer:
         pos_row = t.position[row_var]
         pos_ar = pos_row[ar_idx]
         grp_bytes = np.bincount(g_key, weights=wire[ar_idx], minlength=KG)
-        grp_two = np.bincount(g_key, weights=psgd[ar_idx], minlength=KG) > 0
+        # one fused bucket per (group, compressor, PowerSGD rank), as the runtime plans them;
+        # a bucket holding a PowerSGD matrix is two collectives (P, then Q)
+        ar_comp = comp[ar_idx].astype(np.int64)
+        ar_rank = np.where(ar_comp == 3, crow[ar_idx, 5], 0).astype(np.int64)
+        b_keys, b_inv = np.unique((g_key * 4 + ar_comp) * 65 + ar_rank, return_inverse=True)
+        b_two = np.bincount(b_inv.reshape(-1), weights=psgd[ar_idx]) > 0
+        b_group = b_keys // (4 * 65)
+        grp_coll_sum = np.bincount(b_group, weights=np.where(b_two, 2.0, 1.0), minlength=KG)
+        grp_two = np.bincount(b_group, weights=b_two, minlength=KG) > 0
         grp_rows = np.bincount(g_key, minlength=KG).astype(np.float64)
         grp_comp = np.bincount(g_key, weights=comp[ar_idx] > 0, minlength=KG)
         grp_pos = np.bincount(g_key, weights=pos_ar, minlength=KG)
@@ -711,7 +719,7 @@ class Featurizer:
         np.minimum.at(grp_pos_min, g_key, pos_ar)
         np.maximum.at(grp_pos_max, g_key, pos_ar)
         present = grp_rows > 0
-        grp_coll = np.where(grp_two, 2.0, 1.0)
+        grp_coll = grp_coll_sum
         grp_time = np.where(present, grp_bytes * t.ring_s_per_byte + grp_coll * t.lat_per_coll, 0.0)
         grp_msgs = np.where(present, grp_coll * 2.0 * (t.world - 1), 0.0)
 

@@ -115,11 +115,14 @@ def test_group_fusion_counts_latency_once_per_group() -> None:
     assert fused.per_group == {3: pytest.approx(trans + 6 * ALPHA)}
     split = estimate(strat(a=AllReduce(group=0), b=AllReduce(group=1)), dom)
     assert split.ar_total_s == pytest.approx(trans + 2 * 6 * ALPHA)
-    # a group holding a PowerSGD tensor needs two collectives
+    # compressors are fused separately (one bucket each, as the runtime plans them), and a
+    # PowerSGD bucket needs two collectives: 1 (none) + 2 (PowerSGD) here
     mixed = estimate(
         strat(a=AllReduce(group=0), b=AllReduce(group=0, compressor="powersgd")), dom
     )
-    assert mixed.per_group[0] == pytest.approx(1.5 * (10e6 + 4 * 3500) / GBPS_1 + 2 * 6 * ALPHA)
+    assert mixed.per_group[0] == pytest.approx(1.5 * (10e6 + 4 * 3500) / GBPS_1 + 3 * 6 * ALPHA)
+    halves = estimate(strat(a=AllReduce(group=0), b=AllReduce(group=0, compressor="fp16")), dom)
+    assert halves.per_group[0] == pytest.approx(1.5 * (10e6 + 5e6) / GBPS_1 + 2 * 6 * ALPHA)
 
 
 # -- parameter server -------------------------------------------------------------------------
