@@ -45,7 +45,7 @@ def test_surface():
     from autosync_transfer.cli import app
 
     group = get_command(app).commands["datasets"]  # type: ignore[attr-defined]
-    assert sorted(group.commands) == ["import-autosync", "list", "show"]
+    assert sorted(group.commands) == ["compact", "import-autosync", "list", "show"]
 
 
 def test_list(cli, store_path):
@@ -127,3 +127,19 @@ def test_help_is_light():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_compact_writes_one_parquet_per_store(cli, tmp_path):
+    pytest.importorskip("pyarrow")
+    from autosync_transfer.domains.catalog import get_domain
+    from autosync_transfer.testing.synthetic import write_synthetic_store
+
+    src = tmp_path / "trials"
+    src.mkdir()
+    write_synthetic_store(src / "ncf-A.jsonl", "ncf-A", 5, 0)
+    res = cli("datasets", "compact", "--path", str(src), "--out", str(tmp_path / "pq"))
+    assert res.code == 0, res.err
+    from autosync_transfer.dataset.loader import load_trials
+
+    df = load_trials([tmp_path / "pq" / "ncf-A.parquet"], status=None)
+    assert len(df) == 5 and set(df["domain"]) == {get_domain("ncf-A").name}
