@@ -11,6 +11,7 @@ _EXPORTS = {
     "make_plan": "plan",
     "SyncPlan": "plan",
     "StrategyExecutor": "executor",
+    "DistributedModel": "ddp",
     "CommGroups": "executor",
     "Protocol": "trial",
     "TrialResult": "trial",

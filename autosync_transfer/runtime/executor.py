@@ -68,11 +68,14 @@ class StrategyExecutor:
     """
 
     def __init__(self, module: torch.nn.Module, plan: SyncPlan, groups: CommGroups | None = None,
-                 *, seed: int = 0):
+                 *, seed: int = 0, auto_finish: bool = False):
         self.module = module
         self.plan = plan
         self.groups = groups
         self.seed = seed
+        #: call :meth:`finish` at the end of every backward pass (as DDP does), so that
+        #: ``loss.backward()`` returns with averaged gradients
+        self.auto_finish = auto_finish
         self._ready = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -147,6 +150,8 @@ class StrategyExecutor:
             self._vars_seen.add(name)
             if not self._threads:
                 self._start_threads()
+                if self.auto_finish:
+                    torch.autograd.Variable._execution_engine.queue_callback(self.finish)
             for task in self.plan.var_tasks.get(name, ()):
                 self._remaining[task] -= 1
                 if self._remaining[task] == 0:

@@ -1,0 +1,36 @@
+"""Recommend a strategy for a model on a cluster without running anything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autosync_transfer.domains.cluster import Cluster
+from autosync_transfer.domains.domain import Domain
+from autosync_transfer.domains.graph import ModelGraph
+from autosync_transfer.strategies.types import Strategy
+
+__all__ = ["recommend"]
+
+
+def recommend(model: Any, cluster: Cluster, simulator: Any = None, *, candidates: int = 2000,
+              seed: int = 0, batch_size: int = 1, seq_len: int = 1, preset: str = "default") -> Strategy:
+    """The candidate ``simulator`` ranks fastest among the hand-optimized builders and
+    ``candidates`` sampled strategies.
+
+    ``model``: a ``torch.nn.Module`` (any device, ``meta`` included) or a :class:`ModelGraph`;
+    ``batch_size``/``seq_len`` per worker size the sparse traffic of embeddings. ``simulator``: a
+    :class:`~autosync_transfer.rankers.simulator.Simulator` (e.g. loaded from the registry), or
+    ``None`` for the analytical cost model.
+    """
+    from autosync_transfer.rankers.costmodel import AnalyticalRanker
+    from autosync_transfer.strategies.builders import BUILDERS, build
+    from autosync_transfer.strategies.sampler import StrategySampler
+    from autosync_transfer.strategies.sampler import preset as sampler_preset
+
+    graph = model if isinstance(model, ModelGraph) else ModelGraph.from_torch(
+        model, name="model", batch_size=batch_size, seq_len=seq_len)
+    domain = Domain(name=f"{graph.name}-{cluster.name}", model=graph, cluster=cluster)
+    pool = [build(b, domain) for b in BUILDERS]
+    pool += StrategySampler(domain, sampler_preset(preset), seed=seed).sample_n(candidates)
+    scores = (simulator or AnalyticalRanker()).score(pool, domain)
+    return pool[int(min(range(len(pool)), key=lambda i: (scores[i], i)))]
