@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 pytest.importorskip("mlflow")
@@ -26,27 +25,10 @@ NAME = "autosync-ncf-A"
 @pytest.fixture(scope="module")
 def trials_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A trial store of 40 synthetic ncf-A trials (test double, see the module docstring)."""
-    from autosync_transfer.dataset.store import TrialRecord, TrialStore
-    from autosync_transfer.domains.catalog import get_domain
-    from autosync_transfer.rankers.costmodel import AnalyticalRanker
-    from autosync_transfer.strategies.sampler import StrategySampler
+    from autosync_transfer.testing.synthetic import write_synthetic_store
 
-    domain = get_domain(DOMAIN)
-    strats = StrategySampler(domain, seed=0).sample_n(40)
-    est = AnalyticalRanker().score(strats, domain)
-    rng = np.random.default_rng(0)
     path = tmp_path_factory.mktemp("trials") / f"{DOMAIN}.jsonl"
-    store = TrialStore(path)
-    for i, (s, e) in enumerate(zip(strats, est)):
-        t = float(0.05 + e * (1 + 0.05 * rng.standard_normal()))
-        store.append(TrialRecord(
-            id=f"{DOMAIN}/synthetic/{i}", domain=DOMAIN, model=domain.model.name,
-            cluster=domain.cluster.name, model_fingerprint=domain.model.fingerprint,
-            cluster_fingerprint=domain.cluster.fingerprint, strategy_id=s.id,
-            strategy_kind=s.kind, strategy=s.model_dump(mode="json"), status="ok",
-            iteration_times_s=[t] * 3, median_s=t, protocol={"warmup": 0, "iters": 3},
-            launcher="synthetic", timestamp="2024-05-01T12:00:00+00:00", wall_s=0.0,
-            machine={}, estimated_sync_s=float(e)))
+    write_synthetic_store(path, DOMAIN, 40, 0)
     return path
 
 
