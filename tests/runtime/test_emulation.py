@@ -157,7 +157,9 @@ def test_teardown_after_worker_sigkill_and_with_stray_process(netns: None) -> No
 
 
 _OWNER = textwrap.dedent("""
-    import json, sys, time
+    import json, signal, sys, time
+    # a shell's background job starts with SIGINT ignored; an interactive user's process does not
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from autosync_transfer.domains.cluster import Cluster, Node
     from autosync_transfer.runtime.emulation import EmulatedCluster
     c = Cluster(name="t", nodes=tuple(Node(name=f"w{i}", address=f"10.88.0.{i + 1}", workers=1,
