@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from autosync_transfer.testing.cli import assert_one_line_error
+
 from autosync_transfer.testing.synthetic import write_synthetic_store
 
 pytest.importorskip("mlflow")
@@ -41,15 +43,6 @@ def holdout(trials_dir: Path) -> Any:
     from autosync_transfer.domains.catalog import get_domain
 
     return split_target(get_domain(TARGET), load_trials(trials_dir, domain=TARGET))
-
-
-def assert_one_line_error(res: Any, needle: str) -> None:
-    assert res.code == 2, (res.code, res.out, res.err)
-    lines = [ln for ln in res.err.splitlines() if ln.strip()]
-    assert len(lines) == 1, res.err
-    assert lines[0].startswith("error: "), lines[0]
-    assert "Traceback" not in res.err + res.out
-    assert needle in lines[0], (needle, lines[0])
 
 
 def registered(cli: Any) -> dict[str, int]:

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from autosync_transfer.testing.cli import assert_one_line_error
+
 GOOD_NODE = "{address: 10.0.0.1, cpus: [0], chief: true, network_bandwidth: 1}"
 
 YAML_CASES = {
@@ -49,15 +51,6 @@ YAML_CASES = {
     "bad-ssh-port": (f"nodes: [{GOOD_NODE}]\nssh: {{grp: {{port: 0}}}}", "port"),
     "colon-in-node-name": ("nodes: [{address: 10.0.0.1, name: 'a:L', cpus: [0]}]", "name"),
 }
-
-
-def assert_one_line_error(res, needle: str) -> None:
-    assert res.code == 2, (res.code, res.out, res.err)
-    lines = [ln for ln in res.err.splitlines() if ln.strip()]
-    assert len(lines) == 1, res.err
-    assert lines[0].startswith("error: "), lines[0]
-    assert "Traceback" not in res.err + res.out
-    assert needle in lines[0], (needle, lines[0])
 
 
 @pytest.mark.parametrize("case", sorted(YAML_CASES))

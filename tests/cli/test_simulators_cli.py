@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from autosync_transfer.testing.cli import assert_one_line_error
+
 pytest.importorskip("mlflow")
 torch = pytest.importorskip("torch")
 
@@ -30,15 +32,6 @@ def trials_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("trials") / f"{DOMAIN}.jsonl"
     write_synthetic_store(path, DOMAIN, 40, 0)
     return path
-
-
-def assert_one_line_error(res: Any, needle: str) -> None:
-    assert res.code == 2, (res.code, res.out, res.err)
-    lines = [ln for ln in res.err.splitlines() if ln.strip()]
-    assert len(lines) == 1, res.err
-    assert lines[0].startswith("error: "), lines[0]
-    assert "Traceback" not in res.err + res.out
-    assert needle in lines[0], (needle, lines[0])
 
 
 def test_command_surface(cli: Any) -> None:
