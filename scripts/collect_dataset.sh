@@ -2,6 +2,7 @@
 # Collect the shipped dataset on emulated clusters (as root), resumably, in passes so that all
 # domains progress together: pass k brings every domain to k*STEP trials.
 #   scripts/collect_dataset.sh [TARGET] [STEP]
+#   DOMAINS="ncf-A bert-B" scripts/collect_dataset.sh 200 200   # these domains, in this order
 # Interrupt at any time; run again to continue where it stopped.
 set -u
 cd "$(dirname "$0")/.."
@@ -11,12 +12,14 @@ BIN=${BIN:-.venv/bin/autosync-transfer}
 MODELS=${MODELS:-"bert-3l bert bert-12l ncf vgg16-s"}
 CLUSTERS=${CLUSTERS:-"A B C"}
 PROTOCOL=${PROTOCOL:-"--warmup 3 --iters 10"}
+if [ -z "${DOMAINS:-}" ]; then
+  DOMAINS=""
+  for m in $MODELS; do for c in $CLUSTERS; do DOMAINS="$DOMAINS $m-$c"; done; done
+fi
 for ((n = STEP; n <= TARGET; n += STEP)); do
-  for m in $MODELS; do
-    for c in $CLUSTERS; do
-      echo "== $(date -u +%FT%TZ) $m-$c -> $n trials"
-      $BIN collect "$m-$c" --trials "$n" --launcher emulated $PROTOCOL --reference-every 20 --timeout 120 \
-        --store "datasets/trials/$m-$c.jsonl" --seed 0 || echo "collect $m-$c exited with $?"
-    done
+  for d in $DOMAINS; do
+    echo "== $(date -u +%FT%TZ) $d -> $n trials"
+    $BIN collect "$d" --trials "$n" --launcher emulated $PROTOCOL --reference-every 20 --timeout 120 \
+      --store "datasets/trials/$d.jsonl" --seed 0 || echo "collect $d exited with $?"
   done
 done

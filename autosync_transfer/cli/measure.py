@@ -28,6 +28,7 @@ def collect(
     reference_every: int = typer.Option(25, "--reference-every", min=0, help="Re-measure the reference strategy every N trials (0: never)."),
     timeout_s: float = typer.Option(300.0, "--timeout", min=1.0, help="Watchdog per trial, seconds."),
     cluster_file: Optional[str] = typer.Option(None, "--cluster-file", help="Use this resource-spec YAML as the cluster."),
+    max_foreign_cpu: float = typer.Option(0.15, "--max-foreign-cpu", min=0.01, max=1.0, help="Measure a trial again (when the machine is quiet) if other processes took more than this share of the CPU during it; 1 disables."),
 ) -> None:
     """Measure strategies of DOMAIN for real and append them to a trial store (resumable)."""
     from pathlib import Path
@@ -54,7 +55,8 @@ def collect(
         result = run_collect(domain, path, trials=trials, launcher=launcher, sampler=sampler,
                              preset=preset, seed=seed,
                              protocol=proto, reference_every=reference_every, on_trial=on_trial,
-                             log_dir=path.parent / "logs" / domain.name)
+                             log_dir=path.parent / "logs" / domain.name,
+                             max_foreign_cpu=max_foreign_cpu)
         bar.update(task, completed=result.done)
     best = f"{result.best_s * 1000:.1f} ms" if result.best_s else "-"
     out().print(f"{domain.name}: {result.done} trials in {path} ({result.failures} failed), best {best}")

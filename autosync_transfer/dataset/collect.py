@@ -5,6 +5,12 @@ first, then strategies from the sampler. A collection that is interrupted picks 
 stopped (trial ids already in the store are skipped). Every ``reference_every`` trials a fixed
 reference strategy is re-measured and stored with ``reference=True``: its drift tells noisy
 periods apart.
+
+Every trial also records the CPU share that processes outside the collection took while it ran
+(``machine.foreign_cpu``, :mod:`autosync_transfer.runtime.cpuwatch`). A trial disturbed beyond
+``max_foreign_cpu`` is measured again once the machine is quiet; if it stays disturbed after
+``DISTURBED_ATTEMPTS`` attempts it is stored with ``machine.disturbed = True`` (the loader leaves
+such trials out by default).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from autosync_transfer.runtime.trial import Protocol, TrialResult, WorkerPool
 from autosync_transfer.strategies.types import Strategy
 
 __all__ = ["CollectProgress", "planned_strategies", "record_for", "collect", "REFERENCE_BUILDER",
-           "TORCH_DDP"]
+           "TORCH_DDP", "measure_undisturbed", "MAX_FOREIGN_CPU"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +65,7 @@ def planned_strategies(domain: Domain, sampler: str, seed: int, n: int,
 
 def record_for(domain: Domain, strategy: Strategy | None, result: TrialResult, protocol: Protocol,
                launcher: str, *, seed: int, record_id: str, reference: bool = False,
-               machine_start: dict | None = None) -> TrialRecord:
+               machine_start: dict | None = None, machine_extra: dict | None = None) -> TrialRecord:
     """The trial record of one result, with the analytical estimate and the machine's load."""
     estimated = None
     if strategy is not None:
@@ -69,6 +75,8 @@ def record_for(domain: Domain, strategy: Strategy | None, result: TrialResult, p
     machine = machine_info()
     if machine_start is not None:
         machine["loadavg_1m_start"] = machine_start.get("loadavg_1m")
+    if machine_extra:
+        machine.update(machine_extra)
     return TrialRecord.from_result(
         domain=domain, strategy=strategy, result=result, protocol=protocol, launcher=launcher,
         machine=machine, seed=seed, reference=reference, estimated_sync_s=estimated,
@@ -80,6 +88,12 @@ def record_for(domain: Domain, strategy: Strategy | None, result: TrialResult, p
 INFRASTRUCTURE_ATTEMPTS = 3
 
 
+#: measurements of a trial disturbed by foreign CPU load before it is stored as disturbed
+DISTURBED_ATTEMPTS = 3
+#: default tolerated foreign CPU share of the machine during a trial
+MAX_FOREIGN_CPU = 0.15
+
+
 def _run_with_retries(pool: WorkerPool, strategy: Strategy | None) -> TrialResult:
     """Measure; a failure of the environment is retried and, if it persists, stops the collection
     without recording anything against the strategy."""
@@ -89,6 +103,32 @@ def _run_with_retries(pool: WorkerPool, strategy: Strategy | None) -> TrialResul
             return res
         log.warning("trial environment failed, retrying: %s", res.error)
     raise ConfigError(f"the trial workers fail to run ({INFRASTRUCTURE_ATTEMPTS} attempts): {res.error}")
+
+
+def measure_undisturbed(pool: WorkerPool, strategy: Strategy | None, max_foreign_cpu: float,
+                        ) -> tuple[TrialResult, dict, dict]:
+    """Measure ``strategy``; while foreign CPU load disturbs the measurement, wait for a quiet
+    machine and measure again. Returns (result, machine facts at the start, disturbance facts)."""
+    from autosync_transfer.runtime.cpuwatch import CpuWatch, wait_until_quiet
+
+    facts: dict = {}
+    waited = 0.0
+    for attempt in range(1, DISTURBED_ATTEMPTS + 1):
+        start = machine_info()
+        with CpuWatch() as watch:
+            res = _run_with_retries(pool, strategy)
+        facts = {"foreign_cpu": None if watch.foreign is None else round(watch.foreign, 4),
+                 "attempts": attempt}
+        if waited:
+            facts["waited_quiet_s"] = round(waited, 1)
+        if watch.foreign is None or watch.foreign <= max_foreign_cpu or res.status != "ok":
+            return res, start, facts
+        log.warning("trial disturbed (foreign CPU %.0f%% of the machine), measuring again when quiet",
+                    watch.foreign * 100)
+        w, _ = wait_until_quiet(max_foreign_cpu)
+        waited += w
+    facts["disturbed"] = True
+    return res, start, facts
 
 
 def collect(
@@ -104,8 +144,11 @@ def collect(
     reference_every: int = 25,
     on_trial: Callable[[CollectProgress], None] | None = None,
     log_dir: str | Path | None = None,
+    max_foreign_cpu: float = MAX_FOREIGN_CPU,
 ) -> CollectProgress:
     """Measure until the store holds ``trials`` (non-reference) trials of ``domain``."""
+    if not 0.0 < max_foreign_cpu <= 1.0:
+        raise ConfigError(f"max_foreign_cpu must be in (0, 1], got {max_foreign_cpu}")
     if trials < 1:
         raise ConfigError(f"--trials must be >= 1, got {trials}")
     if reference_every < 0:
@@ -158,18 +201,16 @@ def collect(
             if rid in existing:
                 continue
             if reference_every and (since_ref >= reference_every or refs == 0):
-                start = machine_info()
-                res = _run_with_retries(pool, reference)
+                res, start, facts = measure_undisturbed(pool, reference, max_foreign_cpu)
                 ref_rec = record_for(domain, reference, res, protocol, launcher, seed=seed,
                                      record_id=f"{domain.name}/reference-{refs}", reference=True,
-                                     machine_start=start)
+                                     machine_start=start, machine_extra=facts)
                 store.append(ref_rec)
                 refs += 1
                 since_ref = 0
-            start = machine_info()
-            res = _run_with_retries(pool, strategy)
+            res, start, facts = measure_undisturbed(pool, strategy, max_foreign_cpu)
             rec = record_for(domain, strategy, res, protocol, launcher, seed=seed, record_id=rid,
-                             machine_start=start)
+                             machine_start=start, machine_extra=facts)
             if store.append(rec):
                 done += 1
                 since_ref += 1

@@ -94,6 +94,17 @@ def _read_file(path: Path) -> pandas.DataFrame:
     return df
 
 
+def _disturbed(machine: object) -> bool:
+    if isinstance(machine, str):
+        if "disturbed" not in machine:
+            return False
+        try:
+            machine = json.loads(machine)
+        except ValueError:
+            return False
+    return bool(isinstance(machine, dict) and machine.get("disturbed"))
+
+
 def _as_set(value: str | Iterable[str] | None, what: str, known: Sequence[str] | None = None
             ) -> set[str] | None:
     if value is None:
@@ -111,10 +122,13 @@ def load_trials(
     *,
     domain: str | Iterable[str] | None = None,
     status: str | Iterable[str] | None = "ok",
+    disturbed: bool = False,
 ) -> pandas.DataFrame:
     """Every trial in the given stores / parquet files / folders (default: the shipped
     datasets), one row per trial, filtered by ``domain`` and ``status`` (``None`` or ``"all"``:
     every status). A record found in several files (a store and its parquet copy) appears once.
+    Trials the collector stored as disturbed by foreign CPU load (``machine.disturbed``) are left
+    out unless ``disturbed=True``.
     """
     pd = require("pandas")
 
@@ -130,6 +144,8 @@ def load_trials(
         df = df[df["domain"].isin(domains)]
     if statuses is not None:
         df = df[df["status"].isin(statuses)]
+    if not disturbed and len(df):
+        df = df[~df["machine"].map(_disturbed)]
     return df.reset_index(drop=True)
 
 
