@@ -10,7 +10,8 @@ import sys
 
 import typer
 
-from autosync_transfer.cli import adapt, clusters, datasets, domains, measure, simulators, strategies
+from autosync_transfer.cli import (adapt, clusters, datasets, domains, measure, search, simulators,
+                                   strategies)
 
 __all__ = ["app", "main"]
 
@@ -32,6 +33,8 @@ app.command("evaluate")(simulators.evaluate)
 app.command("ui")(simulators.ui)
 app.add_typer(simulators.registry_app, name="registry")
 app.command("adapt")(adapt.adapt)
+app.command("search")(search.search)
+app.command("recommend")(search.recommend)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -92,6 +92,8 @@ INFRASTRUCTURE_ATTEMPTS = 3
 DISTURBED_ATTEMPTS = 3
 #: default tolerated foreign CPU share of the machine during a trial
 MAX_FOREIGN_CPU = 0.15
+#: longest wait for a quiet machine before measuring a disturbed trial again, seconds
+QUIET_WAIT_S = 300.0
 
 
 def _run_with_retries(pool: WorkerPool, strategy: Strategy | None) -> TrialResult:
@@ -125,7 +127,7 @@ def measure_undisturbed(pool: WorkerPool, strategy: Strategy | None, max_foreign
             return res, start, facts
         log.warning("trial disturbed (foreign CPU %.0f%% of the machine), measuring again when quiet",
                     watch.foreign * 100)
-        w, _ = wait_until_quiet(max_foreign_cpu)
+        w, _ = wait_until_quiet(max_foreign_cpu, max_wait_s=QUIET_WAIT_S)
         waited += w
     facts["disturbed"] = True
     return res, start, facts

@@ -123,3 +123,33 @@ def training_curves(history: Sequence[Mapping[str, Any]] | Mapping[str, Sequence
         ax.legend(handles, labels, fontsize="small", loc="best")
     ax.set_title(title or "training curves")
     return _save(fig, path)
+
+
+def search_curves(curves: Mapping[str, Sequence[float | None]],
+                  hit_rates: Mapping[str, Sequence[float]], path: str | Path, *,
+                  per_round: int, title: str = "") -> Path:
+    """AutoSync's Fig. 2: best-so-far speed-up over the best hand-optimized strategy vs the number
+    of real trials, one line per search (top), and each search's hit rate per round (share of
+    the round's trials faster than the best hand-optimized strategy) in its own panel below."""
+    plt = _pyplot()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True,
+                                      gridspec_kw={"height_ratios": [2, 1]})
+    for name, curve in curves.items():
+        pts = [(i + 1, v) for i, v in enumerate(curve) if v is not None and np.isfinite(v)]
+        if pts:
+            xs, ys = zip(*pts)
+            top.step(xs, ys, where="post", label=name)
+    for level in (1.0, 1.1, 1.2):
+        top.axhline(level, color="grey", linewidth=0.6, linestyle=":" if level > 1 else "-")
+    top.set_ylabel("best speed-up over\nbest hand-optimized")
+    top.legend(fontsize="small", loc="lower right")
+    top.set_title(title or "search")
+    n = max(len(hit_rates), 1)
+    width = per_round / (n + 1)
+    for j, (name, rates) in enumerate(hit_rates.items()):
+        xs = [r * per_round + (j + 0.5) * width for r in range(len(rates))]
+        bottom.bar(xs, list(rates), width=width, align="edge", label=name)
+    bottom.set_ylim(0, 1)
+    bottom.set_ylabel("hit rate\nper round")
+    bottom.set_xlabel("real trials")
+    return _save(fig, path)

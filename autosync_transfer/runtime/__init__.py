@@ -1,6 +1,7 @@
 """Runtime: plan strategies, execute them on torch.distributed, measure trials, emulate clusters.
 
-Names are imported lazily (torch is heavy): ``from autosync_transfer.runtime import WorkerPool``.
+Names are imported lazily (torch is heavy): ``from autosync_transfer.runtime import WorkerPool``;
+``AutoSyncStrategy`` (a Lightning strategy) is the only name that imports Lightning.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ _EXPORTS = {
     "SyncPlan": "plan",
     "StrategyExecutor": "executor",
     "DistributedModel": "ddp",
+    "AutoSyncStrategy": "lightning",
     "CommGroups": "executor",
     "Protocol": "trial",
     "TrialResult": "trial",

@@ -1,0 +1,194 @@
+"""``autosync-transfer search`` (the closed AutoSync loop and its baselines) and
+``autosync-transfer recommend`` (the best strategy without running anything)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+_LAUNCHERS = ("emulated", "local", "torchrun")
+
+
+def _fmt(v: Any, spec: str = ".2f", suffix: str = "") -> str:
+    if v is None:
+        return "-"
+    return f"{v:{spec}}{suffix}"
+
+
+def search(
+    domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-B"),
+    budget: int = typer.Option(200, "--budget", min=1, help="Real trials to spend (the builders and DDP measured as the reference come on top)."),
+    method: str = typer.Option("autosync", "--method", help="autosync (simulator-guided, re-trained every round), random, tpe (Optuna TPE over a knob encoding) or analytical (cost-model ranking)."),
+    warm_start: Optional[str] = typer.Option(None, "--warm-start", metavar="SOURCE_DOMAIN|MODEL_URI", help="Start from this simulator (a domain's registry champion, trained first if absent, or models:/NAME@ALIAS) and fine-tune it every round."),
+    per_round: int = typer.Option(10, "--per-round", "-k", min=1, help="Trials per round (the simulator is re-trained between rounds)."),
+    candidates: int = typer.Option(1000, "--candidates", min=1, help="Sampled candidates scored per round."),
+    launcher: str = typer.Option("emulated", "--launcher", help="emulated (network namespaces, needs root) or local."),
+    seed: int = typer.Option(0, "--seed"),
+    preset: str = typer.Option("default", "--preset", help="Sampler preset (see strategies sample --preset)."),
+    ranker: str = typer.Option("rnn", "--ranker", help="Ranker trained by a cold autosync search."),
+    epochs: int = typer.Option(30, "--epochs", min=1, help="Maximum training epochs per round."),
+    diversity: float = typer.Option(0.3, "--diversity", min=0.0, help="Weight of novelty against score rank when picking a round."),
+    store: Optional[str] = typer.Option(None, "--store", help="The run's trial store (default datasets/trials/search/DOMAIN/RUN.jsonl); the search continues it."),
+    trials: Optional[str] = typer.Option(None, "--trials", help="Trials to train a --warm-start domain's simulator on when it has no champion (default: the shipped datasets)."),
+    warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed iterations per trial."),
+    iters: int = typer.Option(10, "--iters", min=1, help="Timed iterations per trial."),
+    timeout_s: float = typer.Option(300.0, "--timeout", min=1.0, help="Watchdog per trial, seconds."),
+    max_foreign_cpu: float = typer.Option(0.15, "--max-foreign-cpu", min=0.01, max=1.0, help="Measure a trial again when other processes took more than this share of the CPU (1 disables)."),
+    log: bool = typer.Option(True, "--log/--no-log", help="Log the run to MLflow and register the final simulator."),
+    export_json: Optional[str] = typer.Option(None, "--export-json", help="Write the best strategy found as JSON."),
+    export_autodist: Optional[str] = typer.Option(None, "--export-autodist", help="Write the best strategy found as an AutoDist strategy file."),
+    cluster_file: Optional[str] = typer.Option(None, "--cluster-file", help="Use this resource-spec YAML as the cluster."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Search DOMAIN's strategies with real trials: propose, rank, run, re-train, repeat."""
+    import json
+    from pathlib import Path
+
+    from autosync_transfer.cli._common import err, out, print_json, resolve_domain
+    from autosync_transfer.cli.strategies import _check_out
+    from autosync_transfer.errors import ConfigError
+    from autosync_transfer.search.loop import METHODS, SearchConfig, Searcher, default_store_path, run_name
+
+    if method not in METHODS:
+        raise ConfigError(f"unknown method {method!r} (known: {', '.join(METHODS)})")
+    if launcher not in _LAUNCHERS:
+        raise ConfigError(f"--launcher must be one of {', '.join(_LAUNCHERS)}, got {launcher!r}")
+    if launcher == "torchrun":
+        raise ConfigError("--launcher torchrun: a search drives persistent trial workers on this "
+                          "machine (local or emulated); on a real cluster, measure its rounds with "
+                          "the torchrun worker (docs/torchrun.md)")
+    if warm_start is not None and method != "autosync":
+        raise ConfigError(f"--warm-start needs --method autosync, got {method!r}")
+    _check_out(export_json, "--export-json")
+    _check_out(export_autodist, "--export-autodist")
+    domain = resolve_domain(domain_name, cluster_file)
+    if launcher == "emulated":
+        from autosync_transfer.adapt.workflow import check_collect
+
+        check_collect(launcher)
+    config = SearchConfig(method=method, budget=budget, per_round=per_round, candidates=candidates,  # type: ignore[arg-type]
+                          seed=seed, preset=preset, diversity=diversity, ranker=ranker,
+                          max_epochs=epochs)
+    from autosync_transfer.runtime.trial import Protocol
+
+    protocol = Protocol(warmup=warmup, iters=iters, timeout_s=timeout_s)
+    warm = lineage = None
+    if warm_start is not None:
+        from autosync_transfer.search.warm import warm_simulator
+
+        with err().status(f"loading the warm-start simulator {warm_start}", spinner="dots"):
+            warm, lineage = warm_simulator(warm_start, trials=trials, seed=seed, max_epochs=epochs)
+    name = run_name(config, warm is not None)
+    path = Path(store) if store else default_store_path(domain.name, name)
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=err()) as bar:
+        task = bar.add_task(f"search {domain.name} {name}", total=budget, status="starting workers")
+
+        def on_event(p) -> None:  # noqa: ANN001
+            best = p.best_s
+            ref = p.best_builder_s
+            speed = f"  best {best * 1000:.1f} ms ({ref / best:.2f}x builders)" if best and ref else ""
+            bar.update(task, completed=p.done, status=f"{p.message}{speed}")
+
+        searcher = Searcher(domain, path, config, warm=warm, launcher=launcher, protocol=protocol,
+                            max_foreign_cpu=max_foreign_cpu, on_event=on_event,
+                            log_dir=path.parent / "logs" / name)
+        result = searcher.run()
+    s = result.summary
+    version = None
+    if log:
+        from autosync_transfer.registry.searches import log_search
+
+        tags = {"launcher": launcher, "store": str(path)}
+        if warm_start:
+            tags["warm_start"] = warm_start
+        with err().status("logging to MLflow", spinner="dots"):
+            lin = None
+            if result.simulator is not None:
+                from autosync_transfer.adapt.data import digest
+
+                lin = {**(lineage or {}), "method": f"search-{name.rsplit('-seed', 1)[0]}",
+                       "shots": s["trials"], "dataset_fingerprint": digest(
+                           [s["trials"], s.get("best_s"), str(path)])}
+            _, version = log_search(domain=domain.name, run=name, summary=s,
+                                    config=config.model_dump(mode="json"), per_round=per_round,
+                                    best_strategy=json.loads(result.best.to_json()) if result.best else None,
+                                    simulator=result.simulator, lineage=lin, tags=tags)
+    if result.best is not None:
+        from autosync_transfer.cli.strategies import _write_atomic
+
+        if export_json:
+            _write_atomic(export_json, (result.best.to_json(indent=2) + "\n").encode(), "--export-json")
+        if export_autodist:
+            from autosync_transfer.strategies.autodist import strategy_to_autodist
+
+            _write_atomic(export_autodist, strategy_to_autodist(result.best, domain.cluster,
+                                                                graph=domain.model), "--export-autodist")
+    if json_out:
+        print_json({"domain": domain.name, "run": name, "store": str(path),
+                    "best_strategy": result.best.id if result.best else None,
+                    "registered_version": version.version if version else None,
+                    **{k: v for k, v in s.items()}})
+        return
+    con = out()
+    con.print(f"{domain.name} {name}: {s['trials']} trials ({s['failed']} failed) in {path}")
+    con.print(f"  best found      {_fmt(s['best_s'] and s['best_s'] * 1000, '.1f', ' ms')}"
+              f"  ({result.best.id if result.best else '-'})")
+    con.print(f"  best builder    {_fmt(s['best_builder_s'] and s['best_builder_s'] * 1000, '.1f', ' ms')}"
+              f"  ({s['best_builder'] or '-'})  -> speed-up {_fmt(s['speedup_vs_builder'], '.2f', 'x')}")
+    con.print(f"  torch DDP       {_fmt(s['ddp_s'] and s['ddp_s'] * 1000, '.1f', ' ms')}"
+              f"  -> speed-up {_fmt(s['speedup_vs_ddp'], '.2f', 'x')}")
+    con.print(f"  trials to 1.1x / 1.2x / 1.3x over the best builder: {_fmt(s['trials_to_1.1x'], 'd')}"
+              f" / {_fmt(s['trials_to_1.2x'], 'd')} / {_fmt(s['trials_to_1.3x'], 'd')}")
+    con.print("  hit rate per round: " + " ".join(f"{h:.1f}" for h in s["hit_rate"]))
+    if version is not None:
+        con.print(f"  simulator registered as {version.name} version {version.version} "
+                  f"(promote it with `autosync-transfer registry promote {version.name} {version.version}`)")
+
+
+def recommend(
+    domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-B"),
+    simulator: Optional[str] = typer.Option(None, "--simulator", help="models:/NAME@ALIAS or a registered name (its champion); default: the analytical cost model."),
+    candidates: int = typer.Option(2000, "--candidates", min=1, help="Sampled candidates to rank (the builders are always included)."),
+    seed: int = typer.Option(0, "--seed"),
+    preset: str = typer.Option("default", "--preset"),
+    export_json: Optional[str] = typer.Option(None, "--export-json", "--out", help="Write the strategy as JSON."),
+    export_autodist: Optional[str] = typer.Option(None, "--export-autodist", help="Write the strategy as an AutoDist strategy file."),
+    cluster_file: Optional[str] = typer.Option(None, "--cluster-file", help="Use this resource-spec YAML as the cluster."),
+    json_out: bool = typer.Option(False, "--json", help="Print the strategy as JSON."),
+) -> None:
+    """The strategy a simulator ranks fastest for DOMAIN, without running anything."""
+    import sys
+
+    from autosync_transfer.cli._common import out, resolve_domain
+    from autosync_transfer.cli.strategies import _check_out, _write_atomic
+    from autosync_transfer.search.recommend import recommend as do_recommend
+
+    _check_out(export_json, "--export-json")
+    _check_out(export_autodist, "--export-autodist")
+    domain = resolve_domain(domain_name, cluster_file)
+    sim = None
+    if simulator is not None:
+        from autosync_transfer.registry.models import load_simulator
+
+        sim = load_simulator(simulator)
+    best = do_recommend(domain.model, domain.cluster, sim, candidates=candidates, seed=seed,
+                        preset=preset)
+    if export_json:
+        _write_atomic(export_json, (best.to_json(indent=2) + "\n").encode(), "--export-json")
+    if export_autodist:
+        from autosync_transfer.strategies.autodist import strategy_to_autodist
+
+        _write_atomic(export_autodist, strategy_to_autodist(best, domain.cluster, graph=domain.model),
+                      "--export-autodist")
+    if json_out:
+        sys.stdout.write(best.to_json(indent=2) + "\n")
+        return
+    from autosync_transfer.cli.strategies import _summary, _table
+
+    out().print(_table([_summary(best, domain)], f"recommended for {domain.name} by "
+                                                 f"{simulator or 'the analytical cost model'}"))

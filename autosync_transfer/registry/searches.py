@@ -1,0 +1,73 @@
+"""Search runs in MLflow: the best-speed-up-vs-trials curve, hit rates, the figures, the plot,
+and (for the AutoSync loop) the final simulator registered as a new version of the domain's
+model."""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from autosync_transfer.registry.models import ModelVersionInfo
+
+__all__ = ["log_search"]
+
+_FIGURES = ("speedup_vs_builder", "speedup_vs_ddp", "trials_to_1.1x", "trials_to_1.2x",
+            "trials_to_1.3x", "best_s", "best_builder_s", "ddp_s", "trials", "failed")
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def log_search(*, domain: str, run: str, summary: Mapping[str, Any], config: Mapping[str, Any],
+               per_round: int, best_strategy: Mapping[str, Any] | None = None,
+               simulator: Any = None, lineage: Mapping[str, Any] | None = None,
+               tags: Mapping[str, Any] | None = None) -> tuple[str, ModelVersionInfo | None]:
+    """Log one search (an MLflow run named after it) and, with ``simulator``, register that
+    simulator in the same run. Returns (run id, the new model version or None)."""
+    import mlflow
+
+    from autosync_transfer.registry import models, store
+    from autosync_transfer.registry.plots import search_curves
+
+    c = store.client()
+    exp_id = store.experiment_id(c)
+    with tempfile.TemporaryDirectory(prefix="autosync-search-") as tmp:
+        plot = search_curves({run: summary.get("curve", [])}, {run: summary.get("hit_rate", [])},
+                             Path(tmp) / "search_curve.png", per_round=per_round,
+                             title=f"search on {domain}: {run}")
+        table = Path(tmp) / "search_summary.json"
+        table.write_text(json.dumps({"domain": domain, "run": run, "config": dict(config),
+                                     **dict(summary)}, indent=1, default=str))
+        with mlflow.start_run(experiment_id=exp_id, run_name=f"search {domain} {run}") as r:
+            run_id = r.info.run_id
+            mlflow.set_tags({"kind": "search", "domain": domain, "search": run,
+                             **{str(k): str(v) for k, v in (tags or {}).items()}})
+            mlflow.log_params({f"search.{k}": v for k, v in config.items()})
+            for i, v in enumerate(summary.get("curve", [])):
+                if _num(v) is not None:
+                    mlflow.log_metric("best_speedup_vs_builder", float(v), step=i + 1)
+            for i, v in enumerate(summary.get("hit_rate", [])):
+                mlflow.log_metric("hit_rate", float(v), step=(i + 1) * per_round)
+            mlflow.log_metrics({f"search.{k}": _num(summary.get(k)) for k in _FIGURES  # type: ignore[misc]
+                                if _num(summary.get(k)) is not None})
+            mlflow.log_artifact(str(plot), artifact_path="plots")
+            mlflow.log_artifact(str(table), artifact_path="search")
+            if best_strategy is not None:
+                best = Path(tmp) / "best_strategy.json"
+                best.write_text(json.dumps(dict(best_strategy), indent=1))
+                mlflow.log_artifact(str(best), artifact_path="search")
+        version = None
+        if simulator is not None:
+            figures = {f"search_{k.replace('.', '_')}": _num(summary.get(k)) for k in _FIGURES}
+            version = models.log_simulator(
+                simulator, domain=domain,
+                metrics={k: v for k, v in figures.items() if v is not None},
+                tags={"trial_count": summary.get("trials", 0), "test_split": "none (search)",
+                      "search": run, **{str(k): v for k, v in (tags or {}).items()}},
+                lineage=lineage, plots=[plot], logger_run_id=run_id)
+    return run_id, version

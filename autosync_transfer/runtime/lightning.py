@@ -1,0 +1,293 @@
+"""``AutoSyncStrategy``: Lightning's DDP strategy with gradients synchronized by an AutoSync strategy.
+
+Lightning launches (or joins) the processes and initializes the process group exactly as its
+``DDPStrategy`` does (gloo by default); instead of wrapping the ``LightningModule`` in torch's
+``DistributedDataParallel``, :class:`AutoSyncStrategy` wraps it in
+:class:`~autosync_transfer.runtime.ddp.DistributedModel`, which averages every gradient during
+``backward()`` with the plan of a :class:`~autosync_transfer.strategies.types.Strategy`
+(all-reduce buckets, compression, parameter servers, partitions).
+
+The strategy is either given (a :class:`Strategy` object, or a JSON / AutoDist file with
+:meth:`AutoSyncStrategy.from_file`), or chosen at setup time, once the model is known, by
+:func:`~autosync_transfer.search.recommend.recommend` with the analytical cost model or a
+simulator from the registry (:meth:`AutoSyncStrategy.from_registry`). Rank 0 chooses and
+broadcasts the choice, so every rank runs the same plan.
+
+Variable names are the ``LightningModule``'s parameter names (``model.fc.weight`` for a module
+that holds its network as ``self.model``). A strategy written for the inner network
+(``fc.weight``) is accepted when one common submodule prefix makes every name match.
+
+This module imports Lightning; it is only imported on demand
+(``from autosync_transfer.runtime import AutoSyncStrategy``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from lightning.pytorch import LightningModule
+from lightning.pytorch.strategies import DDPStrategy
+
+from autosync_transfer.domains.cluster import Cluster
+from autosync_transfer.domains.graph import ModelGraph
+from autosync_transfer.errors import ConfigError, NotFittedError
+from autosync_transfer.runtime.ddp import DistributedModel
+from autosync_transfer.strategies.types import Strategy, VarConfig
+
+__all__ = ["AutoSyncStrategy"]
+
+log = logging.getLogger(__name__)
+
+#: ``DDPStrategy`` arguments that keep their meaning here (everything about processes and devices)
+_PASSED_ON = frozenset({
+    "accelerator", "parallel_devices", "cluster_environment", "checkpoint_io", "precision_plugin",
+    "timeout", "start_method",
+})
+
+
+class AutoSyncStrategy(DDPStrategy):
+    """Data-parallel training whose gradient synchronization follows ``strategy`` on ``cluster``.
+
+    Use it like Lightning's DDP strategy, with one process per worker of ``cluster`` (ranks
+    numbered node by node)::
+
+        trainer = Trainer(accelerator="cpu", devices=2,
+                          strategy=AutoSyncStrategy(strategy, cluster))
+
+    Args:
+        strategy: the synchronization strategy; ``None`` chooses one at setup time with
+            :func:`~autosync_transfer.search.recommend.recommend` (see ``simulator``).
+        cluster: the cluster the strategy is for (a :class:`Cluster`, or a catalog name such as
+            ``"A"``); its number of workers must equal the Trainer's number of processes.
+        simulator: only when ``strategy`` is ``None``: the ranker that picks the strategy — a
+            :class:`~autosync_transfer.rankers.simulator.Simulator`, a registry URI or name
+            (``"models:/autosync-bert-B@champion"``, loaded by rank 0), or ``None`` for the
+            analytical cost model.
+        candidates, seed: sampled candidates scored by ``recommend`` and its sampler's seed.
+        batch_size, seq_len: per-worker batch size and sequence length, which size the sparse
+            traffic of embeddings in the model graph.
+        process_group_backend: ``"gloo"`` unless given.
+        **ddp_kwargs: the process and device arguments of ``DDPStrategy`` (``accelerator``,
+            ``parallel_devices``, ``cluster_environment``, ``checkpoint_io``,
+            ``precision_plugin``, ``timeout``, ``start_method``). Options of torch's
+            ``DistributedDataParallel`` (``bucket_cap_mb``, ``find_unused_parameters``, comm
+            hooks, ...) have no meaning here and are refused.
+
+    Gradient accumulation (``accumulate_grad_batches > 1``) synchronizes after every
+    micro-batch (the result is the same average; only the traffic grows).
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy | None,
+        cluster: Cluster | str,
+        *,
+        simulator: Any = None,
+        candidates: int = 2000,
+        seed: int = 0,
+        batch_size: int = 1,
+        seq_len: int = 1,
+        process_group_backend: str | None = "gloo",
+        **ddp_kwargs: Any,
+    ) -> None:
+        unknown = sorted(set(ddp_kwargs) - _PASSED_ON)
+        if unknown:
+            raise ConfigError(
+                f"AutoSyncStrategy does not take the DDP option {unknown[0]!r}: gradients are "
+                f"synchronized by the AutoSync strategy's plan, not by DistributedDataParallel "
+                f"(accepted: {', '.join(sorted(_PASSED_ON))})"
+            )
+        if strategy is not None and not isinstance(strategy, Strategy):
+            raise ConfigError(
+                f"strategy must be an autosync_transfer Strategy or None, got "
+                f"{type(strategy).__name__} (use AutoSyncStrategy.from_file for a file)"
+            )
+        if strategy is not None and simulator is not None:
+            raise ConfigError("give either a strategy or a simulator to choose one, not both")
+        if candidates < 0:
+            raise ConfigError(f"candidates must be >= 0, got {candidates}")
+        if batch_size < 1 or seq_len < 1:
+            raise ConfigError(f"batch_size and seq_len must be >= 1, got {batch_size} and {seq_len}")
+        super().__init__(process_group_backend=process_group_backend, **ddp_kwargs)
+        self.cluster = _as_cluster(cluster)
+        self.simulator = simulator
+        self.candidates = candidates
+        self.seed = seed
+        self.batch_size = batch_size
+        self.seq_len = seq_len
+        self._given = strategy
+        self._sync_strategy: Strategy | None = strategy
+
+    # -- constructors -------------------------------------------------------------------------
+    @classmethod
+    def from_registry(cls, uri_or_name: str, cluster: Cluster | str, *, candidates: int = 2000,
+                      **kwargs: Any) -> AutoSyncStrategy:
+        """Choose the strategy at setup time with the registered simulator ``uri_or_name``
+        (``"models:/autosync-bert-B@champion"``, or a registered model name for its champion)."""
+        if not isinstance(uri_or_name, str) or not uri_or_name:
+            raise ConfigError(f"registry URI or model name must be a non-empty string, got {uri_or_name!r}")
+        return cls(None, cluster, simulator=uri_or_name, candidates=candidates, **kwargs)
+
+    @classmethod
+    def from_file(cls, path: str | Path, cluster: Cluster | str, **kwargs: Any) -> AutoSyncStrategy:
+        """Use the strategy of a JSON file or an AutoDist (protobuf) strategy file."""
+        return cls(Strategy.from_file(path), cluster, **kwargs)
+
+    # -- the strategy in use ------------------------------------------------------------------
+    @property
+    def sync_strategy(self) -> Strategy:
+        """The strategy in use, with the ``LightningModule``'s variable names (known once the
+        Trainer has set up; given strategies as given until then)."""
+        if self._sync_strategy is None:
+            raise NotFittedError(
+                "the strategy is chosen when the Trainer sets up (trainer.fit); it is not known yet"
+            )
+        return self._sync_strategy
+
+    def model_graph(self, module: torch.nn.Module) -> ModelGraph:
+        """The graph the strategy is planned on: ``module``'s trainable parameters."""
+        return ModelGraph.from_torch(module, name=type(module).__name__.lower() or "model",
+                                     batch_size=self.batch_size, seq_len=self.seq_len)
+
+    def resolve_strategy(self, module: torch.nn.Module) -> Strategy:
+        """The strategy to run on ``module``: the given one (renamed to ``module``'s parameter
+        names if needed, and validated), or the recommended one (chosen on rank 0 and broadcast
+        when a process group is running). Raises :class:`ConfigError` when it does not fit."""
+        return self._resolve(module, self.model_graph(module))
+
+    def _resolve(self, module: torch.nn.Module, graph: ModelGraph) -> Strategy:
+        from autosync_transfer.domains.domain import Domain
+        from autosync_transfer.strategies.validate import validate
+
+        if self._given is not None:
+            strategy = match_names(self._given, module)
+        else:
+            strategy = self._recommend(graph)
+        validate(strategy, Domain(name=f"{graph.name}-{self.cluster.name}", model=graph,
+                                  cluster=self.cluster))
+        return strategy
+
+    def _recommend(self, graph: ModelGraph) -> Strategy:
+        distributed = dist.is_available() and dist.is_initialized()
+        payload: list[Any] = [None]
+        if not distributed or dist.get_rank() == 0:
+            try:
+                payload[0] = ("ok", self._choose(graph).to_json())
+            except Exception as e:  # reported to every rank instead of leaving them waiting
+                payload[0] = ("error", f"{type(e).__name__}: {e}")
+        if distributed:
+            dist.broadcast_object_list(payload, src=0)
+        status, body = payload[0]
+        if status != "ok":
+            raise ConfigError(f"choosing a strategy failed on rank 0: {body}")
+        return Strategy.from_json(body)
+
+    def _choose(self, graph: ModelGraph) -> Strategy:
+        from autosync_transfer.search.recommend import recommend
+
+        simulator = self.simulator
+        if isinstance(simulator, str):
+            from autosync_transfer.registry.models import load_simulator
+
+            simulator = load_simulator(simulator)
+        strategy = recommend(graph, self.cluster, simulator, candidates=self.candidates,
+                             seed=self.seed)
+        log.info("recommended strategy %s (%s) for %s on cluster %s", strategy.id, strategy.kind,
+                 graph.name, self.cluster.name)
+        return strategy
+
+    # -- Lightning hooks ----------------------------------------------------------------------
+    def setup_distributed(self) -> None:
+        expected = self.num_nodes * self.num_processes
+        if expected != self.cluster.world_size:
+            raise ConfigError(
+                f"the Trainer runs {expected} processes (num_nodes={self.num_nodes} x "
+                f"devices={self.num_processes}) but cluster {self.cluster.name!r} has "
+                f"{self.cluster.world_size} workers"
+            )
+        super().setup_distributed()
+        if dist.get_world_size() != self.cluster.world_size:
+            raise ConfigError(
+                f"the process group has {dist.get_world_size()} ranks but cluster "
+                f"{self.cluster.name!r} has {self.cluster.world_size} workers"
+            )
+
+    def _setup_model(self, model: torch.nn.Module) -> DistributedModel:  # type: ignore[override]
+        """Wrap ``model`` in a :class:`DistributedModel` running the resolved strategy (rank 0's
+        parameters are broadcast and the gradient hooks installed here)."""
+        graph = self.model_graph(model)
+        strategy = self._resolve(model, graph)
+        self._sync_strategy = strategy
+        if self.global_rank == 0:
+            log.info("AutoSyncStrategy: strategy %s (%s, %d variables) on cluster %s",
+                     strategy.id, strategy.kind, len(strategy.nodes), self.cluster.name)
+        wrapped = DistributedModel(model, strategy, self.cluster, graph=graph)
+        return wrapped.setup()
+
+    def configure_ddp(self) -> None:
+        if not isinstance(self.model, LightningModule):
+            raise ConfigError(
+                f"AutoSyncStrategy wraps a LightningModule, got {type(self.model).__name__}"
+            )
+        self.model = self._setup_model(self.model)
+
+    def teardown(self) -> None:
+        if isinstance(self.model, DistributedModel):
+            self.model.close()
+            self.model = self.lightning_module
+        super().teardown()
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Registers nothing (the DDP names stay Lightning's)."""
+
+
+def match_names(strategy: Strategy, module: torch.nn.Module) -> Strategy:
+    """``strategy`` with variable names of ``module``'s trainable parameters.
+
+    Names that already match are kept. A strategy written for a submodule (``fc.weight`` for
+    the network held as ``self.model``) is renamed when one submodule path makes every name
+    match (``model.fc.weight``). Otherwise :class:`ConfigError` names the first mismatch.
+    """
+    params = [n for n, p in module.named_parameters() if p.requires_grad]
+    wanted = set(params)
+    names = [n.var_name for n in strategy.nodes]
+    if set(names) == wanted:
+        return strategy
+    for path, _ in module.named_modules():
+        if not path:
+            continue
+        if {f"{path}.{n}" for n in names} == wanted:
+            log.info("strategy %s: variable names taken as relative to submodule %r",
+                     strategy.id, path)
+            nodes = tuple(VarConfig.model_validate({**n.model_dump(), "var_name": f"{path}.{n.var_name}"})
+                          for n in strategy.nodes)
+            return strategy.model_copy(update={"nodes": nodes})
+    what = type(module).__name__
+    example = ", ".join(repr(p) for p in params[:3]) + (", ..." if len(params) > 3 else "")
+    extra = [n for n in names if n not in wanted]
+    if extra:
+        raise ConfigError(
+            f"strategy {strategy.id!r} does not fit {what}: it configures {extra[0]!r}, which is "
+            f"not a trainable parameter of {what} (its parameters: {example}); build the strategy "
+            f"from the {what} itself, e.g. with ModelGraph.from_torch"
+        )
+    missing = [p for p in params if p not in set(names)]
+    raise ConfigError(
+        f"strategy {strategy.id!r} does not fit {what}: trainable parameter {missing[0]!r} has no "
+        f"synchronizer in it ({len(missing)} of {len(params)} parameters are not configured)"
+    )
+
+
+def _as_cluster(cluster: Cluster | str) -> Cluster:
+    if isinstance(cluster, Cluster):
+        return cluster
+    if isinstance(cluster, str):
+        from autosync_transfer.domains.catalog import get_cluster
+
+        return get_cluster(cluster)
+    raise ConfigError(f"cluster must be a Cluster or a catalog name, got {type(cluster).__name__}")

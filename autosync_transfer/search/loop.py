@@ -1,0 +1,483 @@
+"""The closed AutoSync loop and its baselines, in one harness.
+
+A search spends a budget of real trials on one domain, in rounds of ``per_round``:
+
+1. **reference**: every hand-optimized builder and torch DDP is measured first, in the same run
+   (not counted in the budget) — the numbers the search has to beat;
+2. **propose**: ``candidates`` strategies from the constrained sampler (a fresh seed per round);
+3. **rank and pick** ``per_round`` of them, by method:
+
+   - ``autosync``: the simulator's scores, best first with diversity
+     (:func:`~autosync_transfer.search.selection.select_diverse`); the simulator is re-trained
+     after every round on every trial of the run — fine-tuned from the warm-start simulator
+     when there is one (``warm``), else trained from scratch once ``min_train`` strategies are
+     measured (before that, a cold search picks at random: AutoSync without a simulator);
+   - ``random``: the sampler's first candidates, unranked;
+   - ``analytical``: the analytical cost model's scores, with diversity, never re-trained;
+   - ``tpe``: Optuna's TPE sampler over the knob encoding of the space
+     (:mod:`autosync_transfer.strategies.knobs`), told every measured runtime;
+
+4. **run** the picks for real (:class:`~autosync_transfer.runtime.trial.WorkerPool`), append them
+   to the run's trial store, and repeat until the budget is spent.
+
+The trial store is the state: a search that is interrupted continues from it, never measuring a
+strategy twice (strategies are compared by content). TPE's knob assignments go to an
+append-only side file ``<store>.knobs.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autosync_transfer.dataset.store import TrialRecord, TrialStore
+from autosync_transfer.domains.domain import Domain
+from autosync_transfer.errors import ConfigError
+from autosync_transfer.strategies.types import Strategy
+
+if TYPE_CHECKING:
+    from autosync_transfer.rankers.simulator import Simulator
+    from autosync_transfer.runtime.trial import Protocol, TrialResult
+
+__all__ = ["METHODS", "SearchConfig", "SearchProgress", "SearchResult", "Searcher", "run_name",
+           "default_store_path", "summarize"]
+
+log = logging.getLogger(__name__)
+
+#: the search methods
+METHODS = ("autosync", "random", "tpe", "analytical")
+#: marker of torch's own DDP among the reference measurements
+TORCH_DDP = "torch_ddp"
+#: default folder of search trial stores (below the current directory)
+DEFAULT_SEARCH_DIR = "datasets/trials/search"
+
+Measure = Callable[[Strategy | None], "tuple[TrialResult, dict[str, Any]]"]
+
+
+class SearchConfig(BaseModel):
+    """How one search runs (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: Literal["autosync", "random", "tpe", "analytical"] = "autosync"
+    budget: int = Field(default=200, ge=1)
+    per_round: int = Field(default=10, ge=1)
+    candidates: int = Field(default=1000, ge=1)
+    seed: int = 0
+    preset: str = "default"
+    diversity: float = Field(default=0.3, ge=0)
+    min_train: int = Field(default=10, ge=2)
+    ranker: str = "rnn"
+    max_epochs: int = Field(default=30, ge=1)
+
+
+def run_name(config: SearchConfig, warm: bool) -> str:
+    """The run's name: method, warm or cold (autosync), seed."""
+    tag = config.method + (("-warm" if warm else "-cold") if config.method == "autosync" else "")
+    return f"{tag}-seed{config.seed}"
+
+
+def default_store_path(domain: str, name: str) -> Path:
+    return Path(DEFAULT_SEARCH_DIR) / domain / f"{name}.jsonl"
+
+
+@dataclass
+class SearchProgress:
+    """What a search has measured so far (``on_event`` receives it after every trial)."""
+
+    domain: str
+    run: str
+    budget: int
+    trials: list[TrialRecord] = field(default_factory=list)  # searched, in measuring order
+    references: dict[str, float | None] = field(default_factory=dict)  # builder/ddp -> median s
+    round: int = 0
+    message: str = ""
+
+    @property
+    def done(self) -> int:
+        return len(self.trials)
+
+    @property
+    def best_builder_s(self) -> float | None:
+        vals = [v for k, v in self.references.items() if k != TORCH_DDP and v]
+        return min(vals) if vals else None
+
+    @property
+    def ddp_s(self) -> float | None:
+        return self.references.get(TORCH_DDP)
+
+    @property
+    def best_s(self) -> float | None:
+        vals = [r.median_s for r in self.trials if r.status == "ok" and r.median_s]
+        return min(vals) if vals else None
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The outcome: the best strategy found and the figures of :func:`summarize`."""
+
+    domain: str
+    run: str
+    config: SearchConfig
+    store: Path
+    best: Strategy | None
+    summary: dict[str, Any]
+    simulator: Any = None  # the final simulator (autosync only)
+
+
+def summarize(trials: Sequence[TrialRecord], references: dict[str, float | None],
+              per_round: int) -> dict[str, Any]:
+    """Figures of a search: best-so-far speed-up over the best builder after every trial, trials
+    needed to reach 1.1x / 1.2x, hit rate per round (share of its trials faster than the best
+    builder), failures."""
+    builders = [v for k, v in references.items() if k != TORCH_DDP and v]
+    best_builder = min(builders) if builders else None
+    ddp = references.get(TORCH_DDP)
+    best = math.inf
+    curve: list[float | None] = []
+    hits: list[bool] = []
+    for r in trials:
+        ok = r.status == "ok" and r.median_s is not None
+        if ok:
+            best = min(best, float(r.median_s))  # type: ignore[arg-type]
+        curve.append(best_builder / best if best_builder and math.isfinite(best) else None)
+        hits.append(bool(ok and best_builder and r.median_s < best_builder))  # type: ignore[operator]
+
+    def first_reaching(x: float) -> int | None:
+        for i, v in enumerate(curve):
+            if v is not None and v >= x:
+                return i + 1
+        return None
+
+    rounds = [hits[i:i + per_round] for i in range(0, len(hits), per_round)]
+    best_s = best if math.isfinite(best) else None
+    return {
+        "trials": len(trials),
+        "failed": sum(r.status != "ok" for r in trials),
+        "best_s": best_s,
+        "best_builder_s": best_builder,
+        "best_builder": min((k for k, v in references.items() if k != TORCH_DDP and v),
+                            key=lambda k: references[k], default=None),  # type: ignore[arg-type,return-value]
+        "ddp_s": ddp,
+        "speedup_vs_builder": best_builder / best_s if best_builder and best_s else None,
+        "speedup_vs_ddp": ddp / best_s if ddp and best_s else None,
+        "trials_to_1.1x": first_reaching(1.1),
+        "trials_to_1.2x": first_reaching(1.2),
+        "trials_to_1.3x": first_reaching(1.3),
+        "curve": curve,
+        "hit_rate": [sum(h) / len(h) for h in rounds],
+    }
+
+
+class Searcher:
+    """One search of ``config.method`` on ``domain``, stored in ``store_path``.
+
+    ``measure(strategy)`` runs one trial (``None``: torch DDP) and returns the result and extra
+    machine facts; :meth:`run` opens a :class:`WorkerPool` on ``launcher`` when none is given.
+    ``warm``: the simulator to start from (``autosync`` only).
+    """
+
+    def __init__(self, domain: Domain, store_path: str | Path, config: SearchConfig, *,
+                 warm: Simulator | None = None, launcher: str = "emulated",
+                 protocol: Protocol | None = None, max_foreign_cpu: float = 0.15,
+                 on_event: Callable[[SearchProgress], None] | None = None,
+                 log_dir: str | Path | None = None) -> None:
+        if warm is not None and config.method != "autosync":
+            raise ConfigError(f"--warm-start needs --method autosync, got {config.method!r}")
+        if warm is not None and warm.kind == "analytical":
+            raise ConfigError("--warm-start needs a learned simulator, got the analytical cost model")
+        from autosync_transfer.strategies.sampler import preset
+
+        preset(config.preset)  # the name, before anything runs
+        if config.method == "autosync" and warm is None:
+            from autosync_transfer.rankers.simulator import _known_kinds
+
+            if config.ranker not in _known_kinds() or config.ranker == "analytical":
+                raise ConfigError(f"--ranker must be a learned ranker "
+                                  f"({', '.join(k for k in _known_kinds() if k != 'analytical')}), "
+                                  f"got {config.ranker!r}")
+        self.domain = domain
+        self.config = config
+        self.warm = warm
+        self.name = run_name(config, warm is not None)
+        self.store = TrialStore(store_path)
+        self.launcher = launcher
+        self.protocol = protocol
+        self.max_foreign_cpu = max_foreign_cpu
+        self.on_event = on_event
+        self.log_dir = log_dir
+        self.simulator: Simulator | None = warm
+        self._study: Any = None
+        self._knobs: dict[str, dict[str, Any]] = {}
+
+    # -- state from the store -------------------------------------------------------------------
+    def _prefix(self) -> str:
+        return f"{self.domain.name}/search/{self.name}/"
+
+    def _load(self) -> tuple[SearchProgress, dict[str, Strategy]]:
+        from autosync_transfer.strategies.compact import decode, is_compact
+
+        progress = SearchProgress(self.domain.name, self.name, self.config.budget)
+        strategies: dict[str, Strategy] = {}  # record id -> strategy
+        for r in self.store.records():
+            if r.domain != self.domain.name or not r.id.startswith(self._prefix()):
+                continue
+            if (r.model_fingerprint, r.cluster_fingerprint) != (self.domain.model.fingerprint,
+                                                                 self.domain.cluster.fingerprint):
+                raise ConfigError(f"store {str(self.store.path)!r} holds trials of "
+                                  f"{self.domain.name} measured on a different model or cluster "
+                                  f"(trial {r.id!r}); use another --store")
+            if r.strategy is not None:
+                s = r.strategy
+                strategies[r.id] = decode(s, self.domain.model) if is_compact(s) else Strategy.from_dict(s)
+            ref = r.id[len(self._prefix()):]
+            if ref.startswith("reference/"):
+                progress.references[ref.split("/", 1)[1]] = r.median_s if r.status == "ok" else None
+            else:
+                progress.trials.append(r)
+        knobs = Path(f"{self.store.path}.knobs.jsonl")
+        if knobs.exists():
+            for line in knobs.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                    self._knobs[row["strategy_id"]] = row["params"]
+                except (ValueError, KeyError, TypeError):
+                    continue  # a torn last line
+        return progress, strategies
+
+    # -- measuring -------------------------------------------------------------------------------
+    def _record(self, strategy: Strategy | None, res: TrialResult, facts: dict[str, Any],
+                record_id: str) -> TrialRecord:
+        from autosync_transfer.dataset.collect import record_for
+        from autosync_transfer.runtime.trial import Protocol
+
+        return record_for(self.domain, strategy, res, self.protocol or Protocol(), self.launcher,
+                          seed=self.config.seed, record_id=record_id,
+                          machine_start=facts.pop("_start", None), machine_extra=facts)
+
+    # -- ranking ---------------------------------------------------------------------------------
+    def _training_data(self, progress: SearchProgress, strategies: dict[str, Strategy]) -> Any:
+        from autosync_transfer.adapt.data import TargetData
+
+        by_fp: dict[str, tuple[Strategy, float]] = {}
+        ids = [rid for rid in strategies]
+        times = {r.id: r.median_s for r in self.store.records()
+                 if r.id in strategies and r.status == "ok" and r.median_s}
+        for rid in ids:
+            if rid in times:
+                s = strategies[rid]
+                by_fp.setdefault(s.fingerprint, (s, float(times[rid])))  # type: ignore[arg-type]
+        keyed = sorted((f"{s.id}#{fp[:8]}", s, t) for fp, (s, t) in by_fp.items())
+        return TargetData(self.domain, tuple(k for k, _, _ in keyed),
+                          tuple(s for _, s, _ in keyed), tuple(t for _, _, t in keyed))
+
+    def _retrain(self, progress: SearchProgress, strategies: dict[str, Strategy]) -> None:
+        from autosync_transfer.adapt.methods import FineTune, FromScratch
+        from autosync_transfer.adapt.training import ShotTraining
+
+        data = self._training_data(progress, strategies)
+        training = ShotTraining(max_epochs=self.config.max_epochs)
+        if self.warm is not None:
+            if len(data) >= 2:
+                self.simulator = FineTune("full", training=training).fit(
+                    self.warm, data, seed=self.config.seed).simulator
+        elif len(data) >= self.config.min_train:
+            self.simulator = FromScratch(self.config.ranker, training=training).fit(
+                None, data, seed=self.config.seed).simulator
+
+    def _candidates(self, round_no: int, measured: set[str]) -> list[Strategy]:
+        from autosync_transfer.strategies.sampler import StrategySampler, preset
+
+        seed = (self.config.seed * 100003 + round_no * 7919 + 17) % (2**31 - 1)
+        cands = StrategySampler(self.domain, preset(self.config.preset), seed=seed).sample_n(
+            self.config.candidates)
+        seen: set[str] = set()
+        out = []
+        for c in cands:
+            fp = c.fingerprint
+            if fp in measured or fp in seen:
+                continue
+            seen.add(fp)
+            out.append(c)
+        return out
+
+    def _pick(self, round_no: int, k: int, measured: set[str], history: list[Strategy]
+              ) -> list[Strategy]:
+        from autosync_transfer.search.selection import select_diverse
+
+        method = self.config.method
+        if method == "tpe":
+            return self._tpe_ask(k, measured)
+        cands = self._candidates(round_no, measured)
+        if method == "random" or (method == "autosync" and self.simulator is None):
+            return cands[:k]
+        if method == "analytical":
+            from autosync_transfer.rankers.costmodel import AnalyticalRanker
+
+            scores = AnalyticalRanker().score(cands, self.domain)
+        else:
+            assert self.simulator is not None
+            scores = self.simulator.score(cands, self.domain)
+        idx = select_diverse(cands, list(scores), k, diversity=self.config.diversity,
+                             seen=history)
+        return [cands[i] for i in idx]
+
+    # -- TPE -------------------------------------------------------------------------------------
+    def _tpe(self, progress: SearchProgress, strategies: dict[str, Strategy]) -> Any:
+        import optuna
+
+        from autosync_transfer.strategies.knobs import KNOBS, decode
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        dists: dict[str, Any] = {
+            k.name: (optuna.distributions.CategoricalDistribution(list(k.choices)) if k.categorical
+                     else optuna.distributions.IntDistribution(k.low, k.high)) for k in KNOBS}
+        self._dists = dists
+        sampler = optuna.samplers.TPESampler(seed=self.config.seed, n_startup_trials=10)
+        study = optuna.create_study(direction="minimize", sampler=sampler)
+        ok = [r.median_s for r in progress.trials if r.status == "ok" and r.median_s]
+        penalty = 2 * max(ok) if ok else 1e3
+        for r in progress.trials:
+            params = self._knobs.get(r.strategy_id)
+            if params is None:
+                continue
+            value = float(r.median_s) if r.status == "ok" and r.median_s else penalty
+            study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
+            self._value_of[decode(params, self.domain).fingerprint] = value
+        return study
+
+    def _tpe_ask(self, k: int, measured: set[str]) -> list[Strategy]:
+        import optuna
+
+        from autosync_transfer.strategies.knobs import decode
+
+        out: list[Strategy] = []
+        self._pending: dict[str, Any] = {}
+        tries = 0
+        while len(out) < k and tries < 50 * k:
+            tries += 1
+            trial = self._study.ask(self._dists)
+            s = decode(trial.params, self.domain)
+            if s.fingerprint in measured or any(s.fingerprint == o.fingerprint for o in out):
+                # measured already (or picked twice): tell TPE what it knows, ask again
+                known = self._value_of.get(s.fingerprint)
+                if known is not None:
+                    self._study.tell(trial, known)
+                else:
+                    self._study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                continue
+            self._pending[s.id] = trial
+            with open(f"{self.store.path}.knobs.jsonl", "a") as f:
+                f.write(json.dumps({"strategy_id": s.id, "params": trial.params}) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            out.append(s)
+        return out
+
+    def _tpe_tell(self, strategy: Strategy, rec: TrialRecord, penalty: float) -> None:
+        trial = self._pending.pop(strategy.id, None)
+        if trial is None:
+            return
+        value = float(rec.median_s) if rec.status == "ok" and rec.median_s else penalty
+        self._value_of[strategy.fingerprint] = value
+        self._study.tell(trial, value)
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self, measure: Measure | None = None) -> SearchResult:
+        """Search until the budget is spent (continuing a stored run) and return the result."""
+        if measure is not None:
+            return self._run(measure)
+        from autosync_transfer.dataset.collect import measure_undisturbed
+        from autosync_transfer.runtime.trial import WorkerPool
+
+        with WorkerPool(self.domain, self.launcher, self.protocol, seed=self.config.seed,
+                        log_dir=self.log_dir) as pool:
+            def measure_in_pool(strategy: Strategy | None) -> tuple[TrialResult, dict[str, Any]]:
+                res, start, facts = measure_undisturbed(pool, strategy, self.max_foreign_cpu)
+                return res, {**facts, "_start": start}
+
+            return self._run(measure_in_pool)
+
+    def _emit(self, progress: SearchProgress, message: str) -> None:
+        progress.message = message
+        if self.on_event:
+            self.on_event(progress)
+
+    def _run(self, measure: Measure) -> SearchResult:
+        from autosync_transfer.strategies.builders import BUILDERS, build
+
+        cfg = self.config
+        self.store.path.parent.mkdir(parents=True, exist_ok=True)
+        self.store.write_meta({"domain": self.domain.name, "search": self.name,
+                               "config": cfg.model_dump(mode="json"), "launcher": self.launcher,
+                               "cluster_spec": self.domain.cluster.to_resource_spec()})
+        progress, strategies = self._load()
+        prefix = self._prefix()
+        # 1. the references, measured in this run
+        for name in [*BUILDERS, TORCH_DDP]:
+            if name in progress.references:
+                continue
+            strategy = None if name == TORCH_DDP else build(name, self.domain)
+            self._emit(progress, f"measuring reference {name}")
+            res, facts = measure(strategy)
+            rec = self._record(strategy, res, facts, f"{prefix}reference/{name}")
+            self.store.append(rec)
+            if strategy is not None:
+                strategies[rec.id] = strategy
+            progress.references[name] = rec.median_s if rec.status == "ok" else None
+            self._emit(progress, f"reference {name}: {_ms(rec)}")
+        measured = {s.fingerprint for s in strategies.values()}
+        history = list(strategies.values())
+        self._value_of: dict[str, float] = {}
+        if cfg.method == "tpe":
+            self._study = self._tpe(progress, strategies)
+        # 2. rounds until the budget is spent
+        while progress.done < cfg.budget:
+            round_no = progress.done // cfg.per_round
+            progress.round = round_no
+            in_round = progress.done - round_no * cfg.per_round
+            k = min(cfg.per_round - in_round, cfg.budget - progress.done)
+            if cfg.method == "autosync" and (round_no > 0 or in_round > 0 or self.warm is not None):
+                self._emit(progress, f"round {round_no}: training the simulator on "
+                                     f"{len(measured)} strategies")
+                self._retrain(progress, strategies)
+            picks = self._pick(round_no, k, measured, history)
+            if not picks:
+                raise ConfigError(f"the sampler proposes no new strategy for {self.domain.name} "
+                                  f"(every candidate of round {round_no} was measured already)")
+            ok_times = [r.median_s for r in progress.trials if r.status == "ok" and r.median_s]
+            penalty = 2 * max(ok_times) if ok_times else 1e3
+            for s in picks:
+                self._emit(progress, f"round {round_no}: measuring {s.id}")
+                res, facts = measure(s)
+                rec = self._record(s, res, facts, f"{prefix}{s.id}")
+                self.store.append(rec)
+                strategies[rec.id] = s
+                measured.add(s.fingerprint)
+                history.append(s)
+                progress.trials.append(rec)
+                if cfg.method == "tpe":
+                    self._tpe_tell(s, rec, penalty)
+                self._emit(progress, f"round {round_no}: {s.id} {_ms(rec)}")
+        if cfg.method == "autosync":
+            self._retrain(progress, strategies)
+        summary = summarize(progress.trials, progress.references, cfg.per_round)
+        best = None
+        ok = [r for r in progress.trials if r.status == "ok" and r.median_s]
+        if ok:
+            best_rec = min(ok, key=lambda r: r.median_s)  # type: ignore[arg-type,return-value]
+            best = strategies.get(best_rec.id)
+        return SearchResult(self.domain.name, self.name, cfg, self.store.path, best, summary,
+                            self.simulator if cfg.method == "autosync" else None)
+
+
+def _ms(rec: TrialRecord) -> str:
+    return f"{rec.median_s * 1000:.1f} ms" if rec.status == "ok" and rec.median_s else rec.status

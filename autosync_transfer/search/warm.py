@@ -1,0 +1,52 @@
+"""The simulator a warm-started search begins with: a registry URI, or a source domain's
+champion (trained on the source's trials and registered first when it has none)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autosync_transfer.errors import ConfigError, UnknownNameError
+
+__all__ = ["warm_simulator"]
+
+
+def warm_simulator(spec: str, *, trials: str | Path | None = None, seed: int = 0,
+                   ranker: str = "rnn", max_epochs: int | None = None) -> tuple[Any, dict[str, Any]]:
+    """``(simulator, lineage)`` for ``--warm-start spec``: ``models:/NAME@ALIAS`` or
+    ``models:/NAME/VERSION`` (or a registered name: its champion), else a domain name whose
+    champion is used — trained with ``ranker`` on ``trials`` and registered when absent."""
+    from autosync_transfer.registry import models
+
+    if spec.startswith("models:/") or spec.startswith(models._PREFIX):
+        mv = models.resolve(spec)
+        sim = models.load_simulator(mv.name, mv.version)
+        return sim, {"source_model": mv.name, "source_version": str(mv.version)}
+    from autosync_transfer.domains.catalog import get_domain
+
+    try:
+        dom = get_domain(spec)
+    except UnknownNameError as e:
+        raise ConfigError(f"--warm-start {spec!r} is neither a models:/ URI nor a known domain "
+                          f"({e})") from None
+    name = models.registered_name(dom.name)
+    try:
+        version = models.champion(name)
+    except UnknownNameError:
+        version = None
+    if version is None:
+        from autosync_transfer.dataset.loader import load_trials
+
+        df = load_trials(trials)
+        df = df[df["domain"] == dom.name] if len(df) else df
+        if not len(df):
+            raise ConfigError(f"--warm-start {spec!r}: {name} has no champion and there are no "
+                              f"trials of {dom.name!r} to train one")
+        report = models.train_and_register(ranker, dom, df, seeds=(seed,), max_epochs=max_epochs)
+        version = report.champion or report.best.version.version
+    sim = models.load_simulator(name, version)
+    if sim.kind == "analytical":
+        raise ConfigError(f"--warm-start {spec!r}: {name} version {version} is the analytical "
+                          f"cost model (nothing to fine-tune); a search without --warm-start "
+                          f"--method analytical ranks with it")
+    return sim, {"source_model": name, "source_version": str(version)}
