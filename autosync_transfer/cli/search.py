@@ -29,7 +29,7 @@ def search(
     ranker: str = typer.Option("rnn", "--ranker", help="Ranker trained by a cold autosync search."),
     epochs: int = typer.Option(30, "--epochs", min=1, help="Maximum training epochs per round."),
     diversity: float = typer.Option(0.3, "--diversity", min=0.0, help="Weight of novelty against score rank when picking a round."),
-    store: Optional[str] = typer.Option(None, "--store", help="The run's trial store (default datasets/trials/search/DOMAIN/RUN.jsonl); the search continues it."),
+    store: Optional[str] = typer.Option(None, "--store", help="The run's trial store (default runs/search/DOMAIN/RUN.jsonl; any trial store, e.g. one under datasets/); the search continues it."),
     trials: Optional[str] = typer.Option(None, "--trials", help="Trials to train a --warm-start domain's simulator on when it has no champion (default: the shipped datasets)."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed iterations per trial."),
     iters: int = typer.Option(10, "--iters", min=1, help="Timed iterations per trial."),
@@ -82,6 +82,8 @@ def search(
     name = run_name(config, warm is not None)
     path = Path(store) if store else default_store_path(domain.name, name)
 
+    searcher = Searcher(domain, path, config, warm=warm, launcher=launcher, protocol=protocol,
+                        max_foreign_cpu=max_foreign_cpu, log_dir=path.parent / "logs" / name)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -94,9 +96,7 @@ def search(
             speed = f"  best {best * 1000:.1f} ms ({ref / best:.2f}x builders)" if best and ref else ""
             bar.update(task, completed=p.done, status=f"{p.message}{speed}")
 
-        searcher = Searcher(domain, path, config, warm=warm, launcher=launcher, protocol=protocol,
-                            max_foreign_cpu=max_foreign_cpu, on_event=on_event,
-                            log_dir=path.parent / "logs" / name)
+        searcher.on_event = on_event
         result = searcher.run()
     s = result.summary
     version = None

@@ -129,7 +129,9 @@ class AutoSyncStrategy(DDPStrategy):
         """Choose the strategy at setup time with the registered simulator ``uri_or_name``
         (``"models:/autosync-bert-B@champion"``, or a registered model name for its champion)."""
         if not isinstance(uri_or_name, str) or not uri_or_name:
-            raise ConfigError(f"registry URI or model name must be a non-empty string, got {uri_or_name!r}")
+            raise ConfigError(
+                f"registry URI or model name must be a non-empty string, got {uri_or_name!r}"
+            )
         return cls(None, cluster, simulator=uri_or_name, candidates=candidates, **kwargs)
 
     @classmethod
@@ -264,8 +266,10 @@ def match_names(strategy: Strategy, module: torch.nn.Module) -> Strategy:
         if {f"{path}.{n}" for n in names} == wanted:
             log.info("strategy %s: variable names taken as relative to submodule %r",
                      strategy.id, path)
-            nodes = tuple(VarConfig.model_validate({**n.model_dump(), "var_name": f"{path}.{n.var_name}"})
-                          for n in strategy.nodes)
+            nodes = tuple(
+                VarConfig.model_validate({**n.model_dump(), "var_name": f"{path}.{n.var_name}"})
+                for n in strategy.nodes
+            )
             return strategy.model_copy(update={"nodes": nodes})
     what = type(module).__name__
     example = ", ".join(repr(p) for p in params[:3]) + (", ..." if len(params) > 3 else "")

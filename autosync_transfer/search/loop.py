@@ -56,8 +56,9 @@ log = logging.getLogger(__name__)
 METHODS = ("autosync", "random", "tpe", "analytical")
 #: marker of torch's own DDP among the reference measurements
 TORCH_DDP = "torch_ddp"
-#: default folder of search trial stores (below the current directory)
-DEFAULT_SEARCH_DIR = "datasets/trials/search"
+#: default folder of search trial stores (below the current directory; kept apart from the
+#: collected datasets, whose sampled strategies are unbiased: pass --store to put them there)
+DEFAULT_SEARCH_DIR = "runs/search"
 
 Measure = Callable[[Strategy | None], "tuple[TrialResult, dict[str, Any]]"]
 

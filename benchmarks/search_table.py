@@ -1,0 +1,123 @@
+"""Search in the same harness and budget: AutoSync cold and warm-started, random, TPE, analytical.
+
+For every domain, every method runs its own search (real trials on the emulated cluster, as
+root) with the same budget; each run measures every hand-optimized builder and torch DDP
+itself, so the speed-ups compare measurements of one run. Runs are stored in
+``--store-dir/<domain>/<run>.jsonl`` and continue when the benchmark is started again.
+
+Printed per domain and method: best found (ms), best hand-optimized builder of that run (ms),
+speed-up over it and over torch DDP, trials needed to reach 1.1x / 1.2x over the best builder,
+mean hit rate. A plot of best-so-far speed-up vs trials (all methods of a domain, hit rates
+below) goes to ``--store-dir/<domain>/search_curves.png``.
+
+    sudo .venv/bin/python benchmarks/search_table.py --domains ncf-C,bert-3l-B,vgg16-s-B \\
+        [--budget 200] [--per-round 10] [--warm-from ncf-A,bert-3l-A,vgg16-s-A] \\
+        [--methods autosync-cold,autosync-warm,random,tpe,analytical]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def _fmt(v: object, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--domains", default="ncf-C,bert-3l-B,vgg16-s-B")
+    ap.add_argument("--warm-from", default=None,
+                    help="source domain per target domain (comma-separated, same order); "
+                         "default: the same model on cluster A (B for targets on A)")
+    ap.add_argument("--methods", default="autosync-cold,autosync-warm,random,tpe,analytical")
+    ap.add_argument("--budget", type=int, default=200)
+    ap.add_argument("--per-round", type=int, default=10)
+    ap.add_argument("--candidates", type=int, default=1000)
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--launcher", default="emulated")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--store-dir", default="runs/search-table")
+    ap.add_argument("--trials", default=None, help="trials to train warm-start sources on "
+                                                   "(default: the shipped datasets)")
+    args = ap.parse_args()
+
+    from autosync_transfer.domains.catalog import get_domain, split_domain_name
+    from autosync_transfer.registry.plots import search_curves
+    from autosync_transfer.runtime.trial import Protocol
+    from autosync_transfer.search.loop import SearchConfig, Searcher, run_name
+    from autosync_transfer.search.warm import warm_simulator
+
+    domains = args.domains.split(",")
+    methods = args.methods.split(",")
+    known = {"autosync-cold", "autosync-warm", "random", "tpe", "analytical"}
+    if bad := [m for m in methods if m not in known]:
+        print(f"error: unknown method {bad[0]!r} (known: {', '.join(sorted(known))})", file=sys.stderr)
+        return 2
+    if args.warm_from:
+        sources = args.warm_from.split(",")
+        if len(sources) != len(domains):
+            print("error: --warm-from needs one source per domain", file=sys.stderr)
+            return 2
+    else:
+        sources = []
+        for d in domains:
+            model, cluster = split_domain_name(d)
+            sources.append(f"{model}-{'B' if cluster == 'A' else 'A'}")
+    protocol = Protocol(warmup=args.warmup, iters=args.iters)
+    rows = []
+    for dname, src in zip(domains, sources):
+        domain = get_domain(dname)
+        curves, hits = {}, {}
+        for m in methods:
+            method = "autosync" if m.startswith("autosync") else m
+            warm = None
+            if m == "autosync-warm":
+                warm, _ = warm_simulator(src, trials=args.trials, seed=args.seed,
+                                         max_epochs=args.epochs)
+            cfg = SearchConfig(method=method, budget=args.budget, per_round=args.per_round,  # type: ignore[arg-type]
+                               candidates=args.candidates, seed=args.seed, max_epochs=args.epochs)
+            name = run_name(cfg, warm is not None)
+            store = Path(args.store_dir) / dname / f"{name}.jsonl"
+            t0 = time.monotonic()
+
+            def say(p, _m=m, _d=dname) -> None:  # noqa: ANN001
+                if p.message.startswith("round") and "measuring" not in p.message:
+                    print(f"  [{_d} {_m}] {p.done}/{p.budget} {p.message}", file=sys.stderr, flush=True)
+
+            res = Searcher(domain, store, cfg, warm=warm, launcher=args.launcher,
+                           protocol=protocol, on_event=say).run()
+            s = res.summary
+            label = m if m != "autosync-warm" else f"autosync-warm({src})"
+            curves[label], hits[label] = s["curve"], s["hit_rate"]
+            rows.append((dname, label, s, time.monotonic() - t0))
+            print(f"  [{dname} {m}] done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        search_curves(curves, hits, Path(args.store_dir) / dname / "search_curves.png",
+                      per_round=args.per_round, title=f"{dname}: budget {args.budget}")
+
+    head = (f"{'domain':11s} {'method':28s} {'trials':>6s} {'best ms':>8s} {'builder':>16s} "
+            f"{'ddp ms':>8s} {'vs bld':>7s} {'vs ddp':>7s} {'to1.1x':>6s} {'to1.2x':>6s} "
+            f"{'hit':>5s} {'wall':>6s}")
+    print(head)
+    for dname, label, s, wall in rows:
+        bld = f"{s['best_builder']} {_fmt(s['best_builder_s'] and s['best_builder_s'] * 1000, '.1f')}"
+        hit = statistics.mean(s["hit_rate"]) if s["hit_rate"] else None
+        print(f"{dname:11s} {label:28s} {s['trials']:6d} {_fmt(s['best_s'] and s['best_s'] * 1000, '8.1f')} "
+              f"{bld:>16s} {_fmt(s['ddp_s'] and s['ddp_s'] * 1000, '8.1f')} "
+              f"{_fmt(s['speedup_vs_builder'], '6.2f')}x {_fmt(s['speedup_vs_ddp'], '6.2f')}x "
+              f"{_fmt(s['trials_to_1.1x'], '6d')} {_fmt(s['trials_to_1.2x'], '6d')} "
+              f"{_fmt(hit, '5.2f')} {wall / 60:5.1f}m")
+    print(f"\nspeed-ups are over the best hand-optimized builder / torch DDP measured in the same "
+          f"run; protocol {args.warmup}+{args.iters}, launcher {args.launcher}, per round "
+          f"{args.per_round}, {args.candidates} candidates; plots in {args.store_dir}/<domain>/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""Lightning training with AutoSyncStrategy, optionally side by side with Lightning's DDP.
+
+The strategy is chosen when the Trainer sets up, from the LightningModule itself, by
+``recommend`` with the analytical cost model, or with a simulator from the registry:
+
+    strategy = AutoSyncStrategy(None, cluster)                       # analytical cost model
+    strategy = AutoSyncStrategy.from_registry("models:/autosync-bert-B@champion", cluster)
+    Trainer(accelerator="cpu", devices=..., num_nodes=..., strategy=strategy).fit(model, data)
+
+    python examples/train_lightning.py [--cluster B] [--launcher emulated|local] [--steps 300]
+                                       [--simulator models:/autosync-bert-B@champion] [--compare-ddp]
+
+``--launcher local``: Lightning starts the workers itself on this host (``devices`` = the cluster's
+worker count). ``--launcher emulated`` (the default as root): one process per worker inside its
+node's network namespace, NICs shaped to the cluster's bandwidth; Lightning joins them
+(``num_nodes`` x ``devices`` = the cluster's nodes x workers per node).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import TOKENS, TextClassifier, batch, default_launcher, describe, run_emulated  # noqa: E402
+
+
+def _parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cluster", default="B", choices=["A", "B", "C"], help="catalog cluster (default B)")
+    ap.add_argument("--launcher", choices=["local", "emulated"], default=default_launcher())
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch-size", type=int, default=32, help="per worker")
+    ap.add_argument("--lr", type=float, default=1.0)
+    ap.add_argument("--simulator", default=None,
+                    help="registry URI or name of the simulator that picks the strategy "
+                         "(default: the analytical cost model)")
+    ap.add_argument("--candidates", type=int, default=2000, help="sampled candidates to rank")
+    ap.add_argument("--compare-ddp", action="store_true",
+                    help="also train with Lightning's DDP and print both side by side")
+    ap.add_argument("--seed", type=int, default=0)
+    return ap.parse_args()
+
+
+def _quiet_lightning() -> None:
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    warnings.filterwarnings("ignore", ".*LeafSpec.*")
+
+
+def _lit_classes():  # noqa: ANN202 - (LitClassifier, StepTimer); Lightning imported here only
+    import lightning.pytorch as pl
+    import torch
+    import torch.nn.functional as F
+
+    class LitClassifier(pl.LightningModule):
+        def __init__(self, lr: float) -> None:
+            super().__init__()
+            self.model = TextClassifier()
+            self.lr = lr
+            self.losses: list[float] = []
+
+        def training_step(self, b, batch_idx):  # noqa: ANN001, ANN201
+            x, y = b
+            loss = F.cross_entropy(self.model(x), y)
+            self.losses.append(loss.item())
+            return loss
+
+        def configure_optimizers(self):  # noqa: ANN201
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    class StepTimer(pl.Callback):
+        """Training time (first step to last, without process start-up and setup) and the time
+        of every step."""
+
+        def __init__(self) -> None:
+            self.step_s: list[float] = []
+            self.train_s = 0.0
+            self._t = self._t0 = 0.0
+
+        def on_train_start(self, trainer, pl_module) -> None:  # noqa: ANN001
+            self._t0 = time.perf_counter()
+
+        def on_train_end(self, trainer, pl_module) -> None:  # noqa: ANN001
+            self.train_s = time.perf_counter() - self._t0
+
+        def on_train_batch_start(self, trainer, pl_module, b, batch_idx) -> None:  # noqa: ANN001
+            self._t = time.perf_counter()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, b, batch_idx) -> None:  # noqa: ANN001
+            self.step_s.append(time.perf_counter() - self._t)
+
+    return LitClassifier, StepTimer
+
+
+def _fit(args: argparse.Namespace, strategy, devices: int, num_nodes: int) -> dict:  # noqa: ANN001
+    import lightning.pytorch as pl
+    import torch
+
+    LitClassifier, StepTimer = _lit_classes()
+    torch.manual_seed(args.seed)  # this script is the entry point: it owns the global seed
+    lit = LitClassifier(args.lr)
+    world = devices * num_nodes
+    gen = torch.Generator().manual_seed(args.seed)
+    x, y = batch(gen, args.steps * args.batch_size * world)  # one epoch = --steps steps
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y),
+                                         batch_size=args.batch_size)
+    timer = StepTimer()
+    trainer = pl.Trainer(accelerator="cpu", devices=devices, num_nodes=num_nodes, strategy=strategy,
+                         max_steps=args.steps, max_epochs=1, callbacks=[timer], logger=False,
+                         enable_model_summary=False, enable_progress_bar=False,
+                         enable_checkpointing=False, num_sanity_val_steps=0)
+    t0 = time.perf_counter()
+    trainer.fit(lit, loader)
+    fit_s = time.perf_counter() - t0
+    # final loss: the last 20 steps, averaged over every worker
+    tail = torch.tensor(sum(lit.losses[-20:]) / len(lit.losses[-20:]))
+    final = float(trainer.strategy.reduce(tail, reduce_op="mean"))
+    return {"final_loss": final, "train_s": timer.train_s, "fit_s": fit_s, "steps": len(timer.step_s),
+            "median_step_ms": statistics.median(timer.step_s[10:] or timer.step_s) * 1000,
+            "global_zero": trainer.is_global_zero}
+
+
+def _train(args: argparse.Namespace) -> int:
+    import torch
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from autosync_transfer.domains.catalog import get_cluster
+    from autosync_transfer.runtime import AutoSyncStrategy
+
+    _quiet_lightning()
+    torch.set_num_threads(1)
+    cluster = get_cluster(args.cluster)
+    if args.launcher == "local":
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        devices, num_nodes = cluster.world_size, 1  # Lightning starts the workers
+    else:
+        per_node = {n.workers for n in cluster.nodes}
+        if len(per_node) != 1:
+            print(f"error: cluster {cluster.name!r} has nodes with different worker counts; "
+                  f"Lightning needs the same number of devices on every node", file=sys.stderr)
+            return 2
+        devices, num_nodes = per_node.pop(), cluster.num_nodes
+    kw = {"candidates": args.candidates, "batch_size": args.batch_size, "seq_len": TOKENS}
+    ours = (AutoSyncStrategy.from_registry(args.simulator, cluster, **kw) if args.simulator
+            else AutoSyncStrategy(None, cluster, **kw))
+    results = {"AutoSync": _fit(args, ours, devices, num_nodes)}
+    if args.compare_ddp:
+        results["Lightning DDP"] = _fit(args, DDPStrategy(process_group_backend="gloo"), devices,
+                                        num_nodes)
+    if not results["AutoSync"]["global_zero"]:
+        return 0
+    chooser = args.simulator or "analytical cost model"
+    print(f"cluster {cluster.name}: {cluster.world_size} workers on {cluster.num_nodes} nodes "
+          f"({args.launcher}); {args.steps} steps x {args.batch_size} samples per worker")
+    print(f"AutoSync strategy chosen by {chooser}: {describe(ours.sync_strategy)}")
+    names = list(results)
+    rows = [("final loss (last 20 steps)", "final_loss", "{:.4f}"),
+            ("training wall time", "train_s", "{:.1f} s"),
+            ("median step time", "median_step_ms", "{:.1f} ms")]
+    print(f"{'':28s}" + "".join(f"{n:>16s}" for n in names))
+    for label, key, fmt in rows:
+        print(f"{label:28s}" + "".join(f"{fmt.format(results[n][key]):>16s}" for n in names))
+    print("(training wall time: first to last step; fit() including process start-up and setup: "
+          + ", ".join(f"{n} {results[n]['fit_s']:.1f} s" for n in names) + ")")
+    return 0
+
+
+def main() -> int:
+    args = _parse()
+    if args.launcher == "emulated" and "LOCAL_RANK" not in os.environ:
+        # this process only builds the emulated cluster; every worker runs this script again
+        from autosync_transfer.domains.catalog import get_cluster
+
+        return run_emulated(get_cluster(args.cluster), [os.path.abspath(__file__), *sys.argv[1:]])
+    return _train(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The search loop on real trial workers (local launcher, two ranks, NCF): every method spends
+its budget without measuring a strategy twice, references are measured in the same run, the
+store is the state (resume), and a killed search continues without repeating trials."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autosync_transfer.domains.catalog import get_model
+from autosync_transfer.domains.cluster import Cluster, Node
+from autosync_transfer.domains.domain import Domain
+from autosync_transfer.runtime.trial import Protocol
+from autosync_transfer.search.loop import TORCH_DDP, SearchConfig, Searcher
+from autosync_transfer.strategies.builders import BUILDERS
+
+QUICK = Protocol(warmup=1, iters=2, timeout_s=60, startup_timeout_s=120)
+SPEC = """nodes:
+  - address: 10.77.0.1
+    cpus: [0]
+    network_bandwidth: 1
+    chief: true
+  - address: 10.77.0.2
+    cpus: [0]
+    network_bandwidth: 1
+"""
+
+
+def _domain() -> Domain:
+    cluster = Cluster(name="s2x1", nodes=tuple(
+        Node(name=f"n{i}", address=f"10.77.0.{i + 1}", workers=1, bandwidth_gbps=1.0,
+             chief=i == 0) for i in range(2)))
+    return Domain(name="ncf-s2x1", model=get_model("ncf"), cluster=cluster)
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _fingerprints(path: Path, d: Domain) -> list[str]:
+    from autosync_transfer.strategies.compact import decode
+
+    return [decode(r["strategy"], d.model).fingerprint for r in _records(path)
+            if r["strategy"] is not None and "/reference/" not in r["id"]]
+
+
+@pytest.mark.parametrize("method", ["random", "tpe", "analytical", "autosync"])
+def test_every_method_spends_its_budget_once(tmp_path: Path, method: str) -> None:
+    d = _domain()
+    store = tmp_path / "run.jsonl"
+    cfg = SearchConfig(method=method, budget=5, per_round=2, candidates=60, min_train=4,
+                       max_epochs=3, seed=1)
+    events = []
+    result = Searcher(d, store, cfg, launcher="local", protocol=QUICK, max_foreign_cpu=1.0,
+                      on_event=lambda p: events.append(p.done)).run()
+    recs = _records(store)
+    refs = [r for r in recs if "/reference/" in r["id"]]
+    assert sorted(r["id"].rsplit("/", 1)[1] for r in refs) == sorted([*BUILDERS, TORCH_DDP])
+    searched = [r for r in recs if "/reference/" not in r["id"]]
+    assert len(searched) == 5 and result.summary["trials"] == 5
+    fps = _fingerprints(store, d)
+    assert len(fps) == len(set(fps)) == 5
+    assert all(r["status"] == "ok" for r in recs), [r["error"] for r in recs if r["error"]]
+    assert result.best is not None and result.summary["best_s"] > 0
+    assert len(result.summary["curve"]) == 5 and len(result.summary["hit_rate"]) == 3
+    assert events[-1] == 5
+    if method == "tpe":
+        assert all(r["strategy_kind"] == "knobs" for r in searched)
+        assert len(Path(f"{store}.knobs.jsonl").read_text().splitlines()) >= 5
+    if method == "autosync":
+        assert result.simulator is not None  # trained once enough strategies were measured
+
+    # a larger budget continues the stored run: nothing is measured twice
+    more = Searcher(d, store, cfg.model_copy(update={"budget": 7}), launcher="local",
+                    protocol=QUICK, max_foreign_cpu=1.0).run()
+    assert more.summary["trials"] == 7
+    assert len([r for r in _records(store) if "/reference/" in r["id"]]) == len(refs)
+    fps = _fingerprints(store, d)
+    assert len(fps) == len(set(fps)) == 7
+
+
+def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yml"
+    spec.write_text(SPEC)
+    store = tmp_path / "run.jsonl"
+    argv = [sys.executable, "-c", "from autosync_transfer.cli import main; main()", "search", "ncf",
+            "--cluster-file", str(spec), "--launcher", "local", "--method", "random", "--budget", "6",
+            "-k", "3", "--candidates", "40", "--warmup", "1", "--iters", "2", "--no-log",
+            "--max-foreign-cpu", "1", "--store", str(store)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            if store.exists() and len(store.read_text().splitlines()) >= len(BUILDERS) + 1 + 4:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
+        os.killpg(proc.pid, signal.SIGKILL)  # mid-round: round 1 has started
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    before = _records(store)
+    done = [r for r in before if "/reference/" not in r["id"]]
+    assert 4 <= len(done) < 6
+    again = subprocess.run(argv + ["--json"], capture_output=True, text=True, timeout=400)
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary = json.loads(again.stdout)
+    assert summary["trials"] == 6
+    after = _records(store)
+    assert after[:len(before)] == before  # append-only
+    ids = [r["id"] for r in after]
+    assert len(ids) == len(set(ids))
+    assert len([r for r in after if "/reference/" in r["id"]]) == len(BUILDERS) + 1
+    d = Domain(name="ncf-s2x1", model=get_model("ncf"), cluster=_domain().cluster)
+    fps = _fingerprints(store, d)
+    assert len(fps) == len(set(fps)) == 6
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["search", "ncf-A", "--method", "grid"], "unknown method 'grid' (known: autosync, random, tpe, analytical)"),
+    (["search", "ncf-A", "--launcher", "ssh"], "--launcher must be one of emulated, local, torchrun, got 'ssh'"),
+    (["search", "ncf-A", "--method", "tpe", "--warm-start", "ncf-B"], "--warm-start needs --method autosync, got 'tpe'"),
+    (["search", "nope-A", "--launcher", "local"], "unknown domain 'nope-A'"),
+    (["search", "ncf-A", "--launcher", "local", "--preset", "odd"], "unknown sampler preset 'odd'"),
+    (["search", "ncf-A", "--launcher", "local", "--warm-start", "zzz"], "--warm-start 'zzz' is neither a models:/ URI nor a known domain"),
+])
+def test_bad_search_input_is_one_line(cli, registry, tmp_path: Path, argv: list[str], message: str) -> None:
+    from autosync_transfer.testing.cli import assert_one_line_error
+
+    res = cli(*argv, "--store", str(tmp_path / "s.jsonl"))
+    assert_one_line_error(res, message)
+    assert not (tmp_path / "s.jsonl").exists()

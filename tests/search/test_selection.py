@@ -1,0 +1,61 @@
+"""Figures of a search and the diverse pick, on hand-computed cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from autosync_transfer.dataset.store import TrialRecord
+from autosync_transfer.domains.catalog import get_domain
+from autosync_transfer.search.loop import summarize
+from autosync_transfer.search.selection import describe, select_diverse
+from autosync_transfer.strategies.builders import build
+from autosync_transfer.strategies.sampler import StrategySampler, preset
+
+
+def _rec(i: int, median: float | None, status: str = "ok") -> TrialRecord:
+    return TrialRecord(id=f"d/{i}", domain="d", model="m", cluster="c", model_fingerprint="f",
+                       cluster_fingerprint="g", strategy_id=f"s{i}", strategy_kind="sampled",
+                       strategy=None, status=status, iteration_times_s=[median] if median else [],
+                       median_s=median, protocol={}, launcher="local",
+                       timestamp="2026-01-01T00:00:00Z", wall_s=1.0, machine={})
+
+
+def test_summary_by_hand() -> None:
+    refs = {"ps": 2.0, "ddp": 1.2, "torch_ddp": 1.5}
+    trials = [_rec(0, 1.3), _rec(1, None, "failed"), _rec(2, 1.0), _rec(3, 1.1), _rec(4, 0.9)]
+    s = summarize(trials, refs, per_round=2)
+    assert s["best_builder"] == "ddp" and s["best_builder_s"] == 1.2
+    assert s["curve"] == pytest.approx([1.2 / 1.3, 1.2 / 1.3, 1.2, 1.2, 1.2 / 0.9])
+    assert s["trials_to_1.1x"] == 3 and s["trials_to_1.2x"] == 3 and s["trials_to_1.3x"] == 5
+    assert s["hit_rate"] == [0.0, 1.0, 1.0]  # rounds: (1.3, fail), (1.0, 1.1), (0.9)
+    assert s["speedup_vs_builder"] == pytest.approx(1.2 / 0.9)
+    assert s["speedup_vs_ddp"] == pytest.approx(1.5 / 0.9)
+    assert s["failed"] == 1 and s["trials"] == 5
+
+
+def test_summary_without_successes() -> None:
+    s = summarize([_rec(0, None, "timeout")], {"ddp": 1.0}, per_round=4)
+    assert s["best_s"] is None and s["speedup_vs_builder"] is None and s["curve"] == [None]
+    assert s["trials_to_1.1x"] is None
+
+
+def test_without_diversity_the_best_scores_win() -> None:
+    d = get_domain("bert-3l-A")
+    cands = StrategySampler(d, preset("default"), seed=3).sample_n(30)
+    scores = [float((i * 7) % 30) for i in range(30)]
+    picked = select_diverse(cands, scores, 5, diversity=0.0)
+    assert [scores[i] for i in picked] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_diversity_trades_score_for_novelty() -> None:
+    d = get_domain("bert-3l-A")
+    ddp = build("ddp", d)
+    same = [ddp.model_copy(update={"id": f"ddp-{i}"}) for i in range(4)]  # identical configs
+    other = build("partitioned_ps", d)
+    cands = [*same, other]
+    scores = [0.0, 0.1, 0.2, 0.3, 0.9]  # the novel one is ranked last
+    assert select_diverse(cands, scores, 2, diversity=0.0) == [0, 1]
+    assert select_diverse(cands, scores, 2, diversity=5.0) == [0, 4]
+    # what was measured already counts as known: the copies of ddp bring nothing new
+    assert select_diverse(cands, scores, 1, diversity=5.0, seen=[ddp]) == [4]
+    assert len(describe(other)) == len(d.model.variables)
