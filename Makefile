@@ -1,5 +1,5 @@
 # Two commands on a fresh machine with Python 3.11:
-#   make demo   create .venv, install, run the main job
+#   make demo   create .venv, install, run the main job: adapt the bert-A simulator to bert-B
 #   make test   create/update .venv with test dependencies, run the whole suite
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
@@ -8,7 +8,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export TF_ENABLE_ONEDNN_OPTS := 0
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test venv venv-test clean
+.PHONY: demo test venv venv-ml venv-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,15 +20,23 @@ $(VENV)/.base: pyproject.toml | $(BIN)/python
 
 $(VENV)/.test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test,tensorflow,ml]'
+	touch $@ $(VENV)/.base $(VENV)/.ml
+
+$(VENV)/.ml: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[ml]'
 	touch $@ $(VENV)/.base
 
 venv: $(VENV)/.base
+venv-ml: $(VENV)/.ml
 venv-test: $(VENV)/.test
 
-demo: venv
-	$(BIN)/autosync-transfer domains show bert-A
-	$(BIN)/autosync-transfer strategies baseline bert-A
-	$(BIN)/autosync-transfer strategies sample bert-A -n 5 --seed 0 --estimate
+demo: venv-ml
+	$(BIN)/autosync-transfer adapt --source bert-A --target bert-B
+	@echo
+	@echo "Look at it in the MLflow UI: $(BIN)/autosync-transfer ui   (then open the printed address)"
+	@echo "  Models > autosync-bert-B: the adapted version, its lineage tags (source_model, method, shots),"
+	@echo "  held-out metrics and plots (rank_scatter_heldout.png); select two versions > Compare."
+	@echo "  $(BIN)/autosync-transfer registry show autosync-bert-B   lists the same in the terminal."
 
 test: venv-test
 	$(BIN)/python -m pytest

@@ -206,22 +206,20 @@ def test_world_size_must_match_the_cluster() -> None:
         s.setup_distributed()
 
 
-def test_from_registry_loads_the_simulator_and_recommends(monkeypatch, tmp_path) -> None:
+def test_from_registry_loads_the_simulator_and_recommends(registry, tmp_path) -> None:
     from autosync_transfer.rankers.simulator import Simulator
     from autosync_transfer.registry import models
     from autosync_transfer.runtime.lightning import AutoSyncStrategy
 
-    asked: list[str] = []
-
-    def fake_load(uri: str, *a: object, **k: object) -> Simulator:
-        asked.append(uri)
-        return Simulator("analytical", {}, 1)
-
-    monkeypatch.setattr(models, "load_simulator", fake_load)
+    # a real (temporary) MLflow registry holding a simulator of bert-B as its champion
+    info = models.log_simulator(Simulator("analytical", {}, 1), domain="bert-B", metrics={})
+    models.promote(info.name, info.version)
     s = AutoSyncStrategy.from_registry("models:/autosync-bert-B@champion", _cluster(), candidates=10)
     chosen = s.resolve_strategy(_lit_module())
-    assert asked == ["models:/autosync-bert-B@champion"]
     assert {n.var_name for n in chosen.nodes} == {f"model.{n.var_name}" for n in _strategy().nodes}
+    with pytest.raises(Exception, match="autosync-ncf-B"):
+        AutoSyncStrategy.from_registry("models:/autosync-ncf-B@champion", _cluster(),
+                                       candidates=10).resolve_strategy(_lit_module())
 
     path = tmp_path / "s.json"
     path.write_text(chosen.to_json())
