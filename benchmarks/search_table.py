@@ -25,7 +25,10 @@ from pathlib import Path
 
 
 def _fmt(v: object, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
+    if v is None:
+        width = "".join(ch for ch in spec.split(".")[0] if ch.isdigit())
+        return "-".rjust(int(width) if width else 1)
+    return format(v, spec)
 
 
 def main() -> int:
