@@ -23,7 +23,7 @@ def search(
     warm_start: Optional[str] = typer.Option(None, "--warm-start", metavar="SOURCE_DOMAIN|MODEL_URI", help="Start from this simulator (a domain's registry champion, trained first if absent, or models:/NAME@ALIAS) and fine-tune it every round."),
     per_round: int = typer.Option(10, "--per-round", "-k", min=1, help="Trials per round (the simulator is re-trained between rounds)."),
     candidates: int = typer.Option(1000, "--candidates", min=1, help="Sampled candidates scored per round."),
-    launcher: str = typer.Option("emulated", "--launcher", help="emulated (network namespaces, needs root) or local."),
+    launcher: str = typer.Option("emulated", "--launcher", help="emulated (network namespaces, needs root), local, or torchrun (real cluster: torchrun workers you start on every node follow the search's job queue; the command is printed)."),
     seed: int = typer.Option(0, "--seed"),
     preset: str = typer.Option("default", "--preset", help="Sampler preset (see strategies sample --preset)."),
     ranker: str = typer.Option("rnn", "--ranker", help="Ranker trained by a cold autosync search."),
@@ -54,10 +54,6 @@ def search(
         raise ConfigError(f"unknown method {method!r} (known: {', '.join(METHODS)})")
     if launcher not in _LAUNCHERS:
         raise ConfigError(f"--launcher must be one of {', '.join(_LAUNCHERS)}, got {launcher!r}")
-    if launcher == "torchrun":
-        raise ConfigError("--launcher torchrun: a search drives persistent trial workers on this "
-                          "machine (local or emulated); on a real cluster, measure its rounds with "
-                          "the torchrun worker (docs/torchrun.md)")
     if warm_start is not None and method != "autosync":
         raise ConfigError(f"--warm-start needs --method autosync, got {method!r}")
     _check_out(export_json, "--export-json")
@@ -84,6 +80,9 @@ def search(
 
     searcher = Searcher(domain, path, config, warm=warm, launcher=launcher, protocol=protocol,
                         max_foreign_cpu=max_foreign_cpu, log_dir=path.parent / "logs" / name)
+    if launcher == "torchrun":
+        err().print(f"start the trial workers on every node (node 0 runs this search):\n"
+                    f"  {searcher.torchrun_command(cluster_file)}")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -179,7 +179,11 @@ def _torchrun_main(argv: list[str]) -> None:
     ap.add_argument("--domain", required=True, help="catalog domain, or a model name with --cluster-file")
     ap.add_argument("--cluster-file", default=None, help="AutoDist resource-spec YAML of this cluster")
     ap.add_argument("--strategies", required=True, help="JSON Lines of strategies; a line 'torch_ddp' measures DDP")
-    ap.add_argument("--store", required=True, help="trial store (JSON Lines) written by rank 0")
+    ap.add_argument("--store", default=None, help="trial store (JSON Lines) written by rank 0")
+    ap.add_argument("--follow", action="store_true",
+                    help="serve a search: keep reading jobs appended to --strategies until a line "
+                         "'stop', write one result per job to --results")
+    ap.add_argument("--results", default=None, help="with --follow: results (JSON Lines) written by rank 0")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
@@ -191,6 +195,8 @@ def _torchrun_main(argv: list[str]) -> None:
     from autosync_transfer.runtime.trial import Protocol, TrialResult
     from autosync_transfer.strategies.types import Strategy
 
+    if a.follow != (a.results is not None) or a.follow == (a.store is not None):
+        raise SystemExit("--torchrun needs --store, or --follow with --results")
     rank, world = init_from_env()
     domain = resolve_domain(a.domain, a.cluster_file)
     if world != domain.cluster.world_size:
@@ -201,6 +207,10 @@ def _torchrun_main(argv: list[str]) -> None:
         torch.cuda.set_device(device)
     harness = TrialHarness(domain.model.name, domain.cluster.model_dump_json(),
                            domain.model.model_dump_json(), seed=a.seed, device=device).setup()
+    if a.follow:
+        _follow(harness, a.strategies, a.results, a.warmup, a.iters, rank, world)
+        dist.destroy_process_group()
+        return
     lines: list[Any] = [None]
     store = TrialStore(a.store)
     if rank == 0:
@@ -231,6 +241,89 @@ def _torchrun_main(argv: list[str]) -> None:
                                     record_id=f"{domain.name}/{sid}"))
             print(f"{sid}: median {result.median_s * 1000:.1f} ms/iter", file=sys.stderr, flush=True)
     dist.destroy_process_group()
+
+
+#: the line that ends a --follow job queue
+STOP = "stop"
+
+
+def _new_lines(path: str, offset: int, poll_s: float = 0.2) -> tuple[list[str], int]:
+    """Block until ``path`` has complete lines past ``offset``; return them and the new offset."""
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        end = data.rfind(b"\n")
+        if end >= 0:
+            chunk = data[:end + 1]
+            lines = [ln.strip() for ln in chunk.decode().splitlines() if ln.strip()]
+            if lines:
+                return lines, offset + len(chunk)
+            offset += len(chunk)
+        time.sleep(poll_s)
+
+
+def _follow(harness: Any, queue: str, results: str, warmup: int, iters: int, rank: int,
+            world: int) -> None:
+    """Serve a search's job queue: every line ``{"record_id", "strategy"}`` (a strategy object
+    or ``"torch_ddp"``) is measured by every rank; rank 0 appends ``{"record_id", "status",
+    "iteration_times_s", "wall_s", "error"}`` to ``results`` (fsynced). Jobs whose record id is
+    in ``results`` already are skipped; a line ``stop`` ends the job."""
+    import json
+
+    import torch.distributed as dist
+
+    offset = 0
+    done: set[str] = set()
+    if rank == 0 and os.path.exists(results):
+        with open(results) as f:
+            for line in f:
+                try:
+                    done.add(json.loads(line)["record_id"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+    while True:
+        batch: list[Any] = [None]
+        if rank == 0:
+            lines, offset = _new_lines(queue, offset)
+            jobs: list[Any] = []
+            for line in lines:
+                if line == STOP:
+                    jobs.append(STOP)
+                    break
+                job = json.loads(line)
+                if job["record_id"] not in done:
+                    jobs.append(job)
+            batch = [jobs]
+        dist.broadcast_object_list(batch, src=0)
+        for job in batch[0]:
+            if job == STOP:
+                return
+            strategy = job["strategy"]
+            line = None if strategy == "torch_ddp" else json.dumps(strategy)
+            t0 = time.monotonic()
+            error, times = "", []
+            try:
+                times = harness.measure(line, warmup, iters)
+            except Exception as e:  # noqa: BLE001 - a failed trial is a result
+                error = f"{type(e).__name__}: {e}"
+            gathered: list[Any] = [None] * world
+            dist.all_gather_object(gathered, (error, times))
+            if rank == 0:
+                errors = [g[0] for g in gathered if g[0]]
+                row = {"record_id": job["record_id"], "status": "failed" if errors else "ok",
+                       "error": errors[0] if errors else "",
+                       "iteration_times_s": [] if errors else [max(ts) for ts in zip(*[g[1] for g in gathered])],
+                       "wall_s": time.monotonic() - t0}
+                with open(results, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                done.add(job["record_id"])
+                print(f"{job['record_id']}: {row['status']}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -60,7 +60,10 @@ TORCH_DDP = "torch_ddp"
 #: collected datasets, whose sampled strategies are unbiased: pass --store to put them there)
 DEFAULT_SEARCH_DIR = "runs/search"
 
-Measure = Callable[[Strategy | None], "tuple[TrialResult, dict[str, Any]]"]
+#: ``measure(strategy, record_id) -> (result, machine facts)``; ``strategy=None``: torch DDP
+Measure = Callable[[Strategy | None, str], "tuple[TrialResult, dict[str, Any]]"]
+#: searches run their trials on these launchers
+LAUNCHERS = ("emulated", "local", "torchrun")
 
 
 class SearchConfig(BaseModel):
@@ -191,6 +194,8 @@ class Searcher:
                  protocol: Protocol | None = None, max_foreign_cpu: float = 0.15,
                  on_event: Callable[[SearchProgress], None] | None = None,
                  log_dir: str | Path | None = None) -> None:
+        if launcher not in LAUNCHERS:
+            raise ConfigError(f"--launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
         if warm is not None and config.method != "autosync":
             raise ConfigError(f"--warm-start needs --method autosync, got {config.method!r}")
         if warm is not None and warm.kind == "analytical":
@@ -392,16 +397,47 @@ class Searcher:
         self._study.tell(trial, value)
 
     # -- the loop --------------------------------------------------------------------------------
+    @property
+    def queue_path(self) -> Path:
+        """``--launcher torchrun``: the job queue the torchrun workers follow."""
+        return Path(f"{self.store.path}.queue.jsonl")
+
+    @property
+    def results_path(self) -> Path:
+        """``--launcher torchrun``: where rank 0 of the torchrun workers writes results."""
+        return Path(f"{self.store.path}.results.jsonl")
+
+    def torchrun_command(self, cluster_file: str | None = None) -> str:
+        """The command to start on every node (``--launcher torchrun``)."""
+        from autosync_transfer.runtime.trial import Protocol
+
+        proto = self.protocol or Protocol()
+        spec = f" --cluster-file {cluster_file}" if cluster_file else ""
+        domain = self.domain.model.name if cluster_file else self.domain.name
+        return (f"torchrun --nnodes {self.domain.cluster.num_nodes} --node_rank <i> "
+                f"--nproc_per_node <workers of node i> --master_addr <node 0> --master_port 29500 "
+                f"-m autosync_transfer.runtime.worker --torchrun --follow --domain {domain}{spec} "
+                f"--strategies {self.queue_path} --results {self.results_path} "
+                f"--warmup {proto.warmup} --iters {proto.iters}")
+
     def run(self, measure: Measure | None = None) -> SearchResult:
         """Search until the budget is spent (continuing a stored run) and return the result."""
         if measure is not None:
             return self._run(measure)
+        if self.launcher == "torchrun":
+            from autosync_transfer.search.remote import TorchrunQueue
+
+            queue = TorchrunQueue(self.queue_path, self.results_path, self.protocol)
+            result = self._run(queue.measure)
+            queue.stop()  # only when done: after an error the workers keep waiting for more
+            return result
         from autosync_transfer.dataset.collect import measure_undisturbed
         from autosync_transfer.runtime.trial import WorkerPool
 
         with WorkerPool(self.domain, self.launcher, self.protocol, seed=self.config.seed,
                         log_dir=self.log_dir) as pool:
-            def measure_in_pool(strategy: Strategy | None) -> tuple[TrialResult, dict[str, Any]]:
+            def measure_in_pool(strategy: Strategy | None, record_id: str
+                                ) -> tuple[TrialResult, dict[str, Any]]:
                 res, start, facts = measure_undisturbed(pool, strategy, self.max_foreign_cpu)
                 return res, {**facts, "_start": start}
 
@@ -428,8 +464,9 @@ class Searcher:
                 continue
             strategy = None if name == TORCH_DDP else build(name, self.domain)
             self._emit(progress, f"measuring reference {name}")
-            res, facts = measure(strategy)
-            rec = self._record(strategy, res, facts, f"{prefix}reference/{name}")
+            rid = f"{prefix}reference/{name}"
+            res, facts = measure(strategy, rid)
+            rec = self._record(strategy, res, facts, rid)
             self.store.append(rec)
             if strategy is not None:
                 strategies[rec.id] = strategy
@@ -458,7 +495,7 @@ class Searcher:
             penalty = 2 * max(ok_times) if ok_times else 1e3
             for s in picks:
                 self._emit(progress, f"round {round_no}: measuring {s.id}")
-                res, facts = measure(s)
+                res, facts = measure(s, f"{prefix}{s.id}")
                 rec = self._record(s, res, facts, f"{prefix}{s.id}")
                 self.store.append(rec)
                 strategies[rec.id] = s
