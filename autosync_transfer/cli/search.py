@@ -118,15 +118,9 @@ def search(
                                     best_strategy=json.loads(result.best.to_json()) if result.best else None,
                                     simulator=result.simulator, lineage=lin, tags=tags)
     if result.best is not None:
-        from autosync_transfer.cli.strategies import _write_atomic
+        from autosync_transfer.cli.strategies import export
 
-        if export_json:
-            _write_atomic(export_json, (result.best.to_json(indent=2) + "\n").encode(), "--export-json")
-        if export_autodist:
-            from autosync_transfer.strategies.autodist import strategy_to_autodist
-
-            _write_atomic(export_autodist, strategy_to_autodist(result.best, domain.cluster,
-                                                                graph=domain.model), "--export-autodist")
+        export(result.best, domain, export_json, export_autodist)
     if json_out:
         print_json({"domain": domain.name, "run": name, "store": str(path),
                     "best_strategy": result.best.id if result.best else None,
@@ -164,7 +158,7 @@ def recommend(
     import sys
 
     from autosync_transfer.cli._common import out, resolve_domain
-    from autosync_transfer.cli.strategies import _check_out, _write_atomic
+    from autosync_transfer.cli.strategies import _check_out, export
     from autosync_transfer.search.recommend import recommend as do_recommend
 
     _check_out(export_json, "--export-json")
@@ -177,13 +171,7 @@ def recommend(
         sim = load_simulator(simulator)
     best = do_recommend(domain.model, domain.cluster, sim, candidates=candidates, seed=seed,
                         preset=preset)
-    if export_json:
-        _write_atomic(export_json, (best.to_json(indent=2) + "\n").encode(), "--export-json")
-    if export_autodist:
-        from autosync_transfer.strategies.autodist import strategy_to_autodist
-
-        _write_atomic(export_autodist, strategy_to_autodist(best, domain.cluster, graph=domain.model),
-                      "--export-autodist")
+    export(best, domain, export_json, export_autodist)
     if json_out:
         sys.stdout.write(best.to_json(indent=2) + "\n")
         return

@@ -83,6 +83,19 @@ def _check_out(path: str | None, option: str) -> None:
         raise ConfigError(f"{option} {path!r}: folder {str(p.parent)!r} does not exist")
 
 
+def export(strategy, domain, json_path: str | None, autodist_path: str | None,  # noqa: ANN001
+           options: tuple[str, str] = ("--export-json", "--export-autodist")) -> None:
+    """Write ``strategy`` as JSON and/or as an AutoDist strategy file (paths checked before with
+    :func:`_check_out`); ``options`` name the paths in errors."""
+    if json_path:
+        _write_atomic(json_path, (strategy.to_json(indent=2) + "\n").encode(), options[0])
+    if autodist_path:
+        from autosync_transfer.strategies.autodist import strategy_to_autodist
+
+        _write_atomic(autodist_path, strategy_to_autodist(strategy, domain.cluster, graph=domain.model),
+                      options[1])
+
+
 def _write_atomic(path: str, data: bytes, option: str) -> None:
     """Write ``data`` to a temporary file beside ``path`` and rename it into place."""
     import os
@@ -179,13 +192,7 @@ def baseline(
     _check_out(out_path, "--out")
     _check_out(autodist_out, "--autodist-out")
     strategy = build(builder, domain)
-    if out_path:
-        _write_atomic(out_path, (strategy.to_json(indent=2) + "\n").encode(), "--out")
-    if autodist_out:
-        from autosync_transfer.strategies.autodist import strategy_to_autodist
-
-        _write_atomic(autodist_out, strategy_to_autodist(strategy, domain.cluster, graph=domain.model),
-                      "--autodist-out")
+    export(strategy, domain, out_path, autodist_out, ("--out", "--autodist-out"))
     if json_out:
         sys.stdout.write(strategy.to_json(indent=2) + "\n")
         return

@@ -1,0 +1,26 @@
+"""``recommend``: the best strategy without running anything, exported as JSON and AutoDist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autosync_transfer.domains.catalog import get_domain
+from autosync_transfer.strategies.autodist import read_autodist_file
+from autosync_transfer.strategies.types import Strategy
+from autosync_transfer.strategies.validate import validate
+
+
+def test_recommend_exports_json_and_autodist(cli, tmp_path: Path) -> None:
+    j, pb = tmp_path / "best.json", tmp_path / "best.pb"
+    res = cli("recommend", "ncf-C", "--candidates", "50", "--export-json", str(j),
+              "--export-autodist", str(pb))
+    assert res.code == 0, res.err
+    d = get_domain("ncf-C")
+    s = Strategy.from_json(j.read_text())
+    validate(s, d)
+    back = read_autodist_file(pb, d.cluster)
+    assert [n.var_name for n in back.nodes] == [n.var_name for n in s.nodes]
+    assert "recommended for ncf-C" in res.out
+    # the same again refuses to overwrite, one line, exit 2
+    again = cli("recommend", "ncf-C", "--export-json", str(j))
+    assert again.code == 2 and "already exists" in again.err
