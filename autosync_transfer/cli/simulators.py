@@ -136,6 +136,12 @@ def evaluate(
 def ui(
     port: int = typer.Option(5000, "--port", min=1, max=65535),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the command instead of running it."),
+    compare: Optional[str] = typer.Option(
+        None, "--compare", metavar="MODEL",
+        help="Also print the addresses that compare versions of MODEL (a registered model or a "
+             "domain) side by side: metrics, lineage and plots."),
+    versions: Optional[str] = typer.Option(
+        None, "--versions", metavar="V1,V2", help="Versions for --compare (default: the two newest)."),
 ) -> None:
     """Open the MLflow UI on the registry (127.0.0.1 only)."""
     import os
@@ -155,10 +161,27 @@ def ui(
     root = store.artifact_root()
     if root:
         cmd += ["--default-artifact-root", root]
+    links: dict[str, str] = {}
+    if compare:
+        from autosync_transfer.registry.models import compare_links
+
+        chosen = [v.strip() for v in versions.split(",") if v.strip()] if versions else None
+        links = compare_links(_model_name(compare), chosen, f"http://127.0.0.1:{port}")
+    elif versions:
+        from autosync_transfer.errors import ConfigError
+
+        raise ConfigError(f"--versions {versions!r} needs --compare MODEL")
     if dry_run:
         out().print(shlex.join(cmd), markup=False, highlight=False, soft_wrap=True)
+        for what, url in links.items():
+            out().print(url, markup=False, highlight=False, soft_wrap=True)
         return
     store.configure()  # creates the local folders the UI expects
+    if links:
+        out().print(f"compare versions: {links['versions']}", markup=False, highlight=False,
+                    soft_wrap=True)
+        out().print(f"compare in charts (metrics and plots): {links['charts']}", markup=False,
+                    highlight=False, soft_wrap=True)
     out().print(f"MLflow UI on http://127.0.0.1:{port} (store {uri}); Ctrl-C stops it",
                 markup=False, highlight=False)
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}

@@ -29,7 +29,7 @@ import math
 import re
 import tempfile
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +51,7 @@ __all__ = [
     "STANDARD_TAGS",
     "ModelVersionInfo",
     "registered_name",
+    "compare_links",
     "log_simulator",
     "load_simulator",
     "read_simulator_files",
@@ -361,6 +362,7 @@ def log_simulator(
             mlflow.log_artifact(str(weights_path), artifact_path="simulator")
             for p in plot_files:
                 mlflow.log_artifact(str(p), artifact_path="plots")
+            _log_chart_images(plot_files)
             with warnings.catch_warnings():
                 # no input example on purpose: it would make MLflow score it while logging
                 warnings.filterwarnings("ignore", message=".*input example was not provided")
@@ -376,6 +378,18 @@ def log_simulator(
                                     tags=version_tags, model_id=info.model_id,
                                     description=f"{sim.kind} simulator of {dom.name}")
     return _info(mv)
+
+
+def _log_chart_images(plot_files: Iterable[Path]) -> None:
+    """Log PNG plots as keyed images too (key = file stem, step 0): the UI's chart view then shows
+    each plot as an image card with one image per selected run, side by side."""
+    import mlflow
+    from PIL import Image
+
+    for p in plot_files:
+        if p.suffix.lower() == ".png":
+            with Image.open(p) as im:
+                mlflow.log_image(im.convert("RGB"), key=p.stem, step=0, synchronous=True)
 
 
 def _ensure_registered_model(c: MlflowClient, name: str, domain: str) -> None:
@@ -657,6 +671,44 @@ def describe_model(name: str) -> dict[str, Any]:
     return {"name": rm.name, "description": rm.description or "", "tags": dict(rm.tags or {}),
             "aliases": aliases, "versions": [v.to_dict() for v in versions],
             "updated_ms": int(rm.last_updated_timestamp or 0)}
+
+
+def compare_links(name: str, versions: Sequence[str | int] | None = None,
+                  base_url: str = "http://127.0.0.1:5000") -> dict[str, str]:
+    """Addresses in the MLflow UI that compare versions of registered model ``name`` side by side
+    (default: its two newest versions):
+
+    - ``versions``: the registry's version comparison (run, lineage, every metric in one table);
+    - ``charts``: the experiment's chart view restricted to those versions' runs (one bar per
+      version for every metric, and each logged plot as an image card per run).
+    """
+    import urllib.parse
+
+    from autosync_transfer.registry import store
+
+    described = describe_model(name)
+    by_version = {v["version"]: v for v in described["versions"]}
+    if versions is None:
+        chosen = [v["version"] for v in described["versions"][:2]][::-1]
+    else:
+        chosen = [str(v) for v in versions]
+        missing = [v for v in chosen if v not in by_version]
+        if missing:
+            raise UnknownNameError(f"{name} has no version {missing[0]!r} (versions: "
+                                   f"{', '.join(sorted(by_version, key=int)) or 'none'})")
+    if len(chosen) < 2:
+        raise ConfigError(f"{name} has {len(chosen)} version(s); comparing needs two")
+    runs = {v: by_version[v]["run_id"] for v in chosen}
+    base = base_url.rstrip("/")
+    q = urllib.parse.quote
+    runs_json = json.dumps(runs, separators=(",", ":"))
+    versions_url = (f"{base}/#/compare-model-versions?name={q(json.dumps(name))}"
+                    f"&runs={q(runs_json)}")
+    exp_id = store.experiment_id(store.client())
+    run_filter = "attributes.run_id IN (" + ", ".join(f"'{r}'" for r in runs.values()) + ")"
+    charts_url = (f"{base}/#/experiments/{exp_id}/runs?compareRunsMode=CHART"
+                  f"&searchFilter={q(run_filter)}")
+    return {"versions": versions_url, "charts": charts_url}
 
 
 # -- train, log, register, promote ---------------------------------------------------------------

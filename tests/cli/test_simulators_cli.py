@@ -53,6 +53,12 @@ def test_ui_dry_run_prints_the_command(cli: Any, registry: Path) -> None:
     assert f"--default-artifact-root {(registry / 'artifacts').as_uri()}" in cmd
 
 
+def test_ui_compare_needs_a_model_with_two_versions(cli: Any, registry: Path) -> None:
+    assert_one_line_error(cli("ui", "--dry-run", "--compare", "ncf-Z"),
+                          "no registered model 'autosync-ncf-Z'")
+    assert_one_line_error(cli("ui", "--dry-run", "--versions", "1,2"), "needs --compare MODEL")
+
+
 @pytest.mark.parametrize("argv,needle", [
     (("train", "ncf-Z"), "no cluster 'Z'"),
     (("train", "gpt-A"), "no model 'gpt'"),

@@ -301,6 +301,36 @@ def test_lineage_and_plots(registry: Path, tmp_path: Path) -> None:
     assert t["dataset_fingerprint"] == "abc"
     listed = {a.path for a in MlflowClient().list_artifacts(info.run_id, "plots")}
     assert listed == {f"plots/{f.name}" for f in figs}
+    # the same plots as keyed images: the UI's chart view shows one image card per plot
+    images = [a.path for a in MlflowClient().list_artifacts(info.run_id, "images")]
+    keys = {Path(p).name.split("+")[0] for p in images if p.endswith(".png")}
+    assert keys == {f.stem for f in figs}
+
+
+def test_compare_links(registry: Path) -> None:
+    import json as _json
+    import urllib.parse
+
+    from autosync_transfer.errors import ConfigError, UnknownNameError
+    from autosync_transfer.registry import models
+
+    first = log(analytical())
+    with pytest.raises(ConfigError, match="comparing needs two"):
+        models.compare_links(NAME)
+    second = log(analytical(), 0.9)
+    links = models.compare_links(NAME, base_url="http://127.0.0.1:5077/")
+    v = urllib.parse.unquote(links["versions"])
+    assert v.startswith("http://127.0.0.1:5077/#/compare-model-versions?name=")
+    name_q, runs_q = v.split("?", 1)[1].split("&runs=")
+    assert name_q == f'name="{NAME}"'
+    assert _json.loads(runs_q) == {first.version: first.run_id, second.version: second.run_id}
+    c = urllib.parse.unquote(links["charts"])
+    assert "compareRunsMode=CHART" in c
+    assert f"attributes.run_id IN ('{first.run_id}', '{second.run_id}')" in c
+    assert models.compare_links(NAME, [second.version, first.version])["versions"] != links[
+        "versions"]
+    with pytest.raises(UnknownNameError, match="has no version '9'"):
+        models.compare_links(NAME, [first.version, 9])
 
 
 # -- pyfunc ---------------------------------------------------------------------------------------
