@@ -87,7 +87,7 @@ class FineTune(Adapter):
                               f"(use --shots 0 for zero-shot)")
         train = self._train_fn(src)
         sim, details = fit_on_shots(train, shots, self.training, seed=seed,
-                                    costmodel_config=src.costmodel_config)
+                                    costmodel_config=src.costmodel_config, source=src)
         details = {"mode": self.mode, **details}
         if self.mode == "full":
             details["l2sp"] = self.l2sp

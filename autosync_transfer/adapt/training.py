@@ -80,11 +80,17 @@ class ShotTraining:
 
 
 def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, seed: int,
-                 costmodel_config: CostModelConfig | None = None
+                 costmodel_config: CostModelConfig | None = None,
+                 source: Simulator | None = None,
                  ) -> tuple[Simulator, dict[str, Any]]:
     """Train on ``shots`` with ``train``, choosing the epochs as :class:`ShotTraining` says.
     Returns the simulator and ``details`` (``selection``, ``epochs`` and the validation score
-    that chose them). Fewer than 2 shots is a :class:`ConfigError`."""
+    that chose them). Fewer than 2 shots is a :class:`ConfigError`.
+
+    ``source``: the simulator training starts from (fine-tuning). It is then a candidate of the
+    selection too, as "epoch 0": when no trained epoch beats its validation (or mean
+    cross-validation) pairwise accuracy, ``source`` itself is returned and ``details`` says
+    ``kept_source: True``; a fine-tuning that does not help on the shots never replaces it."""
     n = len(shots)
     if n < 2:
         raise ConfigError(f"training on target trials needs at least 2 of them, got {n}")
@@ -98,33 +104,61 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
     if n >= config.cv_below:
         n_val = min(max(2, int(round(n * config.val_fraction))), n - 2)
         val = [ids[i] for i in rng.permutation(n)[:n_val]]
-        sim, out = train(module({s: "val" for s in val}), config.max_epochs, config.patience,
-                         seed)
-        return sim, {"selection": "validation", "val_strategies": n_val,
-                     "epochs": int(out["epochs"]), "best_epoch": int(out["best_epoch"]),
-                     "val_pairwise_acc": _finite(out.get("best_val_pairwise_acc"))}
+        dm = module({s: "val" for s in val})
+        sim, out = train(dm, config.max_epochs, config.patience, seed)
+        trained = _finite(out.get("best_val_pairwise_acc"))
+        details: dict[str, Any] = {
+            "selection": "validation", "val_strategies": n_val, "epochs": int(out["epochs"]),
+            "best_epoch": int(out["best_epoch"]), "val_pairwise_acc": trained}
+        if source is not None:
+            kept = _source_accuracy(source, dm)
+            details["source_val_pairwise_acc"] = _finite(kept)
+            if math.isfinite(kept) and (trained is None or kept >= trained):
+                return source, {**details, "kept_source": True, "val_pairwise_acc": kept}
+            details["kept_source"] = False
+        return sim, details
     if n >= 4:
         k = max(2, min(config.folds, n // 2))
         folds = np.array_split(rng.permutation(n), k)
         curves = np.full((k, config.max_epochs), math.nan)
+        at_source = np.full(k, math.nan)
         for j, fold in enumerate(folds):
-            _, out = train(module({ids[i]: "val" for i in fold}), config.max_epochs, None, seed)
+            dm = module({ids[i]: "val" for i in fold})
+            _, out = train(dm, config.max_epochs, None, seed)
             acc = [float(a) for a in out["history"].get("val_pairwise_acc", [])]
             curves[j, : len(acc)] = acc[: config.max_epochs]
+            if source is not None:
+                at_source[j] = _source_accuracy(source, dm)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-nan epochs
             mean = np.nanmean(curves, axis=0)
+            source_cv = float(np.nanmean(at_source)) if source is not None else math.nan
         if np.all(np.isnan(mean)):
             epochs, cv = min(config.few_epochs, config.max_epochs), math.nan
         else:
             best = int(np.nanargmax(mean))
             epochs, cv = best + 1, float(mean[best])
+        details = {"selection": f"{k}-fold cross-validation", "folds": k, "epochs": epochs,
+                   "cv_pairwise_acc": _finite(cv)}
+        if source is not None:
+            details["source_cv_pairwise_acc"] = _finite(source_cv)
+            if math.isfinite(source_cv) and (not math.isfinite(cv) or source_cv >= cv):
+                return source, {**details, "epochs": 0, "kept_source": True,
+                                "cv_pairwise_acc": source_cv}
+            details["kept_source"] = False
         sim, _ = train(module({}), epochs, None, seed)
-        return sim, {"selection": f"{k}-fold cross-validation", "folds": k, "epochs": epochs,
-                     "cv_pairwise_acc": _finite(cv)}
+        return sim, details
     epochs = min(config.few_epochs, config.max_epochs)
     sim, _ = train(module({}), epochs, None, seed)
     return sim, {"selection": "fixed epochs (too few shots to validate)", "epochs": epochs}
+
+
+def _source_accuracy(source: Simulator, dm: ShotDataModule) -> float:
+    """``source``'s mean per-domain pairwise accuracy on ``dm``'s validation split, untrained."""
+    from autosync_transfer.rankers import metrics
+
+    dm.setup()
+    return _val_accuracy(source.module, dm, metrics)
 
 
 def _finite(v: Any) -> float | None:

@@ -76,7 +76,7 @@ class SearchConfig(BaseModel):
     per_round: int = Field(default=10, ge=1)
     candidates: int = Field(default=1000, ge=1)
     seed: int = 0
-    preset: str = "default"
+    preset: str = "dataset"  # the space the dataset (and so every simulator) was sampled from
     diversity: float = Field(default=0.3, ge=0)
     min_train: int = Field(default=10, ge=2)
     ranker: str = "rnn"

@@ -13,7 +13,7 @@ __all__ = ["recommend"]
 
 
 def recommend(model: Any, cluster: Cluster, simulator: Any = None, *, candidates: int = 2000,
-              seed: int = 0, batch_size: int = 1, seq_len: int = 1, preset: str = "default") -> Strategy:
+              seed: int = 0, batch_size: int = 1, seq_len: int = 1, preset: str = "dataset") -> Strategy:
     """The candidate ``simulator`` ranks fastest among the hand-optimized builders and
     ``candidates`` sampled strategies.
 

@@ -149,7 +149,10 @@ def test_auto_finetunes_with_shots_and_compares_with_from_scratch(
 
     res = adapt(source_sim, domains[1], split, method="auto", shots=6, seed=1, training=small())
     assert res.method == "finetune" and res.shots == 6
-    assert res.simulator is not source_sim and res.simulator.kind == "linear"
+    kept = res.details["adapted"]["kept_source"]
+    assert (res.simulator is source_sim) == kept and res.simulator.kind == "linear"
+    if kept:  # cross-validation found no epoch better than the source: adapted == zero-shot
+        assert res.metrics["adapted"] == res.metrics["zero-shot"]
     assert not set(res.shot_ids) & set(res.holdout_ids)
     for row in ("zero-shot", "adapted", "from-scratch"):
         assert 0.0 <= res.metrics[row]["pairwise_accuracy"] <= 1.0
@@ -168,9 +171,47 @@ def test_epochs_are_chosen_on_the_shots(source_sim: Any, split: Any, n: int,
 
     fitted = FineTune(training=small()).fit(source_sim, split.shots(n, seed=0), seed=0)
     assert fitted.details["selection"].startswith(selection)
-    assert 1 <= fitted.details["epochs"] <= 3
+    if fitted.details.get("kept_source"):  # selection may keep the source: "epoch 0"
+        assert fitted.simulator is source_sim
+    else:
+        assert 1 <= fitted.details["epochs"] <= 3
     if n >= 20:
         assert fitted.details["val_strategies"] == 4
+
+
+@pytest.mark.parametrize("n", [8, 20])  # cross-validation, validation split
+@pytest.mark.parametrize("trained_acc,kept", [(0.0, True), (1.5, False)])
+def test_the_source_is_kept_unless_training_beats_it_on_the_shots(
+        source_sim: Any, split: Any, n: int, trained_acc: float, kept: bool) -> None:
+    """The selection compares the untrained source ("epoch 0") with what training reports on the
+    same validation strategies. Test double: the training function reports a fixed validation
+    accuracy (0.0: no source can do worse; 1.5: no source can do as well) and returns a
+    simulator of its own."""
+    from autosync_transfer.adapt.training import ShotTraining, fit_on_shots
+    from autosync_transfer.rankers.simulator import Simulator
+
+    other = Simulator("analytical", {}, 1)
+    calls: list[int] = []
+
+    def train(dm: Any, max_epochs: int, patience: Any, seed: int) -> Any:
+        calls.append(max_epochs)
+        return other, {"epochs": 2, "best_epoch": 1, "best_val_pairwise_acc": trained_acc,
+                       "history": {"val_pairwise_acc": [trained_acc / 2, trained_acc]}}
+
+    sim, details = fit_on_shots(train, split.shots(n, seed=0), ShotTraining(max_epochs=2),
+                                seed=0, source=source_sim)
+    assert details["kept_source"] is kept
+    assert sim is (source_sim if kept else other)
+    key = "val_pairwise_acc" if n >= 20 else "cv_pairwise_acc"
+    src_key = "source_" + key
+    assert 0.0 <= details[src_key] <= 1.0
+    assert details[key] == (details[src_key] if kept else trained_acc)
+    if n < 20:  # folds, then one final training unless the source is kept
+        assert len(calls) == details["folds"] + (0 if kept else 1)
+    # without a source there is nothing to keep: training's result, as before
+    sim2, details2 = fit_on_shots(train, split.shots(n, seed=0), ShotTraining(max_epochs=2),
+                                  seed=0)
+    assert sim2 is other and "kept_source" not in details2
 
 
 def test_full_finetuning_is_pulled_toward_the_source_weights(split: Any) -> None:
@@ -196,7 +237,8 @@ def test_head_finetuning_moves_only_the_head(split: Any) -> None:
     from autosync_transfer.adapt import FineTune
 
     src = tiny_rnn_source()
-    fitted = FineTune("head", training=small()).fit(src, split.shots(4, seed=0), seed=0)
+    # 3 shots: too few to validate, so the head is trained (no selection can keep the source)
+    fitted = FineTune("head", training=small()).fit(src, split.shots(3, seed=0), seed=0)
     assert fitted.method == "finetune-head"
     before, after = src.state_dict(), fitted.simulator.state_dict()
     moved = {k for k in before if not torch.equal(before[k], after[k])}
