@@ -52,6 +52,7 @@ __all__ = [
     "ModelVersionInfo",
     "registered_name",
     "compare_links",
+    "log_chart_images",
     "log_simulator",
     "load_simulator",
     "read_simulator_files",
@@ -362,7 +363,7 @@ def log_simulator(
             mlflow.log_artifact(str(weights_path), artifact_path="simulator")
             for p in plot_files:
                 mlflow.log_artifact(str(p), artifact_path="plots")
-            _log_chart_images(plot_files)
+            log_chart_images(plot_files)
             with warnings.catch_warnings():
                 # no input example on purpose: it would make MLflow score it while logging
                 warnings.filterwarnings("ignore", message=".*input example was not provided")
@@ -380,7 +381,7 @@ def log_simulator(
     return _info(mv)
 
 
-def _log_chart_images(plot_files: Iterable[Path]) -> None:
+def log_chart_images(plot_files: Iterable[Path]) -> None:
     """Log PNG plots as keyed images too (key = file stem, step 0): the UI's chart view then shows
     each plot as an image card with one image per selected run, side by side."""
     import mlflow

@@ -56,6 +56,7 @@ def log_search(*, domain: str, run: str, summary: Mapping[str, Any], config: Map
             mlflow.log_metrics({f"search.{k}": _num(summary.get(k)) for k in _FIGURES  # type: ignore[misc]
                                 if _num(summary.get(k)) is not None})
             mlflow.log_artifact(str(plot), artifact_path="plots")
+            models.log_chart_images([plot])
             mlflow.log_artifact(str(table), artifact_path="search")
             if best_strategy is not None:
                 best = Path(tmp) / "best_strategy.json"
