@@ -4,7 +4,10 @@ For every domain with enough ok trials, each ranker kind is trained on the domai
 evaluated on its 15 % test split (per-domain seeded splits), over several seeds; the table prints
 pairwise accuracy (mean ± std over seeds) and top-1 score (best true runtime / true runtime of
 the predicted best). The analytical cost model needs no training and is evaluated on the same
-test split.
+test split. The ``ceiling`` column is the pairwise accuracy a perfect simulator can expect
+against measurements as noisy as the domain's reference re-measurements
+(``rankers.metrics.noise_ceiling`` over the domain's strategy runtimes at the median robust CV
+of the re-measurements: 1.4826 x MAD / median, which a few disturbed measurements barely move).
 
     python benchmarks/ranker_table.py [--seeds 3] [--epochs 60] [--min-trials 40] [--kinds analytical,linear,rnn,gat,transformer]
 """
@@ -28,7 +31,8 @@ def main() -> int:
 
     import torch
 
-    from autosync_transfer.dataset.loader import load_trials
+    from autosync_transfer.dataset.loader import load_trials, reference_noise, strategy_runtimes
+    from autosync_transfer.rankers.metrics import noise_ceiling
     from autosync_transfer.rankers.simulator import train_simulator
 
     torch.set_num_threads(1)
@@ -42,10 +46,15 @@ def main() -> int:
         print(f"no domain has {args.min_trials} measured strategies yet", file=sys.stderr)
         return 1
     kinds = args.kinds.split(",")
-    print(f"{'domain':14s} {'n':>4s} " + " ".join(f"{k:>22s}" for k in kinds))
-    best_learned = []
+    print(f"{'domain':14s} {'n':>4s} {'ceiling':>7s} " + " ".join(f"{k:>22s}" for k in kinds))
+    best_learned, ceilings = [], []
     for d in domains:
         sub = df[df["domain"] == d]
+        noise = reference_noise(sub)
+        ceiling = (noise_ceiling(strategy_runtimes(sub)["median_s"].to_numpy(dtype=float),
+                                 float(noise["median_robust_cv"])) if noise else float("nan"))
+        if ceiling == ceiling:
+            ceilings.append(ceiling)
         cells = []
         accs: dict[str, float] = {}
         for kind in kinds:
@@ -60,10 +69,12 @@ def main() -> int:
         learned = {k: v for k, v in accs.items() if k != "analytical"}
         if learned:
             best_learned.append(max(learned.values()))
-        print(f"{d:14s} {counts[d]:4d} " + " ".join(f"{c:>22s}" for c in cells), flush=True)
+        print(f"{d:14s} {counts[d]:4d} {ceiling:7.3f} " + " ".join(f"{c:>22s}" for c in cells),
+              flush=True)
     if best_learned:
         print(f"\nmedian over domains of the best learned ranker's pairwise accuracy: "
-              f"{statistics.median(best_learned):.3f} (goal >= 0.92)")
+              f"{statistics.median(best_learned):.3f} (goal >= 0.92); median noise ceiling: "
+              f"{statistics.median(ceilings) if ceilings else float('nan'):.3f}")
     return 0
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -90,6 +90,7 @@ def show(
     from autosync_transfer.dataset.loader import describe_domain
 
     info = describe_domain(domain, path, top=top)
+    info["pairwise_ceiling"] = pairwise_ceiling(info)
     if json_out:
         print_json(info)
         return
@@ -121,9 +122,13 @@ def show(
     if noise:
         con.print(f"reference noise: {noise['strategies']} strategies re-measured "
                   f"({noise['measurements']} measurements), median CV "
-                  f"{noise['median_cv'] * 100:.1f}%, max CV {noise['max_cv'] * 100:.1f}%, max "
+                  f"{noise['median_cv'] * 100:.1f}% (robust {noise['median_robust_cv'] * 100:.1f}%), max CV {noise['max_cv'] * 100:.1f}%, max "
                   f"range {noise['max_relative_range'] * 100:.1f}% of the median",
                   highlight=False)
+        ceiling = pairwise_ceiling(info)
+        if ceiling is not None:
+            con.print(f"pairwise-accuracy ceiling at this noise: {ceiling:.3f} (what a perfect "
+                      "simulator can expect against these measurements)", highlight=False)
     else:
         con.print("reference noise: no reference re-measurements", highlight=False)
 
@@ -174,3 +179,18 @@ def compact_cmd(
     for p in stores:
         target = TrialStore(p).compact(dst / f"{p.stem}.parquet")
         typer.echo(f"{p} -> {target}")
+
+
+def pairwise_ceiling(info: dict[str, Any]) -> float | None:
+    """The noise ceiling of pairwise accuracy (:func:`~autosync_transfer.rankers.metrics.
+    noise_ceiling`) of a :func:`describe_domain` result: its strategies' runtimes at the median
+    robust CV of its reference re-measurements; None without re-measurements or two distinct
+    runtimes."""
+    from autosync_transfer.rankers.metrics import noise_ceiling
+
+    noise = info.get("reference_noise")
+    runtimes = info.get("runtimes_s") or []
+    if not noise or len(runtimes) < 2:
+        return None
+    value = noise_ceiling(runtimes, float(noise["median_robust_cv"]))
+    return value if math.isfinite(value) else None

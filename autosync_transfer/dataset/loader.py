@@ -34,6 +34,7 @@ __all__ = [
     "describe_domain",
     "strategy_runtimes",
     "strategies_and_runtimes",
+    "reference_noise",
 ]
 
 #: environment variable that replaces the default datasets folder
@@ -207,19 +208,23 @@ def list_datasets(paths_or_dir: PathLike | Sequence[PathLike] | None = None) -> 
     return pd.DataFrame(rows, columns=cols)
 
 
-def _reference_noise(df: pandas.DataFrame) -> dict[str, Any] | None:
+def reference_noise(df: pandas.DataFrame) -> dict[str, Any] | None:
     """How much repeated measurements of one strategy differ, over the strategies that have a
-    drift-reference re-measurement: per strategy the coefficient of variation and the relative
-    range (max - min) / median of its medians."""
+    drift-reference re-measurement (of one domain's trials ``df``): per strategy the coefficient
+    of variation, its robust form (1.4826 x median absolute deviation / median: a few disturbed
+    measurements barely move it) and the relative range (max - min) / median of its medians;
+    None without re-measurements."""
     ok = df[(df["status"] == "ok") & df["median_s"].notna()]
     with_ref = set(ok.loc[ok["reference"].astype(bool), "strategy_id"])
-    cvs, ranges, n = [], [], 0
+    cvs, robust, ranges, n = [], [], [], 0
     for sid, group in ok[ok["strategy_id"].isin(with_ref)].groupby("strategy_id"):
         values = [float(v) for v in group["median_s"]]
         if len(values) < 2:
             continue
         mid = statistics.median(values)
         cvs.append(statistics.stdev(values) / statistics.fmean(values))
+        mad = statistics.median(abs(v - mid) for v in values)
+        robust.append(1.4826 * mad / mid if mid > 0 else math.nan)
         ranges.append((max(values) - min(values)) / mid if mid > 0 else math.nan)
         n += len(values)
     if not cvs:
@@ -228,6 +233,7 @@ def _reference_noise(df: pandas.DataFrame) -> dict[str, Any] | None:
         "strategies": len(cvs),
         "measurements": n,
         "median_cv": statistics.median(cvs),
+        "median_robust_cv": statistics.median(robust),
         "max_cv": max(cvs),
         "max_relative_range": max(ranges),
     }
@@ -268,7 +274,8 @@ def describe_domain(
         "best_s": float(ok_times.min()) if len(ok_times) else None,
         "worst_s": float(ok_times.max()) if len(ok_times) else None,
         "fastest": fastest,
-        "reference_noise": _reference_noise(sub),
+        "reference_noise": reference_noise(sub),
+        "runtimes_s": [float(v) for v in ok_times],
         "sources": sorted(set(sub["source"])),
     }
 

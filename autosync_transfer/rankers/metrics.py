@@ -25,6 +25,7 @@ __all__ = [
     "topk_recall",
     "regret",
     "per_domain",
+    "noise_ceiling",
 ]
 
 _BLOCK = 1024  # rows of the pair matrix handled at once (bounds memory to _BLOCK x n)
@@ -136,3 +137,34 @@ def per_domain(
         if not np.isnan(v):
             values.append(v)
     return float(np.mean(values)) if values else float("nan")
+
+
+def noise_ceiling(runtimes: Any, rel_sigma: float) -> float:
+    """The pairwise accuracy a perfect simulator can expect against measured ``runtimes`` when
+    each measurement carries a relative noise of ``rel_sigma`` (the coefficient of variation of
+    repeated measurements of one strategy).
+
+    A pair whose runtimes differ by ``d = |ln y_i - ln y_j|`` keeps its order in a new
+    measurement of both with probability ``Phi(d / (rel_sigma * sqrt(2)))`` (log-normal noise);
+    the ceiling is the mean over pairs with different runtimes. The measured ``d`` stands for the
+    true one, which noise widens on average, so this is an optimistic bound: a ranker evaluated
+    on such measurements cannot be expected to score above it. ``nan`` for fewer than two
+    distinct runtimes; 1.0 when ``rel_sigma`` is 0.
+    """
+    import math
+
+    y = np.asarray(runtimes, dtype=np.float64).reshape(-1)
+    if rel_sigma < 0 or not math.isfinite(rel_sigma):
+        raise ValueError(f"rel_sigma must be a finite number >= 0, got {rel_sigma}")
+    if (y <= 0).any():
+        raise ValueError("runtimes must be > 0")
+    ly = np.log(y)
+    d = np.abs(ly[:, None] - ly[None, :])[np.triu_indices(y.size, 1)]
+    d = d[d > 0]
+    if d.size == 0:
+        return float("nan")
+    if rel_sigma == 0:
+        return 1.0
+    z = d / (rel_sigma * math.sqrt(2.0))
+    erf = np.frompyfunc(math.erf, 1, 1)
+    return float(np.mean(0.5 * (1.0 + erf(z / math.sqrt(2.0)).astype(np.float64))))

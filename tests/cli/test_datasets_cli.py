@@ -71,9 +71,15 @@ def test_show(cli, store_path):
     assert [f["strategy_id"] for f in info["fastest"]] == ["fast", "slow"]
     assert info["fastest"][0]["kind"] == "ps_lb"
     assert info["reference_noise"]["strategies"] == 1
+    from autosync_transfer.rankers.metrics import noise_ceiling
+
+    assert info["pairwise_ceiling"] == pytest.approx(noise_ceiling(
+        info["runtimes_s"], info["reference_noise"]["median_robust_cv"]))
+    assert 0.5 <= info["pairwise_ceiling"] <= 1.0
     res = cli("datasets", "show", "bert-A", "--path", str(store_path))
     assert res.code == 0, res.err
     assert "fast" in res.out and '"iters": 5' in res.out and "reference noise" in res.out
+    assert "pairwise-accuracy ceiling at this noise" in res.out
 
 
 def _one_line_error(res, needle: str) -> None:

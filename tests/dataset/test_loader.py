@@ -103,6 +103,7 @@ def test_describe_domain(data_dir):
     assert info["protocols"] == [{"protocol": {"iters": 3, "warmup": 1}, "trials": 5}]
     noise = info["reference_noise"]
     assert noise["strategies"] == 1 and noise["max_relative_range"] == pytest.approx(0.02 / 0.21)
+    assert noise["median_robust_cv"] == pytest.approx(1.4826 * 0.01 / 0.21)
     assert describe_domain("ncf-B", data_dir)["reference_noise"] is None
     with pytest.raises(UnknownNameError, match="no trials for domain 'gpt-A'.*bert-A"):
         describe_domain("gpt-A", data_dir)

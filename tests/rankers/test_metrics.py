@@ -96,3 +96,27 @@ def test_per_domain_means_over_domains() -> None:
     assert per_domain(pairwise_accuracy, [0, 1], [1.0, 2.0], [0, 0]) == 1.0
     with pytest.raises(ValueError):
         per_domain(pairwise_accuracy, [0, 1], [1.0, 2.0], [0])
+
+
+def test_noise_ceiling_by_hand() -> None:
+    from autosync_transfer.rankers.metrics import noise_ceiling
+
+    sigma = 0.05
+    # one pair whose log-runtimes differ by sigma*sqrt(2): Phi(1) = 0.8413
+    y = [1.0, math.exp(sigma * math.sqrt(2))]
+    assert noise_ceiling(y, sigma) == pytest.approx(0.841345, abs=1e-6)
+    # three strategies: pairs at Phi(1), Phi(2) (twice the gap) and Phi(3) (sum of gaps)
+    g = sigma * math.sqrt(2)
+    y3 = [1.0, math.exp(g), math.exp(3 * g)]
+    assert noise_ceiling(y3, sigma) == pytest.approx((0.841345 + 0.977250 + 0.998650) / 3,
+                                                     abs=1e-6)
+    assert noise_ceiling(y3, 0.0) == 1.0
+    assert noise_ceiling([2.0, 2.0, y[1] * 2], sigma) == pytest.approx(0.841345, abs=1e-6)
+    assert math.isnan(noise_ceiling([1.0, 1.0], sigma))
+    # more noise, lower ceiling; far apart runtimes, ceiling near 1
+    assert noise_ceiling(y3, 0.2) < noise_ceiling(y3, 0.05) < noise_ceiling(y3, 0.01) < 1.0
+    assert noise_ceiling([1.0, 10.0], 0.05) > 0.999999
+    with pytest.raises(ValueError, match="rel_sigma"):
+        noise_ceiling(y, -0.1)
+    with pytest.raises(ValueError, match="> 0"):
+        noise_ceiling([0.0, 1.0], sigma)
