@@ -122,10 +122,11 @@ def show(
     if noise:
         con.print(f"reference noise: {noise['strategies']} strategies re-measured "
                   f"({noise['measurements']} measurements), median CV "
-                  f"{noise['median_cv'] * 100:.1f}% (robust {noise['median_robust_cv'] * 100:.1f}%), max CV {noise['max_cv'] * 100:.1f}%, max "
-                  f"range {noise['max_relative_range'] * 100:.1f}% of the median",
+                  f"{noise['median_cv'] * 100:.1f}% (robust "
+                  f"{noise['median_robust_cv'] * 100:.1f}%), max CV {noise['max_cv'] * 100:.1f}%, "
+                  f"max range {noise['max_relative_range'] * 100:.1f}% of the median",
                   highlight=False)
-        ceiling = pairwise_ceiling(info)
+        ceiling = info["pairwise_ceiling"]
         if ceiling is not None:
             con.print(f"pairwise-accuracy ceiling at this noise: {ceiling:.3f} (what a perfect "
                       "simulator can expect against these measurements)", highlight=False)

@@ -173,7 +173,7 @@ def ui(
         raise ConfigError(f"--versions {versions!r} needs --compare MODEL")
     if dry_run:
         out().print(shlex.join(cmd), markup=False, highlight=False, soft_wrap=True)
-        for what, url in links.items():
+        for url in links.values():
             out().print(url, markup=False, highlight=False, soft_wrap=True)
         return
     store.configure()  # creates the local folders the UI expects

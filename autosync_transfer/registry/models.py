@@ -692,7 +692,7 @@ def compare_links(name: str, versions: Sequence[str | int] | None = None,
     if versions is None:
         chosen = [v["version"] for v in described["versions"][:2]][::-1]
     else:
-        chosen = [str(v) for v in versions]
+        chosen = list(dict.fromkeys(str(v) for v in versions))  # "2,2" is one version
         missing = [v for v in chosen if v not in by_version]
         if missing:
             raise UnknownNameError(f"{name} has no version {missing[0]!r} (versions: "
