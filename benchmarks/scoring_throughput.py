@@ -3,8 +3,17 @@
 Samples ``--n`` strategies of ``--domain`` (default bert-12l-A, the BERT-12-layer graph), then
 times, side by side in one run, featurizing them and scoring them with every ranker kind
 (networks with their default hyper-parameters and freshly initialized weights: throughput does
-not depend on the weight values) and with the analytical cost model. Prints strategies/s for
-featurize+score and for scoring already-featurized strategies.
+not depend on the weight values) and with the analytical cost model. Two inputs are timed:
+
+* ``batch``: the sampler's :class:`~autosync_transfer.strategies.sampler.SampledBatch`, read
+  from its arrays (what ``search`` and ``recommend`` score: thousands of candidates of which only
+  the picks become objects);
+* ``objects``: a list of :class:`~autosync_transfer.strategies.types.Strategy` objects (the same
+  strategies, e.g. loaded from JSON or built by hand).
+
+A ranker that reads only the aggregated table (``linear``) is featurized with
+``Featurizer.aggregates``; the others need the per-row features. Prints strategies/s for
+featurize+score and for scoring already-featurized strategies, and the sampler's own rate.
 
     python benchmarks/scoring_throughput.py [--domain bert-12l-A] [--n 2000] [--repeats 3]
         [--preset dataset]
@@ -42,29 +51,42 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     domain = get_domain(args.domain)
+    sampler = StrategySampler(domain, preset(args.preset), seed=0)
+    t0 = time.perf_counter()
+    batch = sampler.sample_batch(args.n)
+    batch_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     strategies = StrategySampler(domain, preset(args.preset), seed=0).sample_n(args.n)
     sample_s = time.perf_counter() - t0
-    rows = sum(1 if c.partition is None else c.partition.shards
-               for s in strategies for c in s.nodes)
-    print(f"{args.domain}: {len(domain.model.variables)} variables; sampled {args.n} strategies "
-          f"(preset {args.preset}, {rows / args.n:,.0f} rows each) in {sample_s:.2f} s "
-          f"({args.n / sample_s:,.0f}/s); {args.threads} threads")
+    rows = int(batch.pieces.sum())
+    print(f"{args.domain}: {len(domain.model.variables)} variables; {args.n} strategies "
+          f"(preset {args.preset}, {rows / args.n:,.0f} rows each); {args.threads} threads")
+    print(f"sampling: {args.n / batch_s:,.0f}/s as a batch, {args.n / sample_s:,.0f}/s as "
+          f"objects")
+    inputs = {"batch": batch, "objects": strategies}
     featurizer = Featurizer(domain)
-    best_feat = min(_timed(lambda: featurizer.featurize_many(strategies)) for _ in range(args.repeats))
+    print(f"{'featurize':24s} {'batch':>10s} {'objects':>10s}   (strategies/s, best of "
+          f"{args.repeats})")
+    for label, fn in (("full features", featurizer.featurize_many),
+                      ("aggregates only", featurizer.aggregates)):
+        rates = [args.n / min(_timed(lambda: fn(x)) for _ in range(args.repeats))
+                 for x in inputs.values()]
+        print(f"{label:24s} {rates[0]:>10,.0f} {rates[1]:>10,.0f}   "
+              f"({rows * rates[0] / args.n:,.0f} rows/s from the batch)")
     feats = featurizer.featurize_many(strategies)
-    print(f"{'featurize':12s} {args.n / best_feat:>12,.0f} strategies/s "
-          f"({rows / best_feat:,.0f} rows/s)")
-    print(f"{'ranker':12s} {'featurize+score':>16s} {'score only':>12s}   (strategies/s, best of {args.repeats})")
+    print(f"{'ranker':12s} {'featurize+score':>24s} {'score only':>12s}")
+    print(f"{'':12s} {'batch':>11s} {'objects':>12s}")
     for kind in args.kinds.split(","):
         if kind == "analytical":
             sim = Simulator("analytical")
         else:
             sim = Simulator.from_module(build_ranker(kind, {}, seed=0))
         sim.score(strategies[:16], domain)  # warm-up (network build, first-call overheads)
-        full = min(_timed(lambda: sim.score(strategies, domain)) for _ in range(args.repeats))
+        full = [min(_timed(lambda: sim.score(x, domain)) for _ in range(args.repeats))
+                for x in inputs.values()]
         only = min(_timed(lambda: sim.score_features(feats)) for _ in range(args.repeats))
-        print(f"{kind:12s} {args.n / full:>16,.0f} {args.n / only:>12,.0f}")
+        print(f"{kind:12s} {args.n / full[0]:>11,.0f} {args.n / full[1]:>12,.0f} "
+              f"{args.n / only:>12,.0f}")
     return 0
 
 

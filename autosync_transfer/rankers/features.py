@@ -28,35 +28,37 @@ Transfer across models and clusters
     features. Renaming or reordering nodes, or renumbering groups, leaves every feature unchanged.
 
 Performance
-    :class:`Featurizer` computes the per-domain tables once and featurizes strategies in batches:
-    the strategy objects are walked once with C-level iteration (synchronizer objects shared
-    between strategies, as the sampler makes them, are resolved once, by identity), and everything
-    else, including the cost model's per-row terms, runs vectorized over all rows of a batch (PS
-    terms through per-(server, replication) tables: a PS row's time is linear in its bytes except
-    for sparse rows with local replication). The per-row terms are the formulas of
+    :class:`Featurizer` computes the per-domain tables once and featurizes strategies in batches.
+    Strategy objects are walked once with C-level iteration (synchronizer objects shared between
+    strategies, as the sampler makes them, are resolved once, by identity); a
+    :class:`~autosync_transfer.strategies.sampler.SampledBatch` is read from the sampler's arrays
+    instead, without building or walking any object. Everything else, including the cost model's
+    per-row terms, runs vectorized over all rows of a batch (PS terms through per-(server,
+    replication) tables: a PS row's time is linear in its bytes except for sparse rows with local
+    replication). The per-row terms are the formulas of
     :mod:`~autosync_transfer.rankers.costmodel` (a test compares them with
-    :func:`~autosync_transfer.rankers.costmodel.estimate`). 2,000 sampled strategies of
-    ``bert-12l-B`` (4.5 M rows, 650 MB of float32 rows) take about 1.7 s on a busy 2-core machine
-    (about 3.5 s in a fresh process, where first touching the output memory dominates), against
-    about 13 s for :func:`~autosync_transfer.rankers.costmodel.estimate` alone.
+    :func:`~autosync_transfer.rankers.costmodel.estimate`). :meth:`Featurizer.aggregates`
+    computes the ``agg`` table alone (what the ``linear`` ranker reads), skipping every per-row
+    output; ``benchmarks/scoring_throughput.py`` measures both paths.
 
-This module imports numpy only; :func:`collate` imports torch inside.
+This module imports numpy (and the sampler's types); :func:`collate` imports torch inside.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_not, not_
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import StrategyValidationError
 from autosync_transfer.rankers.costmodel import CostModelConfig, _Context
+from autosync_transfer.strategies.sampler import SampledBatch
 from autosync_transfer.strategies.types import COMPRESSORS, PS, AllReduce, Partition, Strategy
 from autosync_transfer.strategies.validate import validate
 
@@ -414,6 +416,20 @@ class _Tables:
 # -- featurizer -----------------------------------------------------------------------------------
 
 
+class _Columns(NamedTuple):
+    """A batch's strategies as columns: per variable config (all strategies, in their config
+    order) and per partition row (configs' rows in order)."""
+
+    counts: np.ndarray  # [B] configs per strategy
+    cfg_var: np.ndarray  # [C] variable index (-1: unknown name)
+    cfg_axis: np.ndarray  # [C] partition axis, -1 when not partitioned
+    cfg_shards: np.ndarray  # [C] Partition.shards (1 when not partitioned)
+    cfg_n: np.ndarray  # [C] rows of the config (synchronizers)
+    codes: np.ndarray  # [R] synchronizer code of every row
+    ctab: np.ndarray  # [6, codes] per code: is_ar, server node, replication, group,
+    #                   compressor (index into COMPRESSORS), PowerSGD rank
+
+
 class Featurizer:
     """Featurizes strategies of one domain; the per-domain tables are built on first use and kept.
 
@@ -455,19 +471,36 @@ class Featurizer:
         """Features of every strategy, in order.
 
         Strategies are featurized in batches of about ``2**17`` rows; the arrays of the strategies
-        of one batch are views into one array per batch.
+        of one batch are views into one array per batch. A
+        :class:`~autosync_transfer.strategies.sampler.SampledBatch` of this domain is read from
+        its arrays (its strategy objects are not built).
         """
         out: list[StrategyFeatures] = []
+        for batch in self._batches(strategies):
+            out.extend(self._batch(batch))
+        return out
+
+    def aggregates(self, strategies: Sequence[Strategy]) -> np.ndarray:
+        """Only the ``agg`` table of every strategy: ``[n, F_agg]`` float32, row ``i`` equal to
+        ``featurize_many(strategies)[i].agg``. Skips every per-row, per-server and per-group
+        output (what a ranker on ``agg`` alone, such as ``linear``, needs)."""
+        parts = [self._batch(batch, full=False) for batch in self._batches(strategies)]
+        if not parts:
+            return np.zeros((0, FEATURE_SCHEMA.num_agg), dtype=np.float32)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _batches(self, strategies: Sequence[Strategy]) -> Iterator[Sequence[Strategy]]:
         n = len(strategies)
         if n == 0:
-            return out
-        first = strategies[0]
-        est_rows = max(1, sum(1 if c.partition is None else c.partition.shards
-                              for c in first.nodes))
+            return
+        if isinstance(strategies, SampledBatch):
+            est_rows = max(1, int(strategies.pieces[0].sum()))
+        else:
+            est_rows = max(1, sum(1 if c.partition is None else c.partition.shards
+                                  for c in strategies[0].nodes))
         per_batch = min(_MAX_STRATEGIES_PER_BATCH, max(1, _ROWS_PER_BATCH // est_rows))
         for start in range(0, n, per_batch):
-            out.extend(self._batch(strategies[start : start + per_batch]))
-        return out
+            yield strategies[start : start + per_batch]
 
     # -- one batch ------------------------------------------------------------------------------
     def _sync_codes(self, syncs: list[PS | AllReduce]) -> np.ndarray:
@@ -519,12 +552,9 @@ class Featurizer:
         validate(strategy, self.domain)  # raises the full report when the validator finds it
         return StrategyValidationError([why])
 
-    def _batch(self, strategies: Sequence[Strategy]) -> list[StrategyFeatures]:
+    def _columns_of_objects(self, strategies: Sequence[Strategy]) -> _Columns:
+        """Walk the strategy objects once (C-level maps; no per-row Python code)."""
         t = self.tables
-        B = len(strategies)
-        V, N = t.num_vars, t.num_nodes
-
-        # ---- walk the objects once (C-level maps; no per-row Python code) -----------------------
         names: list[str] = []
         parts_all: list[Partition | None] = []
         syncs_all: list[PS | AllReduce | None] = []
@@ -548,12 +578,41 @@ class Featurizer:
         cfg_shards[cfg_part] = np.fromiter(map(_shards, parts), dtype=np.int64, count=len(parts))
         cfg_n = np.ones(C, dtype=np.int64)
         cfg_n[cfg_part] = np.fromiter(map(len, part_syncs), dtype=np.int64, count=len(parts))
-        cfg_strat = np.repeat(np.arange(B), counts)
         row_whole = np.repeat(~cfg_part, cfg_n)
         codes = np.empty(row_whole.size, dtype=np.int64)
         codes[row_whole] = self._sync_codes(whole_syncs)  # type: ignore[arg-type]
         codes[~row_whole] = self._sync_codes(list(chain.from_iterable(part_syncs)))
-        ctab = np.array(self._code_rows, dtype=np.int64).reshape(-1, 6)
+        ctab = np.array(self._code_rows, dtype=np.int64).reshape(-1, 6).T.copy()
+        return _Columns(np.array(counts, dtype=np.int64), cfg_var, cfg_axis, cfg_shards, cfg_n,
+                        codes, ctab)
+
+    def _columns_of_sampled(self, batch: SampledBatch) -> _Columns:
+        """The same columns read off a sampler's arrays (no object is built)."""
+        B, V = batch.pieces.shape
+        part = batch.partitioned.reshape(-1)
+        pieces = batch.pieces.reshape(-1)
+        sc = batch.synchronizer_table()
+        ctab = np.stack([sc[k].astype(np.int64) for k in (
+            "is_ar", "node", "replication", "group", "compressor", "powersgd_rank")])
+        return _Columns(np.full(B, V, dtype=np.int64), np.tile(np.arange(V, dtype=np.int64), B),
+                        np.where(part, batch.axis.reshape(-1), -1), np.where(part, pieces, 1),
+                        pieces.astype(np.int64), batch.codes, ctab)
+
+    def _columns(self, strategies: Sequence[Strategy]) -> _Columns:
+        if isinstance(strategies, SampledBatch) and (
+                strategies.domain is self.domain
+                or strategies.domain.fingerprint == self.domain.fingerprint):
+            return self._columns_of_sampled(strategies)
+        return self._columns_of_objects(strategies)
+
+    def _batch(self, strategies: Sequence[Strategy], full: bool = True) -> Any:
+        """Features of one batch: a list of :class:`StrategyFeatures` (``full``), or only the
+        ``agg`` table ``[B, F_agg]`` (float32), which skips every per-row output."""
+        t = self.tables
+        B = len(strategies)
+        V, N = t.num_vars, t.num_nodes
+        counts, cfg_var, cfg_axis, cfg_shards, cfg_n, codes, ctab = self._columns(strategies)
+        cfg_strat = np.repeat(np.arange(B), counts)
 
         # ---- validity (vectorized; the validator explains a failure) ----------------------------
         bad = np.zeros(B, dtype=bool)
@@ -570,7 +629,7 @@ class Featurizer:
         )
         bad[cfg_strat[bad_part]] = True
         seen = np.bincount(cfg_strat * V + var_ok, minlength=B * V).reshape(B, V)
-        bad |= (seen != 1).any(axis=1) | (np.array(counts) != V)
+        bad |= (seen != 1).any(axis=1) | (counts != V)
         # rows (in the strategies' config order)
         row_cfg = np.repeat(np.arange(cfg_var.size), cfg_n)
         R = row_cfg.size
@@ -578,9 +637,8 @@ class Featurizer:
         row_var = var_ok[row_cfg]
         cfg_start = np.cumsum(cfg_n) - cfg_n
         shard_i = np.arange(R) - cfg_start[row_cfg]
-        crow = ctab[codes]
-        is_ar = crow[:, 0] == 1
-        srv = crow[:, 1]
+        is_ar = (ctab[0] == 1)[codes]
+        srv = ctab[1][codes]
         row_sparse = t.sparse[row_var]
         bad[row_strat[(~is_ar) & (srv < 0)]] = True
         bad[row_strat[is_ar & row_sparse]] = True
@@ -589,12 +647,13 @@ class Featurizer:
             raise self._invalid(strategies[k], "the strategy does not fit the domain")
 
         # forward order: rows sorted by (strategy, variable, shard) unless the configs already are
-        # (the shards of one config are always in shard order)
-        if (np.diff(cfg_strat * V + var_ok) < 0).any():
+        # (the shards of one config are always in shard order); the aggregates are sums and
+        # maxima over rows, which the order does not change
+        if full and (np.diff(cfg_strat * V + var_ok) < 0).any():
             perm = np.lexsort((shard_i, row_var, row_strat))
             row_cfg, row_strat, row_var, shard_i = (
                 row_cfg[perm], row_strat[perm], row_var[perm], shard_i[perm])
-            crow, is_ar, srv, row_sparse = crow[perm], is_ar[perm], srv[perm], row_sparse[perm]
+            codes, is_ar, srv, row_sparse = codes[perm], is_ar[perm], srv[perm], row_sparse[perm]
 
         # ---- per-row sizes ----------------------------------------------------------------------
         r_axis = cfg_axis[row_cfg]
@@ -614,7 +673,7 @@ class Featurizer:
 
         # ---- parameter-server rows --------------------------------------------------------------
         is_ps = ~is_ar
-        lr = crow[:, 2] == 1
+        lr = (ctab[2] == 1)[codes]
         touched = np.where(
             row_sparse, np.minimum(t.tokens * rows_total / shape0, rows_total), rows_total)
         wire = np.where(row_sparse, touched * t.sparse_row_bytes[row_var], tensor_bytes)
@@ -660,11 +719,12 @@ class Featurizer:
             node_ps += np.bincount(keys, weights=node_time.ravel(), minlength=B * N).reshape(B, N)
 
         # ---- all-reduce rows --------------------------------------------------------------------
-        comp = crow[:, 4]
+        comp = ctab[4][codes]
+        rank = ctab[5][codes]
         psgd = is_ar & (comp == 3) & (t.ndim[row_var] >= 2)
         d0_safe = np.maximum(d0, 1)
         rest = n_el // d0_safe
-        rank_eff = np.minimum(np.minimum(crow[:, 5], d0_safe), rest)
+        rank_eff = np.minimum(np.minimum(rank, d0_safe), rest)
         ar_bytes_row = np.where(
             psgd, float(_POWERSGD_FACTOR_BYTES) * rank_eff * (d0_safe + rest),
             np.where((comp == 1) | (comp == 2), float(_FP16_BYTES) * n_el, tensor_bytes))
@@ -677,48 +737,49 @@ class Featurizer:
         # ---- servers: local index by first appearance -------------------------------------------
         ar_idx = np.flatnonzero(is_ar)
         K = B * N
-        s_key, s_keys, s_strat, s_local, S_count = _local_index(row_strat[ps_idx], srv[ps_idx],
-                                                                N, B)
-        row_server = np.full(R, -1, dtype=np.int64)
-        row_server[ps_idx] = s_local[s_key]
+        if full:
+            s_key, s_keys, s_strat, s_local, S_count = _local_index(
+                row_strat[ps_idx], srv[ps_idx], N, B)
+            row_server = np.full(R, -1, dtype=np.int64)
+            row_server[ps_idx] = s_local[s_key]
+        else:
+            s_key = row_strat[ps_idx] * N + srv[ps_idx]
         wire_ps = wire[ps_idx]
         srv_bytes = np.bincount(s_key, weights=wire_ps, minlength=K)
         srv_time = np.bincount(s_key, weights=trans[ps_idx] + lat[ps_idx], minlength=K)
         srv_msgs = np.bincount(s_key, weights=msgs_eq[ps_idx], minlength=K)
         srv_rows = np.bincount(s_key, minlength=K).astype(np.float64)
-        srv_sparse = np.bincount(s_key, weights=wire_ps * row_sparse[ps_idx], minlength=K)
-        srv_lr = np.bincount(s_key, weights=lr[ps_idx], minlength=K)
+        if full:
+            srv_sparse = np.bincount(s_key, weights=wire_ps * row_sparse[ps_idx], minlength=K)
+            srv_lr = np.bincount(s_key, weights=lr[ps_idx], minlength=K)
+        else:
+            S_count = (srv_rows.reshape(B, N) > 0).sum(axis=1)
 
         # ---- groups: compact ids, local index by first appearance -------------------------------
-        g_ids = crow[ar_idx, 3]
+        g_ids = ctab[3][codes[ar_idx]]
         if g_ids.size and B * (int(g_ids.max()) + 1) > 4 * g_ids.size + 4096:
             # sparse numbering (large group ids): number the batch's distinct ids 0.. first
             g_ids = np.unique(g_ids, return_inverse=True)[1].reshape(-1)
         GM = int(g_ids.max()) + 1 if g_ids.size else 1
         KG = B * GM
-        g_key, g_keys, g_strat, g_local, G_count = _local_index(row_strat[ar_idx], g_ids, GM, B)
-        row_group = np.full(R, -1, dtype=np.int64)
-        row_group[ar_idx] = g_local[g_key]
-        pos_row = t.position[row_var]
-        pos_ar = pos_row[ar_idx]
+        if full:
+            g_key, g_keys, g_strat, g_local, G_count = _local_index(
+                row_strat[ar_idx], g_ids, GM, B)
+            row_group = np.full(R, -1, dtype=np.int64)
+            row_group[ar_idx] = g_local[g_key]
+        else:
+            g_key = row_strat[ar_idx] * GM + g_ids
         grp_bytes = np.bincount(g_key, weights=wire[ar_idx], minlength=KG)
         # one fused bucket per (group, compressor, PowerSGD rank), as the runtime plans them;
         # a bucket holding a PowerSGD matrix is two collectives (P, then Q)
-        ar_comp = comp[ar_idx].astype(np.int64)
-        ar_rank = np.where(ar_comp == 3, crow[ar_idx, 5], 0).astype(np.int64)
-        b_keys, b_inv = np.unique((g_key * 4 + ar_comp) * 65 + ar_rank, return_inverse=True)
-        b_two = np.bincount(b_inv.reshape(-1), weights=psgd[ar_idx]) > 0
-        b_group = b_keys // (4 * 65)
-        grp_coll_sum = np.bincount(b_group, weights=np.where(b_two, 2.0, 1.0), minlength=KG)
-        grp_two = np.bincount(b_group, weights=b_two, minlength=KG) > 0
+        ar_comp = comp[ar_idx]
+        grp_coll_sum, grp_two = _buckets(
+            g_key, np.where(ar_comp == 3, 3 + np.minimum(rank[ar_idx], _MAX_POWERSGD_RANK),
+                            ar_comp), psgd[ar_idx], KG)
         grp_rows = np.bincount(g_key, minlength=KG).astype(np.float64)
-        grp_comp = np.bincount(g_key, weights=comp[ar_idx] > 0, minlength=KG)
-        grp_pos = np.bincount(g_key, weights=pos_ar, minlength=KG)
-        grp_pos_min = np.full(KG, np.inf)
-        grp_pos_max = np.full(KG, -np.inf)
-        np.minimum.at(grp_pos_min, g_key, pos_ar)
-        np.maximum.at(grp_pos_max, g_key, pos_ar)
         present = grp_rows > 0
+        if not full:
+            G_count = present.reshape(B, GM).sum(axis=1)
         grp_coll = grp_coll_sum
         grp_time = np.where(present, grp_bytes * t.ring_s_per_byte + grp_coll * t.lat_per_coll, 0.0)
         grp_msgs = np.where(present, grp_coll * 2.0 * (t.world - 1), 0.0)
@@ -735,6 +796,52 @@ class Featurizer:
         rows_per = np.bincount(row_strat, minlength=B).astype(np.float64)
 
         ref, M = t.ref_s, t.model_bytes
+        # ---- aggregates -------------------------------------------------------------------------
+        A = np.zeros((B, FEATURE_SCHEMA.num_agg), dtype=np.float64)
+        sb = srv_bytes.reshape(B, N)
+        sm = srv_msgs.reshape(B, N)
+        gt = grp_time.reshape(B, GM)
+        gb = grp_bytes.reshape(B, GM)
+        gmsg = grp_msgs.reshape(B, GM)
+        A[:, _A["ps_time_max"]] = per_server.max(axis=1) / ref
+        A[:, _A["ps_time_sum"]] = per_server.sum(axis=1) / ref
+        A[:, _A["ps_bytes_max"]] = sb.max(axis=1) / M
+        A[:, _A["ps_bytes_sum"]] = ps_bytes / M
+        A[:, _A["ps_msgs_max"]] = sm.max(axis=1) / t.msg_scale
+        A[:, _A["ps_msgs_sum"]] = sm.sum(axis=1) / t.msg_scale
+        A[:, _A["ar_time_max"]] = gt.max(axis=1) / ref
+        A[:, _A["ar_time_sum"]] = ar_total / ref
+        A[:, _A["ar_bytes_max"]] = gb.max(axis=1) / M
+        A[:, _A["ar_bytes_sum"]] = ar_bytes / M
+        A[:, _A["ar_msgs_max"]] = gmsg.max(axis=1) / t.msg_scale
+        A[:, _A["ar_msgs_sum"]] = gmsg.sum(axis=1) / t.msg_scale
+        A[:, _A["total"]] = total / ref
+        A[:, _A["sum"]] = sum_s / ref
+        A[:, _A["ps_nic_max"]] = ps_node_max / ref
+        A[:, _A["log10_total_s"]] = np.log10(_LOG_FLOOR_S + total)
+        A[:, _A["log10_ref_s"]] = math.log10(ref)
+        A[:, _A["servers_used_frac"]] = S_count / N
+        A[:, _A["log2_num_groups"]] = np.log2(1.0 + G_count)
+        A[:, _A["ps_wire_frac"]] = ps_bytes / np.maximum(all_bytes, 1e-300)
+        A[:, _A["log2_rows_per_var"]] = np.log2(rows_per / V)
+        for name, value in zip(("log2_nodes", "log2_world", "workers_per_node",
+                                "bw_min_max_ratio"), t.shape_cols):
+            A[:, _A[name]] = value
+        agg_all = A.astype(np.float32)
+        if not full:
+            return agg_all
+
+
+        # ---- per-row and per-node outputs (full features only) -----------------------------------
+        pos_row = t.position[row_var]
+        pos_ar = pos_row[ar_idx]
+        grp_comp = np.bincount(g_key, weights=comp[ar_idx] > 0, minlength=KG)
+        grp_pos = np.bincount(g_key, weights=pos_ar, minlength=KG)
+        grp_pos_min = np.full(KG, np.inf)
+        grp_pos_max = np.full(KG, -np.inf)
+        np.minimum.at(grp_pos_min, g_key, pos_ar)
+        np.maximum.at(grp_pos_max, g_key, pos_ar)
+
         # ---- row features ---------------------------------------------------------------------
         F = FEATURE_SCHEMA.num_row
         X = np.zeros((F, R), dtype=np.float32)  # column-major while filling, transposed at the end
@@ -746,7 +853,7 @@ class Featurizer:
         for j, name in enumerate(("comp_none", "comp_fp16", "comp_fp16_ef", "comp_powersgd")):
             X[_R[name]] = is_ar & (comp == j)
         X[_R["powersgd_rank"]] = np.where(
-            is_ar & (comp == 3), np.log2(1.0 + crow[:, 5]) / math.log2(1 + _MAX_POWERSGD_RANK),
+            is_ar & (comp == 3), np.log2(1.0 + rank) / math.log2(1 + _MAX_POWERSGD_RANK),
             0.0)
         X[_R["is_shard"]] = r_part
         X[_R["log2_shards"]] = np.log2(r_shards)
@@ -782,39 +889,6 @@ class Featurizer:
         X[_R["log10_transmission_s"]] = np.log10(_LOG_FLOOR_S + trans)
         X[_R["log10_latency_s"]] = np.log10(_LOG_FLOOR_S + lat)
         rows_all = np.ascontiguousarray(X.T)
-
-        # ---- aggregates -------------------------------------------------------------------------
-        A = np.zeros((B, FEATURE_SCHEMA.num_agg), dtype=np.float64)
-        sb = srv_bytes.reshape(B, N)
-        sm = srv_msgs.reshape(B, N)
-        gt = grp_time.reshape(B, GM)
-        gb = grp_bytes.reshape(B, GM)
-        gmsg = grp_msgs.reshape(B, GM)
-        A[:, _A["ps_time_max"]] = per_server.max(axis=1) / ref
-        A[:, _A["ps_time_sum"]] = per_server.sum(axis=1) / ref
-        A[:, _A["ps_bytes_max"]] = sb.max(axis=1) / M
-        A[:, _A["ps_bytes_sum"]] = ps_bytes / M
-        A[:, _A["ps_msgs_max"]] = sm.max(axis=1) / t.msg_scale
-        A[:, _A["ps_msgs_sum"]] = sm.sum(axis=1) / t.msg_scale
-        A[:, _A["ar_time_max"]] = gt.max(axis=1) / ref
-        A[:, _A["ar_time_sum"]] = ar_total / ref
-        A[:, _A["ar_bytes_max"]] = gb.max(axis=1) / M
-        A[:, _A["ar_bytes_sum"]] = ar_bytes / M
-        A[:, _A["ar_msgs_max"]] = gmsg.max(axis=1) / t.msg_scale
-        A[:, _A["ar_msgs_sum"]] = gmsg.sum(axis=1) / t.msg_scale
-        A[:, _A["total"]] = total / ref
-        A[:, _A["sum"]] = sum_s / ref
-        A[:, _A["ps_nic_max"]] = ps_node_max / ref
-        A[:, _A["log10_total_s"]] = np.log10(_LOG_FLOOR_S + total)
-        A[:, _A["log10_ref_s"]] = math.log10(ref)
-        A[:, _A["servers_used_frac"]] = S_count / N
-        A[:, _A["log2_num_groups"]] = np.log2(1.0 + G_count)
-        A[:, _A["ps_wire_frac"]] = ps_bytes / np.maximum(all_bytes, 1e-300)
-        A[:, _A["log2_rows_per_var"]] = np.log2(rows_per / V)
-        for name, value in zip(("log2_nodes", "log2_world", "workers_per_node",
-                                "bw_min_max_ratio"), t.shape_cols):
-            A[:, _A[name]] = value
-        agg_all = A.astype(np.float32)
 
         # ---- server nodes (in local order) -------------------------------------------------------
         node_of = s_keys % N
@@ -855,11 +929,13 @@ class Featurizer:
         s_off = np.concatenate(([0], np.cumsum(S_count))).tolist()
         g_off = np.concatenate(([0], np.cumsum(G_count))).tolist()
         row_var64 = row_var.astype(np.int64)
+        ids = (strategies.ids if isinstance(strategies, SampledBatch)
+               else [s.id for s in strategies])
         out = []
-        for k, s in enumerate(strategies):
+        for k, sid in enumerate(ids):
             a, e = r_off[k], r_off[k + 1]
             out.append(StrategyFeatures(
-                strategy_id=s.id,
+                strategy_id=sid,
                 rows=rows_all[a:e],
                 row_var=row_var64[a:e],
                 num_vars=V,
@@ -870,6 +946,32 @@ class Featurizer:
                 group_feats=grp_all[g_off[k]: g_off[k + 1]],
             ))
         return out
+
+
+_BUCKET_KINDS = 4 + _MAX_POWERSGD_RANK  # none, fp16, fp16_ef, then PowerSGD ranks 0..64
+
+
+def _buckets(g_key: np.ndarray, kind: np.ndarray, two: np.ndarray, num_groups: int
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Collectives per group and whether it holds a two-collective bucket.
+
+    A group's rows fuse into one bucket per ``kind`` (compressor, and the rank for PowerSGD,
+    ``0 <= kind < _BUCKET_KINDS``); a bucket with a ``two`` row (a PowerSGD matrix) is two
+    collectives. Returns ``(collectives [num_groups] float64, two [num_groups] bool)``.
+    """
+    key = g_key * _BUCKET_KINDS + kind
+    size = num_groups * _BUCKET_KINDS
+    if size <= 8 * key.size + (1 << 20):  # dense: one bin per (group, kind)
+        present = np.bincount(key, minlength=size) > 0
+        doubled = np.bincount(key[two], minlength=size) > 0
+        coll = (present.reshape(num_groups, _BUCKET_KINDS).sum(axis=1)
+                + doubled.reshape(num_groups, _BUCKET_KINDS).sum(axis=1))
+        return coll.astype(np.float64), doubled.reshape(num_groups, _BUCKET_KINDS).any(axis=1)
+    b_keys, b_inv = np.unique(key, return_inverse=True)
+    b_two = np.bincount(b_inv.reshape(-1), weights=two, minlength=b_keys.size) > 0
+    b_group = b_keys // _BUCKET_KINDS
+    coll = np.bincount(b_group, weights=np.where(b_two, 2.0, 1.0), minlength=num_groups)
+    return coll, np.bincount(b_group, weights=b_two, minlength=num_groups) > 0
 
 
 def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:

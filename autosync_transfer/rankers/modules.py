@@ -112,6 +112,9 @@ class RankerModule(L.LightningModule, abc.ABC):
     """
 
     kind: ClassVar[str]
+    #: the feature tables :meth:`score_batch` reads (``rows`` with its index columns, ``agg``,
+    #: ``server``, ``group``); a ranker on ``agg`` alone is scored without the per-row features
+    inputs: ClassVar[frozenset[str]] = frozenset({"rows", "agg", "server", "group"})
 
     def __init__(
         self,
@@ -261,6 +264,7 @@ class LinearRanker(RankerModule):
     ``hidden > 0`` (AutoSync's ranker used 12 hidden units)."""
 
     kind = "linear"
+    inputs = frozenset({"agg"})
 
     def __init__(self, hidden: int = 16, **common: Any) -> None:
         super().__init__(**common)

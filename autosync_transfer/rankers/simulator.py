@@ -45,6 +45,7 @@ from autosync_transfer.rankers.features import (
     StrategyFeatures,
     collate,
 )
+from autosync_transfer.strategies.sampler import SampledBatch
 
 if TYPE_CHECKING:
     import pandas
@@ -245,15 +246,24 @@ class Simulator:
               batch_size: int = 64) -> np.ndarray:
         """Slowness scores (float64, one per strategy, in order) of ``strategies`` on
         ``domain``: lower = predicted faster. The analytical kind returns its predicted sync
-        seconds. Deterministic (eval mode, no gradients)."""
-        strategies = list(strategies)
+        seconds. Deterministic (eval mode, no gradients).
+
+        ``strategies`` may be a :class:`~autosync_transfer.strategies.sampler.SampledBatch`
+        (what search and ``recommend`` score): it is featurized from its arrays, without building
+        its strategy objects. A ranker that reads only the ``agg`` table (``linear``) gets only
+        that table computed (:meth:`Featurizer.aggregates`)."""
+        if not isinstance(strategies, SampledBatch):
+            strategies = list(strategies)
         if self.kind == ANALYTICAL:
             self._check()
             return AnalyticalRanker(self.costmodel_config).score(strategies, domain)
-        if not strategies:
+        if not len(strategies):
             return np.zeros(0, dtype=np.float64)
         module = self.module
-        feats = self._featurizer_for(domain).featurize_many(strategies)
+        featurizer = self._featurizer_for(domain)
+        if module.inputs <= {"agg"}:
+            return _score_aggregates(module, featurizer.aggregates(strategies), batch_size)
+        feats = featurizer.featurize_many(strategies)
         return _score_features(module, feats, batch_size)
 
     def score_features(self, features: Sequence[StrategyFeatures], *,
@@ -284,6 +294,25 @@ def _score_features(module: RankerModule, feats: Sequence[StrategyFeatures],
                 idx = order[a: a + batch_size]
                 batch = collate([feats[i] for i in idx])
                 out[idx] = module(batch).double().cpu().numpy()
+    finally:
+        module.train(was_training)
+    return out
+
+
+def _score_aggregates(module: RankerModule, agg: np.ndarray, batch_size: int) -> np.ndarray:
+    """Scores of a ranker that reads only ``agg``, from the ``[n, F_agg]`` table (batches of at
+    least 1,024 rows: the per-row work is one small MLP)."""
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    step = max(batch_size, 1024)
+    out = np.empty(agg.shape[0], dtype=np.float64)
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.inference_mode():
+            for a in range(0, agg.shape[0], step):
+                batch = {"agg": torch.from_numpy(np.ascontiguousarray(agg[a: a + step]))}
+                out[a: a + step] = module(batch).double().cpu().numpy()
     finally:
         module.train(was_training)
     return out

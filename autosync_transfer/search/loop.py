@@ -31,11 +31,12 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from autosync_transfer.dataset.store import TrialRecord, TrialStore
@@ -45,6 +46,7 @@ from autosync_transfer.strategies.types import Strategy
 
 if TYPE_CHECKING:
     from autosync_transfer.rankers.simulator import Simulator
+    from autosync_transfer.strategies.sampler import SampledBatch
     from autosync_transfer.runtime.trial import Protocol, TrialResult
 
 __all__ = ["METHODS", "SearchConfig", "SearchProgress", "SearchResult", "Searcher", "run_name",
@@ -299,32 +301,40 @@ class Searcher:
             self.simulator = FromScratch(self.config.ranker, training=training).fit(
                 None, data, seed=self.config.seed).simulator
 
-    def _candidates(self, round_no: int, measured: set[str]) -> list[Strategy]:
+    def _candidates(self, round_no: int) -> SampledBatch:
         from autosync_transfer.strategies.sampler import StrategySampler, preset
 
         seed = (self.config.seed * 100003 + round_no * 7919 + 17) % (2**31 - 1)
-        cands = StrategySampler(self.domain, preset(self.config.preset), seed=seed).sample_n(
+        return StrategySampler(self.domain, preset(self.config.preset), seed=seed).sample_batch(
             self.config.candidates)
+
+    @staticmethod
+    def _unmeasured(cands: SampledBatch, order: Iterable[int], measured: set[str], limit: int
+                    ) -> list[int]:
+        """Indices of the first ``limit`` candidates in ``order`` that are neither measured nor
+        a repeat of an earlier one (only their strategy objects are built)."""
         seen: set[str] = set()
-        out = []
-        for c in cands:
-            fp = c.fingerprint
+        out: list[int] = []
+        for i in order:
+            fp = cands[int(i)].fingerprint
             if fp in measured or fp in seen:
                 continue
             seen.add(fp)
-            out.append(c)
+            out.append(int(i))
+            if len(out) >= limit:
+                break
         return out
 
     def _pick(self, round_no: int, k: int, measured: set[str], history: list[Strategy]
               ) -> list[Strategy]:
-        from autosync_transfer.search.selection import select_diverse
+        from autosync_transfer.search.selection import POOL, select_diverse
 
         method = self.config.method
         if method == "tpe":
             return self._tpe_ask(k, measured)
-        cands = self._candidates(round_no, measured)
+        cands = self._candidates(round_no)
         if method == "random" or (method == "autosync" and self.simulator is None):
-            return cands[:k]
+            return [cands[i] for i in self._unmeasured(cands, range(len(cands)), measured, k)]
         if method == "analytical":
             from autosync_transfer.rankers.costmodel import AnalyticalRanker
 
@@ -332,9 +342,15 @@ class Searcher:
         else:
             assert self.simulator is not None
             scores = self.simulator.score(cands, self.domain)
-        idx = select_diverse(cands, list(scores), k, diversity=self.config.diversity,
-                             seen=history)
-        return [cands[i] for i in idx]
+        scores = np.where(np.isfinite(scores), scores, np.inf)
+        order = np.lexsort((np.arange(len(cands)), scores))
+        # select_diverse considers only the best-scored unmeasured candidates (its pool), so only
+        # their objects are built
+        keep = self._unmeasured(cands, order, measured, max(POOL, k))
+        best = [cands[i] for i in keep]
+        idx = select_diverse(best, scores[keep].tolist(), k, diversity=self.config.diversity,
+                             pool=max(POOL, k), seen=history)
+        return [best[i] for i in idx]
 
     # -- TPE -------------------------------------------------------------------------------------
     def _tpe(self, progress: SearchProgress, strategies: dict[str, Strategy]) -> Any:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from autosync_transfer.domains.cluster import Cluster
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.domains.graph import ModelGraph
@@ -30,7 +32,10 @@ def recommend(model: Any, cluster: Cluster, simulator: Any = None, *, candidates
     graph = model if isinstance(model, ModelGraph) else ModelGraph.from_torch(
         model, name="model", batch_size=batch_size, seq_len=seq_len)
     domain = Domain(name=f"{graph.name}-{cluster.name}", model=graph, cluster=cluster)
-    pool = [build(b, domain) for b in BUILDERS]
-    pool += StrategySampler(domain, sampler_preset(preset), seed=seed).sample_n(candidates)
-    scores = (simulator or AnalyticalRanker()).score(pool, domain)
-    return pool[int(min(range(len(pool)), key=lambda i: (scores[i], i)))]
+    builders = [build(b, domain) for b in BUILDERS]
+    sampled = StrategySampler(domain, sampler_preset(preset), seed=seed).sample_batch(candidates)
+    ranker = simulator or AnalyticalRanker()
+    # the sampled candidates are scored from the sampler's arrays; only the pick is built
+    scores = np.concatenate((ranker.score(builders, domain), ranker.score(sampled, domain)))
+    best = int(np.lexsort((np.arange(scores.size), scores))[0])
+    return builders[best] if best < len(builders) else sampled[best - len(builders)]

@@ -15,7 +15,10 @@ import numpy as np
 
 from autosync_transfer.strategies.types import PS, AllReduce, Strategy
 
-__all__ = ["describe", "select_diverse"]
+__all__ = ["POOL", "describe", "select_diverse"]
+
+#: how many of the best-scored candidates :func:`select_diverse` considers by default
+POOL = 200
 
 
 def _sync_key(s: PS | AllReduce) -> tuple:
@@ -38,7 +41,7 @@ def describe(strategy: Strategy) -> list[tuple]:
 
 
 def select_diverse(candidates: Sequence[Strategy], scores: Sequence[float], k: int, *,
-                   diversity: float = 0.3, pool: int = 200,
+                   diversity: float = 0.3, pool: int = POOL,
                    seen: Sequence[Strategy] = ()) -> list[int]:
     """Indices of ``k`` candidates (lower score = predicted faster). Only the ``pool`` best-scored
     candidates are considered; ``seen``: strategies already measured, whose configurations count

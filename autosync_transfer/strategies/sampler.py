@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import ConfigError, UnknownNameError
 from autosync_transfer.strategies.types import (
+    COMPRESSORS,
     PS,
     AllReduce,
     Compressor,
@@ -56,6 +57,7 @@ __all__ = [
     "MAX_INT32",
     "SamplerConfig",
     "StrategySampler",
+    "SampledBatch",
     "PRESETS",
     "preset",
     "preset_names",
@@ -416,25 +418,42 @@ class StrategySampler:
 
     def sample_n(self, n: int) -> list[Strategy]:
         """``n`` strategies (ids unique within this sampler)."""
+        batch = self.sample_batch(n)
+        with _gc_paused():
+            return [batch[i] for i in range(len(batch))]
+
+    def sample_batch(self, n: int) -> SampledBatch:
+        """``n`` strategies as a :class:`SampledBatch`: their decisions held as arrays, each
+        :class:`Strategy` object built only when it is indexed. The batch's ``i``-th strategy is
+        the one ``sample_n`` would have returned in its place (same id, same content), and
+        :class:`~autosync_transfer.rankers.features.Featurizer` reads the arrays directly."""
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
             raise ConfigError(f"n must be a non-negative integer, got {n!r}")
+        n = int(n)
         if self._tab is None:
             self._tab = _tables(self.domain, self.config)
-        out: list[Strategy] = []
-        with _gc_paused():
-            self._sample_into(out, int(n))
-        return out
-
-    def _sample_into(self, out: list[Strategy], n: int) -> None:
+        nv = self._tab.nbytes.size
+        part = np.zeros((n, nv), bool)
+        axis = np.zeros((n, nv), np.int64)
+        pieces = np.ones((n, nv), np.int64)
+        codes: list[np.ndarray] = []
         for start in range(0, n, _BATCH):
             m = min(_BATCH, n - start)
             seeds = [int(self._rng.integers(0, 2**63)) for _ in range(m)]
             drafts = [self._draft(np.random.default_rng(s)) for s in seeds]
             self._place_ps(drafts)
             self._group_ar(drafts)
-            for d in drafts:
-                out.append(self._assemble(d, self._count))
-                self._count += 1
+            for i, d in enumerate(drafts):
+                part[start + i] = d.partitioned
+                axis[start + i] = d.axis
+                pieces[start + i] = d.pieces
+                codes.append(self._codes(d))
+        first = self._count
+        self._count += n
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(pieces.sum(axis=1), out=offsets[1:])
+        flat = np.concatenate(codes) if codes else np.zeros(0, np.int64)
+        return SampledBatch(self, first, part, axis, pieces, flat, offsets)
 
     # -- phase 1: independent decisions ----------------------------------------------------
     def _draft(self, rng: np.random.Generator) -> _Draft:
@@ -577,16 +596,24 @@ class StrategySampler:
             return AllReduce(group=group, compressor=compressor, powersgd_rank=t.ranks[rank])
         return AllReduce(group=group, compressor=compressor)
 
-    def _assemble(self, d: _Draft, k: int) -> Strategy:
+    def _codes(self, d: _Draft) -> np.ndarray:
+        """One synchronizer code per piece (decoded by :meth:`SampledBatch.synchronizer_columns`):
+        ``2 node + replication`` for PS, ``2 N + (group C + compressor) K + rank`` for AR (``N``
+        nodes, ``C`` compressor choices, ``K`` rank choices; indices into the config's lists)."""
         t = self._tab
         assert t is not None
-        nodes2 = 2 * t.num_nodes
         codes = np.empty(d.is_ps.size, np.int64)
         codes[d.ps_items] = 2 * d.destination + d.replication[d.ps_items]
         comp = d.compressor[d.ar_items]
         rank = np.where(t.is_powersgd[comp], d.rank[d.ar_items], 0)
-        codes[d.ar_items] = nodes2 + (d.group * len(t.compressors) + comp) * len(t.ranks) + rank
+        codes[d.ar_items] = (2 * t.num_nodes
+                             + (d.group * len(t.compressors) + comp) * len(t.ranks) + rank)
+        return codes
 
+    def _assemble(self, partitioned: np.ndarray, axis: np.ndarray, pieces: np.ndarray,
+                  codes: np.ndarray, k: int) -> Strategy:
+        t = self._tab
+        assert t is not None
         if len(self._sync_cache) > _CACHE_LIMIT or len(self._var_cache) > _CACHE_LIMIT:
             self._sync_cache.clear()
             self._var_cache.clear()
@@ -600,9 +627,9 @@ class StrategySampler:
         names = t.names
         nv = len(names)
         nodes: list[VarConfig] = []
-        starts = (np.cumsum(d.pieces) - d.pieces).tolist()
+        starts = (np.cumsum(pieces) - pieces).tolist()
         for v, is_part, n, ax, pos in zip(
-            range(nv), d.partitioned.tolist(), d.pieces.tolist(), d.axis.tolist(), starts
+            range(nv), partitioned.tolist(), pieces.tolist(), axis.tolist(), starts
         ):
             if not is_part:  # whole-variable configs recur across strategies: share them
                 key = code_list[pos] * nv + v
@@ -627,12 +654,130 @@ class StrategySampler:
                 )
             nodes.append(cfg)
 
-        h = hashlib.blake2b(digest_size=4)
-        for arr in (d.partitioned, np.where(d.partitioned, d.axis, -1), d.pieces, codes):
-            h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
         return Strategy.model_construct(
-            id=f"s{self.seed}-{k}-{h.hexdigest()}", kind="sampled", nodes=tuple(nodes)
+            id=self._strategy_id(partitioned, axis, pieces, codes, k), kind="sampled",
+            nodes=tuple(nodes)
         )
+
+    def _strategy_id(self, partitioned: np.ndarray, axis: np.ndarray, pieces: np.ndarray,
+                     codes: np.ndarray, k: int) -> str:
+        h = hashlib.blake2b(digest_size=4)
+        for arr in (partitioned, np.where(partitioned, axis, -1), pieces, codes):
+            h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
+        return f"s{self.seed}-{k}-{h.hexdigest()}"
+
+
+class SampledBatch(Sequence[Strategy]):
+    """Strategies of one :meth:`StrategySampler.sample_batch` call, held as arrays.
+
+    A read-only sequence of :class:`Strategy`: ``batch[i]`` builds the ``i``-th strategy on first
+    access (and keeps it), ``batch[a:b]`` is a batch of the same arrays (no object is built),
+    :attr:`ids` are the strategies' ids, computed without building them. Search and
+    :func:`~autosync_transfer.recommend` score thousands of candidates and build only the ones
+    they pick; :class:`~autosync_transfer.rankers.features.Featurizer` reads the arrays
+    (``partitioned``/``axis``/``pieces`` ``[B, V]`` in forward variable order, one synchronizer
+    code per piece in ``codes`` with ``offsets [B + 1]`` per strategy) without walking objects.
+    """
+
+    __slots__ = ("sampler", "first", "partitioned", "axis", "pieces", "codes", "offsets",
+                 "_built", "_ids")
+
+    def __init__(self, sampler: StrategySampler, first: int, partitioned: np.ndarray,
+                 axis: np.ndarray, pieces: np.ndarray, codes: np.ndarray,
+                 offsets: np.ndarray) -> None:
+        self.sampler = sampler
+        self.first = first
+        self.partitioned = partitioned
+        self.axis = axis
+        self.pieces = pieces
+        self.codes = codes
+        self.offsets = offsets
+        self._built: dict[int, Strategy] = {}
+        self._ids: list[str] | None = None
+
+    @property
+    def domain(self) -> Domain:
+        return self.sampler.domain
+
+    def __len__(self) -> int:
+        return int(self.pieces.shape[0])
+
+    def __repr__(self) -> str:
+        return (f"SampledBatch({len(self)} strategies of {self.domain.name!r}, sampler seed "
+                f"{self.sampler.seed}, first index {self.first})")
+
+    def __getitem__(self, i: Any) -> Any:
+        n = len(self)
+        if isinstance(i, slice):
+            start, stop, step = i.indices(n)
+            if step != 1:
+                return [self[k] for k in range(start, stop, step)]
+            stop = max(start, stop)
+            a, b = int(self.offsets[start]), int(self.offsets[stop])
+            return SampledBatch(self.sampler, self.first + start, self.partitioned[start:stop],
+                                self.axis[start:stop], self.pieces[start:stop],
+                                self.codes[a:b], self.offsets[start: stop + 1] - a)
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"SampledBatch indices must be integers or slices, got {i!r}")
+        k = int(i) + n if i < 0 else int(i)
+        if not 0 <= k < n:
+            raise IndexError(f"strategy index {i} out of range for a batch of {n}")
+        s = self._built.get(k)
+        if s is None:
+            s = self.sampler._assemble(*self._arrays(k), self.first + k)
+            self._built[k] = s
+        return s
+
+    def __iter__(self) -> Iterator[Strategy]:
+        n = len(self)
+        for a in range(0, n, _BATCH):
+            with _gc_paused():  # as sample_n: many small acyclic objects
+                chunk = [self[k] for k in range(a, min(n, a + _BATCH))]
+            yield from chunk
+
+    def _arrays(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return (self.partitioned[k], self.axis[k], self.pieces[k],
+                self.codes[self.offsets[k]: self.offsets[k + 1]])
+
+    @property
+    def ids(self) -> list[str]:
+        """The strategies' ids (as ``batch[i].id``), without building the strategies."""
+        if self._ids is None:
+            self._ids = [self.sampler._strategy_id(*self._arrays(k), self.first + k)
+                         for k in range(len(self))]
+        return self._ids
+
+    def synchronizer_columns(self) -> dict[str, np.ndarray]:
+        """Every piece's synchronizer as columns (pieces of all strategies, in order):
+        ``is_ar`` (bool), ``node`` (PS server, index into the cluster's nodes; -1 for AR),
+        ``replication`` (bool, PS), ``group`` (AR group id; -1 for PS), ``compressor`` (index
+        into :data:`~autosync_transfer.strategies.types.COMPRESSORS`; -1 for PS) and
+        ``powersgd_rank`` (0 unless PowerSGD)."""
+        return {k: v[self.codes] for k, v in self.synchronizer_table().items()}
+
+    def synchronizer_table(self) -> dict[str, np.ndarray]:
+        """The columns of :meth:`synchronizer_columns` for every code ``0..max(codes)`` (a small
+        table: ``synchronizer_table()[k][codes]`` is ``synchronizer_columns()[k]``)."""
+        t = self.sampler._tab
+        assert t is not None
+        nodes2 = 2 * t.num_nodes
+        c = np.arange(max(nodes2, int(self.codes.max()) + 1 if self.codes.size else 0),
+                      dtype=np.int64)
+        is_ar = c >= nodes2
+        rest, rank_i = np.divmod(np.maximum(c - nodes2, 0), len(t.ranks))
+        group, comp_i = np.divmod(rest, len(t.compressors))
+        comp_of = np.array([COMPRESSORS.index(x) for x in t.compressors], np.int64)
+        rank_of = np.array(t.ranks, np.int64)
+        comp = comp_of[comp_i]
+        return {
+            "is_ar": is_ar,
+            "node": np.where(is_ar, -1, c // 2),
+            "replication": ~is_ar & (c % 2 == 1),
+            "group": np.where(is_ar, group, -1),
+            "compressor": np.where(is_ar, comp, -1),
+            "powersgd_rank": np.where(is_ar & (comp == COMPRESSORS.index("powersgd")),
+                                      rank_of[rank_i], 0),
+        }
 
 
 @contextmanager

@@ -151,6 +151,75 @@ def test_all_ps_all_ar_and_large_group_ids() -> None:
     assert f_ps.agg[SCHEMA.agg_index("ps_wire_frac")] == 1.0
 
 
+@pytest.mark.parametrize("dom", [tiny_domain(2, [2, 1]), tiny_domain(3, [2, 1, 1], [1.0, 1.0, 0.25]),
+                                 tiny_domain(4, 1, sparse_embedding=False)],
+                         ids=["2x[2,1]", "mixed", "dense4"])
+@pytest.mark.parametrize("config", [WIDE, "dataset", "default"], ids=["wide", "dataset", "default"])
+def test_sampled_batch_and_aggregates_equal_the_object_path(dom: Domain, config: object) -> None:
+    """A SampledBatch is featurized from its arrays (no objects built), exactly as its strategy
+    objects would be; ``aggregates`` is the ``agg`` table of ``featurize_many`` exactly."""
+    batch = StrategySampler(dom, config, seed=11).sample_batch(60)  # type: ignore[arg-type]
+    fz = Featurizer(dom)
+    from_arrays = fz.featurize_many(batch)
+    agg_arrays = fz.aggregates(batch)
+    assert batch._built == {}  # noqa: SLF001 - nothing was built
+    objects = list(batch)
+    from_objects = Featurizer(dom).featurize_many(objects)
+    assert [f.strategy_id for f in from_arrays] == [s.id for s in objects]
+    for fa, fo in zip(from_arrays, from_objects):
+        assert_same_features(fa, fo, rtol=0)
+    expected = np.stack([f.agg for f in from_objects])
+    assert agg_arrays.dtype == np.float32 and agg_arrays.shape == (60, SCHEMA.num_agg)
+    np.testing.assert_array_equal(agg_arrays, expected)
+    np.testing.assert_array_equal(Featurizer(dom).aggregates(objects), expected)
+    # configs in another order: rows are re-sorted for full features, aggregates need no order
+    shuffled = [Strategy(id=s.id, nodes=tuple(reversed(s.nodes))) for s in objects[:10]]
+    np.testing.assert_allclose(Featurizer(dom).aggregates(shuffled), expected[:10], rtol=1e-6)
+    assert fz.aggregates([]).shape == (0, SCHEMA.num_agg)
+
+
+def test_a_batch_of_another_domain_is_read_as_objects() -> None:
+    """A batch sampled on one cluster, featurized for another (the same nodes listed in another
+    order): its strategy objects are featurized, servers matched by name, not by position."""
+    dom = tiny_domain(3, [2, 1, 1], [1.0, 1.0, 0.25])
+    c = dom.cluster
+    reordered = c.model_copy(update={"name": "reordered", "nodes": tuple(reversed(c.nodes))})
+    other = Domain(name="other", model=dom.model, cluster=reordered)
+    batch = StrategySampler(dom, WIDE, seed=4).sample_batch(8)
+    got = Featurizer(other).featurize_many(batch)
+    want = Featurizer(other).featurize_many(list(batch))
+    for a, b in zip(got, want):
+        assert_same_features(a, b, rtol=0)
+    # reading the codes by position would have put PS rows on other servers
+    fz = Featurizer(other)
+    by_position = fz._columns_of_sampled(batch)  # noqa: SLF001
+    by_name = fz._columns_of_objects(list(batch))  # noqa: SLF001
+    assert not np.array_equal(by_position.ctab[1][by_position.codes],
+                              by_name.ctab[1][by_name.codes])
+
+
+def test_bucket_counting_dense_and_sparse_agree() -> None:
+    from autosync_transfer.rankers import features
+
+    rng = np.random.default_rng(0)
+    n, groups = 5000, 300
+    g_key = rng.integers(0, groups, n)
+    kind = rng.choice([0, 1, 2, 4, 5, 7, 67], n)
+    two = (kind >= 3) & (rng.random(n) < 0.5)
+    dense = features._buckets(g_key, kind, two, groups)
+    sparse = features._buckets(g_key, kind, two, 10**6)  # too many groups for dense bins
+    np.testing.assert_array_equal(dense[0], sparse[0][:groups])
+    np.testing.assert_array_equal(dense[1], sparse[1][:groups])
+    assert not sparse[0][groups:].any()
+    # by hand for the first groups
+    for g in range(5):
+        rows = g_key == g
+        kinds = set(kind[rows].tolist())
+        doubled = set(kind[rows & two].tolist())
+        assert dense[0][g] == len(kinds) + len(doubled)
+        assert dense[1][g] == bool(doubled)
+
+
 # -- agreement with the analytical model --------------------------------------------------------
 
 

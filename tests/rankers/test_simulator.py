@@ -220,3 +220,27 @@ def test_early_stopping_stops_before_max_epochs(triples: list[Any]) -> None:
                                 max_epochs=200, patience=2, batch_size=16)
     assert result["epochs"] < 200
     assert result["best_epoch"] <= result["epochs"] - 1
+
+
+@pytest.mark.parametrize("kind", ["linear", "rnn"])
+def test_scoring_a_sampled_batch_equals_scoring_its_objects(kind: str) -> None:
+    """Simulator.score reads a SampledBatch from its arrays (no strategy object is built) and a
+    ranker on ``agg`` alone from :meth:`Featurizer.aggregates`; the scores are those of the
+    collated full features."""
+    from autosync_transfer.rankers.modules import build_ranker
+    from autosync_transfer.rankers.simulator import _score_features
+    from autosync_transfer.strategies.sampler import StrategySampler
+    from autosync_transfer.testing import tiny_domain
+
+    dom = tiny_domain(3, [2, 1, 1], [1.0, 1.0, 0.25])
+    torch.manual_seed(0)
+    sim = Simulator.from_module(build_ranker(kind, {}, seed=0))
+    batch = StrategySampler(dom, "dataset", seed=2).sample_batch(300)
+    from_batch = sim.score(batch, dom)
+    assert batch._built == {}  # noqa: SLF001
+    objects = list(batch)
+    from_objects = sim.score(objects, dom)
+    reference = _score_features(sim.module, sim._featurizer_for(dom).featurize_many(objects), 64)
+    np.testing.assert_allclose(from_batch, from_objects, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(from_batch, reference, rtol=1e-5, atol=1e-6)
+    assert np.unique(from_batch).size > 10  # the scores do tell the strategies apart

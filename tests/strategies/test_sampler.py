@@ -631,3 +631,76 @@ def test_bert_large_2000_candidates_validate_and_reproduce() -> None:
     assert [s.id for s in again] == [s.id for s in strategies]
     assert again[::97] == strategies[::97]
     assert elapsed < 60, f"sampling 2000 strategies took {elapsed:.1f} s"
+
+
+# -- columnar batches ----------------------------------------------------------------------------
+
+
+def _synchronizers(strategy: Strategy) -> list[PS | AllReduce]:
+    out: list[PS | AllReduce] = []
+    for c in strategy.nodes:
+        if c.partition is None:
+            assert c.synchronizer is not None
+            out.append(c.synchronizer)
+        else:
+            out.extend(c.partition.synchronizers)
+    return out
+
+
+@pytest.mark.parametrize("name", ["2x2", "mixed", "single"])
+@pytest.mark.parametrize("config", ["preset:dataset", "preset:default", "random/random"])
+def test_sample_batch_holds_what_sample_n_returns(name: str, config: str) -> None:
+    domain, cfg = DOMAINS[name], CONFIGS[config]
+    objects = StrategySampler(domain, cfg, seed=7).sample_n(45)
+    sampler = StrategySampler(domain, cfg, seed=7)
+    first, rest = sampler.sample_batch(5), sampler.sample_batch(40)
+    assert sampler.num_sampled == 45 and (len(first), len(rest)) == (5, 40)
+    built = list(first) + list(rest)
+    assert [s.id for s in built] == [s.id for s in objects[:45]]
+    assert all(a == b for a, b in zip(built, objects))
+    assert first.ids + rest.ids == [s.id for s in built]
+    for s in built:
+        validate(s, domain)  # raises on an invalid strategy
+    # arrays: one row per strategy over the variables, one code per piece
+    names = [v.name for v in domain.model.variables]
+    cols = rest.synchronizer_columns()
+    for i, s in enumerate(list(rest)):
+        by_name = {c.var_name: c for c in s.nodes}
+        for v, name_ in enumerate(names):
+            c = by_name[name_]
+            assert bool(rest.partitioned[i, v]) == (c.partition is not None)
+            assert int(rest.pieces[i, v]) == (1 if c.partition is None else c.partition.shards)
+            if c.partition is not None:
+                assert int(rest.axis[i, v]) == c.partition.axis
+        a, b = int(rest.offsets[i]), int(rest.offsets[i + 1])
+        for j, sync in zip(range(a, b), _synchronizers(s)):
+            if isinstance(sync, PS):
+                assert not cols["is_ar"][j] and cols["group"][j] == -1
+                assert domain.cluster.node_names[cols["node"][j]] == sync.destination
+                assert bool(cols["replication"][j]) == sync.local_replication
+            else:
+                assert cols["is_ar"][j] and cols["node"][j] == -1
+                assert cols["group"][j] == sync.group
+                assert ("none", "fp16", "fp16_ef", "powersgd")[cols["compressor"][j]] == \
+                    sync.compressor
+                assert cols["powersgd_rank"][j] == (
+                    sync.powersgd_rank if sync.compressor == "powersgd" else 0)
+
+
+def test_sampled_batch_indexing_and_slices() -> None:
+    domain = DOMAINS["mixed"]
+    batch = StrategySampler(domain, preset("dataset"), seed=3).sample_batch(12)
+    assert batch[3] is batch[3]  # built once, then kept
+    assert batch[-1].id == batch.ids[11]
+    part = batch[4:9]
+    assert len(part) == 5 and part.ids == batch.ids[4:9]
+    assert [s.id for s in part] == batch.ids[4:9] and part[0] == batch[4]
+    assert [s.id for s in batch[::4]] == batch.ids[::4]
+    assert len(batch[9:4]) == 0
+    with pytest.raises(IndexError):
+        batch[12]
+    with pytest.raises(TypeError):
+        batch["3"]  # type: ignore[index]
+    assert len(StrategySampler(domain, seed=0).sample_batch(0)) == 0
+    with pytest.raises(ConfigError, match="n must be a non-negative integer"):
+        StrategySampler(domain, seed=0).sample_batch(-1)
