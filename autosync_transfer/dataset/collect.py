@@ -69,9 +69,13 @@ def record_for(domain: Domain, strategy: Strategy | None, result: TrialResult, p
     """The trial record of one result, with the analytical estimate and the machine's load."""
     estimated = None
     if strategy is not None:
+        from autosync_transfer.errors import StrategyValidationError
         from autosync_transfer.rankers.costmodel import estimate
 
-        estimated = estimate(strategy, domain).total_s
+        try:
+            estimated = estimate(strategy, domain).total_s
+        except StrategyValidationError:  # it does not fit the domain: a failed trial, no estimate
+            estimated = None
     machine = machine_info()
     if machine_start is not None:
         machine["loadavg_1m_start"] = machine_start.get("loadavg_1m")

@@ -6,7 +6,10 @@ Commands arrive as JSON lines on stdin; every rank answers each with one line on
 by ``@@AST`` (anything else on stdout is ignored). All output meant for people goes to stderr.
 
 Under torchrun (``--torchrun``) there is no controller: rank 0 reads strategies from a JSON Lines
-file, broadcasts each one, and appends the results to a trial store.
+file, broadcasts each one, and appends the results to a trial store. A strategy that raises on
+any rank is stored as ``failed``; a trial that outlives ``--timeout`` (a hang, a rank that died)
+is stored as ``timeout`` by rank 0, which then exits with code 124 so that torchrun ends the job
+(``torchrun --max-restarts N`` restarts it, and the recorded trial is skipped).
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["REPLY_PREFIX", "TrialHarness", "main"]
@@ -164,6 +169,114 @@ def main(argv: list[str] | None = None) -> None:
         dist.destroy_process_group()
 
 
+#: exit code of a torchrun worker whose trial timed out (after the trial was recorded)
+TIMEOUT_EXIT = 124
+
+
+class _Watchdog:
+    """Rank 0's per-trial timer under torchrun.
+
+    :meth:`start` arms it for one trial (its measurement and the gathering of every rank's
+    times); if the trial is not :meth:`finish`-ed within ``timeout_s``, ``on_timeout`` records the
+    trial and the process exits with :data:`TIMEOUT_EXIT` (the other ranks, stuck in a collective,
+    are ended by torchrun). ``finish`` and the timer exclude each other, so a trial is recorded
+    once: as finished or as timed out.
+    """
+
+    def __init__(self, timeout_s: float, exit: Callable[[int], Any] = os._exit) -> None:
+        self.timeout_s = timeout_s
+        self._exit = exit
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._done = True
+
+    def start(self, on_timeout: Callable[[], None]) -> None:
+        self._done = False
+
+        def fire() -> None:
+            with self._lock:
+                if self._done:
+                    return
+                self._done = True
+                try:
+                    on_timeout()
+                finally:
+                    print(f"trial timed out after {self.timeout_s:g} s; recorded, exiting with "
+                          f"code {TIMEOUT_EXIT}", file=sys.stderr, flush=True)
+                    self._exit(TIMEOUT_EXIT)
+
+        self._timer = threading.Timer(self.timeout_s, fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def finish(self) -> bool:
+        """Disarm; False when the timer has fired (the trial is recorded as timed out)."""
+        with self._lock:
+            if self._done:
+                return False
+            self._done = True
+        if self._timer is not None:
+            self._timer.cancel()
+        return True
+
+
+def _read_strategies(path: str, domain: Any, done: set[str]) -> list[str] | str:
+    """The lines of ``path`` (strategies as JSON, or ``torch_ddp``) not measured yet, each
+    checked against ``domain``; or a one-line description of the first bad line."""
+    from autosync_transfer.dataset.collect import TORCH_DDP
+    from autosync_transfer.errors import StrategyValidationError
+    from autosync_transfer.strategies.types import Strategy
+    from autosync_transfer.strategies.validate import validate
+
+    todo = []
+    try:
+        f = open(path)  # noqa: SIM115 - closed below
+    except OSError as e:
+        return f"--strategies {path}: {e.strerror}"
+    with f:
+        for no, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            if line == TORCH_DDP:
+                sid = TORCH_DDP
+            else:
+                try:
+                    strategy = Strategy.from_json(line)
+                    validate(strategy, domain)
+                except (ValueError, StrategyValidationError) as e:
+                    why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                    return f"--strategies {path} line {no}: {why}"
+                sid = strategy.id
+            if f"{domain.name}/{sid}" not in done:
+                todo.append(line)
+    return todo
+
+
+def _measure_all(harness: Any, line: str | None, warmup: int, iters: int, world: int
+                 ) -> tuple[str, list[float]]:
+    """Measure on every rank; ``(first error of any rank, "")`` or ``("", max over ranks of
+    every iteration's time)``. A strategy that raises on some rank is a failed trial."""
+    import torch.distributed as dist
+
+    error, times = "", []
+    try:
+        # test hook: AUTOSYNC_TEST_FAULT=error makes every rank's trials raise (as a strategy
+        # the runtime cannot run does); error:<rank> only that rank's (the others then wait in a
+        # collective: the watchdog's case)
+        if os.environ.get("AUTOSYNC_TEST_FAULT") in ("error", f"error:{dist.get_rank()}"):
+            raise RuntimeError("injected error")
+        times = harness.measure(line, warmup, iters)
+    except Exception as e:  # noqa: BLE001 - a failed trial is a result
+        error = f"{type(e).__name__}: {e}"[:2000]
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, (error, times))
+    errors = [g[0] for g in gathered if g[0]]
+    if errors:
+        return errors[0], []
+    return "", [max(ts) for ts in zip(*[g[1] for g in gathered])]
+
+
 def _torchrun_main(argv: list[str]) -> None:
     """Real multi-node measurement under torchrun: rank 0 reads the strategies and broadcasts
     them; every trial's per-iteration times (max over ranks) are appended by rank 0 to a trial
@@ -187,7 +300,12 @@ def _torchrun_main(argv: list[str]) -> None:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=300.0,
+                    help="seconds a trial may take before rank 0 records it as timed out and "
+                         f"exits with code {TIMEOUT_EXIT} (default 300)")
     a = ap.parse_args(argv)
+    if not a.timeout > 0:
+        raise SystemExit(f"--timeout must be > 0, got {a.timeout}")
 
     from autosync_transfer.cli._common import resolve_domain
     from autosync_transfer.dataset.collect import TORCH_DDP, record_for
@@ -208,38 +326,45 @@ def _torchrun_main(argv: list[str]) -> None:
     harness = TrialHarness(domain.model.name, domain.cluster.model_dump_json(),
                            domain.model.model_dump_json(), seed=a.seed, device=device).setup()
     if a.follow:
-        _follow(harness, a.strategies, a.results, a.warmup, a.iters, rank, world)
+        _follow(harness, a.strategies, a.results, a.warmup, a.iters, rank, world, a.timeout)
         dist.destroy_process_group()
         return
     lines: list[Any] = [None]
     store = TrialStore(a.store)
     if rank == 0:
-        done = store.ids()
-        todo = []
-        with open(a.strategies) as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                sid = TORCH_DDP if line == TORCH_DDP else Strategy.from_json(line).id
-                if f"{domain.name}/{sid}" not in done:
-                    todo.append(line)
-        lines = [todo]
+        lines = [_read_strategies(a.strategies, domain, store.ids())]
     dist.broadcast_object_list(lines, src=0)
-    proto = Protocol(warmup=a.warmup, iters=a.iters)
+    if isinstance(lines[0], str):  # a bad strategies file: nothing is measured or written
+        if rank == 0:
+            print(f"error: {lines[0]}", file=sys.stderr, flush=True)
+        dist.destroy_process_group()
+        raise SystemExit(2)
+    proto = Protocol(warmup=a.warmup, iters=a.iters, timeout_s=a.timeout)
+    watchdog = _Watchdog(a.timeout)
     for line in lines[0]:
         strategy = None if line == TORCH_DDP else Strategy.from_json(line)
+        sid = TORCH_DDP if strategy is None else strategy.id
         t0 = time.monotonic()
-        times = harness.measure(None if strategy is None else line, a.warmup, a.iters)
-        gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, times)
-        if rank == 0:
-            result = TrialResult("ok", [max(ts) for ts in zip(*gathered)],
-                                 wall_s=time.monotonic() - t0)
-            sid = TORCH_DDP if strategy is None else strategy.id
+
+        def store_result(result: TrialResult, strategy: Strategy | None = strategy,
+                         sid: str = sid) -> None:
             store.append(record_for(domain, strategy, result, proto, "torchrun", seed=a.seed,
                                     record_id=f"{domain.name}/{sid}"))
-            print(f"{sid}: median {result.median_s * 1000:.1f} ms/iter", file=sys.stderr, flush=True)
+
+        if rank == 0:
+            watchdog.start(lambda: store_result(TrialResult(
+                "timeout", error=f"timeout after {a.timeout:g} s (torchrun watchdog)",
+                wall_s=time.monotonic() - t0)))
+        error, times = _measure_all(harness, None if strategy is None else line, a.warmup,
+                                    a.iters, world)
+        if rank == 0 and watchdog.finish():
+            wall = time.monotonic() - t0
+            result = (TrialResult("failed", error=error, wall_s=wall) if error
+                      else TrialResult("ok", times, wall_s=wall))
+            store_result(result)
+            what = (f"failed: {error}" if error
+                    else f"median {result.median_s * 1000:.1f} ms/iter")
+            print(f"{sid}: {what}", file=sys.stderr, flush=True)
     dist.destroy_process_group()
 
 
@@ -267,17 +392,19 @@ def _new_lines(path: str, offset: int, poll_s: float = 0.2) -> tuple[list[str], 
 
 
 def _follow(harness: Any, queue: str, results: str, warmup: int, iters: int, rank: int,
-            world: int) -> None:
+            world: int, timeout_s: float = 300.0) -> None:
     """Serve a search's job queue: every line ``{"record_id", "strategy"}`` (a strategy object
     or ``"torch_ddp"``) is measured by every rank; rank 0 appends ``{"record_id", "status",
     "iteration_times_s", "wall_s", "error"}`` to ``results`` (fsynced). Jobs whose record id is
-    in ``results`` already are skipped; a line ``stop`` ends the job."""
+    in ``results`` already are skipped; a line ``stop`` ends the job. A job that outlives
+    ``timeout_s`` gets a ``timeout`` row, then the worker exits (see :class:`_Watchdog`)."""
     import json
 
     import torch.distributed as dist
 
     offset = 0
     done: set[str] = set()
+    watchdog = _Watchdog(timeout_s)
     if rank == 0 and os.path.exists(results):
         with open(results) as f:
             for line in f:
@@ -305,25 +432,26 @@ def _follow(harness: Any, queue: str, results: str, warmup: int, iters: int, ran
             strategy = job["strategy"]
             line = None if strategy == "torch_ddp" else json.dumps(strategy)
             t0 = time.monotonic()
-            error, times = "", []
-            try:
-                times = harness.measure(line, warmup, iters)
-            except Exception as e:  # noqa: BLE001 - a failed trial is a result
-                error = f"{type(e).__name__}: {e}"
-            gathered: list[Any] = [None] * world
-            dist.all_gather_object(gathered, (error, times))
             if rank == 0:
-                errors = [g[0] for g in gathered if g[0]]
-                row = {"record_id": job["record_id"], "status": "failed" if errors else "ok",
-                       "error": errors[0] if errors else "",
-                       "iteration_times_s": [] if errors else [max(ts) for ts in zip(*[g[1] for g in gathered])],
+                watchdog.start(lambda job=job, t0=t0: _append_row(results, {
+                    "record_id": job["record_id"], "status": "timeout",
+                    "error": f"timeout after {timeout_s:g} s (torchrun watchdog)",
+                    "iteration_times_s": [], "wall_s": time.monotonic() - t0}))
+            error, times = _measure_all(harness, line, warmup, iters, world)
+            if rank == 0 and watchdog.finish():
+                row = {"record_id": job["record_id"], "status": "failed" if error else "ok",
+                       "error": error, "iteration_times_s": times,
                        "wall_s": time.monotonic() - t0}
-                with open(results, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
+                _append_row(results, row)
                 done.add(job["record_id"])
                 print(f"{job['record_id']}: {row['status']}", file=sys.stderr, flush=True)
+
+
+def _append_row(path: str, row: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 if __name__ == "__main__":

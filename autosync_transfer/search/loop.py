@@ -434,7 +434,7 @@ class Searcher:
                 f"--nproc_per_node <workers of node i> --master_addr <node 0> --master_port 29500 "
                 f"-m autosync_transfer.runtime.worker --torchrun --follow --domain {domain}{spec} "
                 f"--strategies {self.queue_path} --results {self.results_path} "
-                f"--warmup {proto.warmup} --iters {proto.iters}")
+                f"--warmup {proto.warmup} --iters {proto.iters} --timeout {proto.timeout_s:g}")
 
     def run(self, measure: Measure | None = None) -> SearchResult:
         """Search until the budget is spent (continuing a stored run) and return the result."""

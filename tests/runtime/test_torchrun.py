@@ -33,3 +33,90 @@ def test_torchrun_measures_and_resumes(tmp_path: Path):
     again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert len(store.read_text().splitlines()) == 2  # nothing measured twice
+
+
+def _torchrun(tmp_path: Path, strategies: list[str], *extra: str) -> tuple[list[str], dict]:
+    spec = tmp_path / "spec.yml"
+    spec.write_text("nodes:\n  - address: localhost\n    cpus: [0, 1]\n")
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(strategies) + "\n")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    argv = [str(torchrun), "--standalone", "--nproc_per_node=2", *extra,
+            "-m", "autosync_transfer.runtime.worker", "--torchrun", "--domain", "ncf",
+            "--cluster-file", str(spec), "--strategies", str(path),
+            "--store", str(tmp_path / "out.jsonl")]
+    return argv, dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+
+
+def _records(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+
+
+def test_a_strategy_that_raises_is_a_failed_trial(tmp_path: Path):
+    from autosync_transfer.cli._common import resolve_domain
+    from autosync_transfer.strategies.builders import build
+
+    spec = tmp_path / "spec.yml"
+    spec.write_text("nodes:\n  - address: localhost\n    cpus: [0, 1]\n")
+    domain = resolve_domain("ncf", str(spec))
+    argv, env = _torchrun(tmp_path, [build("ps_lb", domain).to_json(), "torch_ddp"])
+    # every rank raises in every trial: each is stored as failed, with the error, and the job
+    # goes on to the next one
+    proc = subprocess.run([*argv, "--warmup", "1", "--iters", "2", "--timeout", "60"],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(env, AUTOSYNC_TEST_FAULT="error"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = _records(tmp_path)
+    assert [r["strategy_kind"] for r in records] == ["ps_lb", "torch_ddp"]
+    for r in records:
+        assert r["status"] == "failed" and r["iteration_times_s"] == []
+        assert r["error"] == "RuntimeError: injected error"
+
+
+def test_a_bad_strategies_file_is_one_line_and_nothing_written(tmp_path: Path):
+    from autosync_transfer.cli._common import resolve_domain
+    from autosync_transfer.strategies.builders import build
+
+    spec = tmp_path / "spec.yml"
+    spec.write_text("nodes:\n  - address: localhost\n    cpus: [0, 1]\n")
+    good = build("ps_lb", resolve_domain("ncf", str(spec)))
+    bad = json.loads(good.to_json())
+    bad["nodes"][0]["var_name"] = "no.such.variable"
+    argv, env = _torchrun(tmp_path, [good.to_json(), json.dumps(bad)])
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and "line 2" in errors[0] and "no.such.variable" in errors[0], \
+        proc.stderr[-2000:]
+    assert "exitcode  : 2" in proc.stderr
+    assert not (tmp_path / "out.jsonl").exists() or not (tmp_path / "out.jsonl").read_text()
+
+
+def test_a_trial_past_the_timeout_is_recorded_and_torchrun_restarts_past_it(tmp_path: Path):
+    """Rank 0's watchdog records the trial as ``timeout`` and exits with 124; torchrun
+    (``--max-restarts``) restarts the workers, which skip it and go on with the next one."""
+    from autosync_transfer.cli._common import resolve_domain
+    from autosync_transfer.runtime.worker import TIMEOUT_EXIT
+    from autosync_transfer.strategies.builders import build
+
+    spec = tmp_path / "spec.yml"
+    spec.write_text("nodes:\n  - address: localhost\n    cpus: [0, 1]\n")
+    lines = [build("ps_lb", resolve_domain("ncf", str(spec))).to_json(), "torch_ddp"]
+    # every trial (thousands of iterations) outlives a 0.5 s watchdog
+    argv, env = _torchrun(tmp_path, lines)
+    slow = ["--warmup", "1", "--iters", "5000", "--timeout", "0.5"]
+    once = subprocess.run(argv + slow, env=env, capture_output=True, text=True, timeout=300)
+    assert once.returncode != 0 and f"exitcode  : {TIMEOUT_EXIT}" in once.stderr, \
+        once.stderr[-2000:]
+    (first,) = _records(tmp_path)
+    assert first["strategy_kind"] == "ps_lb" and first["status"] == "timeout"
+    assert "timeout after 0.5 s" in first["error"]
+    argv, env = _torchrun(tmp_path, lines, "--max-restarts", "1")
+    # restarted workers must not share the rendezvous store of the failed attempt (stale group
+    # addresses): see docs/torchrun.md
+    env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    again = subprocess.run(argv + slow, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    records = _records(tmp_path)
+    assert [(r["strategy_kind"], r["status"]) for r in records] == [
+        ("ps_lb", "timeout"), ("torch_ddp", "timeout")]
