@@ -41,6 +41,9 @@ def main() -> int:
     ap.add_argument("--settings", default=None,
                     help="comma-separated SOURCE:TARGET pairs (default: the five of the paper's settings)")
     ap.add_argument("--trials", default=None, help="trial stores (default: the shipped datasets)")
+    ap.add_argument("--cv-below", type=int, default=None,
+                    help="fine-tuning selects epochs by cross-validation below this many shots "
+                         "(default: ShotTraining's)")
     args = ap.parse_args()
 
     import torch
@@ -65,7 +68,8 @@ def main() -> int:
         settings = list(DEFAULT_SETTINGS)
     shots = [int(x) for x in args.shots.split(",")]
     df = load_trials(args.trials)
-    training = ShotTraining(max_epochs=args.epochs)
+    training = (ShotTraining(max_epochs=args.epochs) if args.cv_below is None
+                else ShotTraining(max_epochs=args.epochs, cv_below=args.cv_below))
     head = (f"{'setting':9s} {'source -> target':24s} {'src n':>5s} {'tgt n':>5s} {'zero':>6s} "
             + " ".join(f"{'ft@' + str(n):>6s}" for n in shots) + " "
             + " ".join(f"{'fs@' + str(n):>6s}" for n in shots) + f" {'fs@ref':>10s} {'goal':>5s} {'time':>5s}")

@@ -67,7 +67,7 @@ def split(domains: Any, target_df: Any) -> Any:
 def small() -> Any:
     from autosync_transfer.adapt import ShotTraining
 
-    return ShotTraining(max_epochs=3, patience=2, few_epochs=2)
+    return ShotTraining(max_epochs=3, patience=2, few_epochs=2, cv_below=20)
 
 
 def tiny_rnn_source() -> Any:
@@ -179,6 +179,25 @@ def test_epochs_are_chosen_on_the_shots(source_sim: Any, split: Any, n: int,
         assert fitted.details["val_strategies"] == 4
 
 
+def test_cross_validation_up_to_sixty_shots_by_default(split: Any) -> None:
+    from autosync_transfer.adapt.training import ShotTraining, fit_on_shots
+    from autosync_transfer.rankers.simulator import Simulator
+
+    other = Simulator("analytical", {}, 1)
+
+    def train(dm: Any, max_epochs: int, patience: Any, seed: int) -> Any:
+        return other, {"epochs": 2, "best_epoch": 1, "best_val_pairwise_acc": 0.5,
+                       "history": {"val_pairwise_acc": [0.4, 0.5]}}
+
+    assert ShotTraining().cv_below == 60
+    n = min(40, split.available)
+    _, details = fit_on_shots(train, split.shots(n, seed=0), ShotTraining(max_epochs=2), seed=0)
+    assert details["selection"] == "5-fold cross-validation" and details["folds"] == 5
+    _, details = fit_on_shots(train, split.shots(n, seed=0),
+                              ShotTraining(max_epochs=2, cv_below=n), seed=0)
+    assert details["selection"].startswith("validation")
+
+
 @pytest.mark.parametrize("n", [8, 20])  # cross-validation, validation split
 @pytest.mark.parametrize("trained_acc,kept", [(0.0, True), (1.5, False)])
 def test_the_source_is_kept_unless_training_beats_it_on_the_shots(
@@ -198,8 +217,8 @@ def test_the_source_is_kept_unless_training_beats_it_on_the_shots(
         return other, {"epochs": 2, "best_epoch": 1, "best_val_pairwise_acc": trained_acc,
                        "history": {"val_pairwise_acc": [trained_acc / 2, trained_acc]}}
 
-    sim, details = fit_on_shots(train, split.shots(n, seed=0), ShotTraining(max_epochs=2),
-                                seed=0, source=source_sim)
+    sim, details = fit_on_shots(train, split.shots(n, seed=0),
+                                ShotTraining(max_epochs=2, cv_below=20), seed=0, source=source_sim)
     assert details["kept_source"] is kept
     assert sim is (source_sim if kept else other)
     key = "val_pairwise_acc" if n >= 20 else "cv_pairwise_acc"
@@ -209,8 +228,8 @@ def test_the_source_is_kept_unless_training_beats_it_on_the_shots(
     if n < 20:  # folds, then one final training unless the source is kept
         assert len(calls) == details["folds"] + (0 if kept else 1)
     # without a source there is nothing to keep: training's result, as before
-    sim2, details2 = fit_on_shots(train, split.shots(n, seed=0), ShotTraining(max_epochs=2),
-                                  seed=0)
+    sim2, details2 = fit_on_shots(train, split.shots(n, seed=0),
+                                  ShotTraining(max_epochs=2, cv_below=20), seed=0)
     assert sim2 is other and "kept_source" not in details2
 
 
