@@ -15,8 +15,8 @@ head-only fine-tuning, :func:`finetune_full` for full fine-tuning) with the epoc
 The validation strategies and folds come from a generator seeded by ``seed``. Below 60 shots a
 single validation split is a handful of strategies (4 of 20), whose few pairs choose the epochs,
 and whether to keep the source, noisily; cross-validation ranks every shot once, at ``k`` times
-the training (measured with ``benchmarks/transfer_table.py --cv-below``: at 20 and 50 shots it
-raised fine-tuned accuracy on every setting tried).
+the training (``benchmarks/transfer_table.py --cv-below`` compares the two; see
+``benchmarks/results/transfer_table.txt``).
 
 :func:`finetune_full` is a plain torch loop on the source's network (``train_simulator`` builds
 its own module and has no way to add a term to the loss): the ranker's own loss
