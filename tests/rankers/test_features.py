@@ -178,6 +178,17 @@ def test_sampled_batch_and_aggregates_equal_the_object_path(dom: Domain, config:
     assert fz.aggregates([]).shape == (0, SCHEMA.num_agg)
 
 
+def test_aggregates_in_many_small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autosync_transfer.rankers import features
+
+    dom = tiny_domain(3, [2, 1, 1], [1.0, 1.0, 0.25])
+    batch = StrategySampler(dom, WIDE, seed=8).sample_batch(50)
+    whole = Featurizer(dom).aggregates(batch)
+    monkeypatch.setattr(features, "_AGG_ROWS_PER_BATCH", 16)  # a few strategies per batch
+    np.testing.assert_array_equal(Featurizer(dom).aggregates(batch), whole)
+    np.testing.assert_array_equal(Featurizer(dom).aggregates(list(batch)), whole)
+
+
 def test_a_batch_of_another_domain_is_read_as_objects() -> None:
     """A batch sampled on one cluster, featurized for another (the same nodes listed in another
     order): its strategy objects are featurized, servers matched by name, not by position."""
