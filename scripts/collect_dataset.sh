@@ -3,6 +3,7 @@
 # domains progress together: pass k brings every domain to k*STEP trials.
 #   scripts/collect_dataset.sh [TARGET] [STEP]
 #   DOMAINS="ncf-A bert-B" scripts/collect_dataset.sh 200 200   # these domains, in this order
+#   REMEASURE=unchecked,disturbed scripts/collect_dataset.sh 200 200   # also measure those again
 # Interrupt at any time; run again to continue where it stopped.
 set -u
 cd "$(dirname "$0")/.."
@@ -20,6 +21,7 @@ for ((n = STEP; n <= TARGET; n += STEP)); do
   for d in $DOMAINS; do
     echo "== $(date -u +%FT%TZ) $d -> $n trials"
     $BIN collect "$d" --trials "$n" --launcher emulated $PROTOCOL --reference-every 20 --timeout 120 \
-      --store "datasets/trials/$d.jsonl" --seed 0 || echo "collect $d exited with $?"
+      --store "datasets/trials/$d.jsonl" --seed 0 ${REMEASURE:+--remeasure "$REMEASURE"} \
+      || echo "collect $d exited with $?"
   done
 done

@@ -136,7 +136,8 @@ def collect_target(domain: Domain, store_path: str | Path, n: int, *, seed: int 
     path.parent.mkdir(parents=True, exist_ok=True)
     store = TrialStore(path)
     before = store.ids()  # a store that does not exist yet is empty
-    done = sum(1 for r in store.records() if r.domain == domain.name and not r.reference)
+    done = sum(1 for r in store.records()
+               if r.domain == domain.name and not r.reference and r.supersedes is None)
     collect(domain, path, trials=done + n, launcher=launcher, seed=seed,
             log_dir=path.parent / "logs" / domain.name)
     new = {r.strategy_id for r in store.records()

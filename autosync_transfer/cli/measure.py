@@ -17,7 +17,7 @@ def _protocol(warmup: int, iters: int, timeout_s: float):  # noqa: ANN202
 
 def collect(
     domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-A"),
-    trials: int = typer.Option(..., "--trials", "-n", help="Collect until the store holds this many trials of DOMAIN."),
+    trials: Optional[int] = typer.Option(None, "--trials", "-n", help="Collect until the store holds this many trials of DOMAIN (required unless --remeasure)."),
     launcher: str = typer.Option("emulated", "--launcher", help="emulated (network namespaces, needs root) or local."),
     sampler: str = typer.Option("random", "--sampler", help="random (builders, DDP, then sampled) or builders."),
     seed: int = typer.Option(0, "--seed"),
@@ -29,6 +29,7 @@ def collect(
     timeout_s: float = typer.Option(300.0, "--timeout", min=1.0, help="Watchdog per trial, seconds."),
     cluster_file: Optional[str] = typer.Option(None, "--cluster-file", help="Use this resource-spec YAML as the cluster."),
     max_foreign_cpu: float = typer.Option(0.15, "--max-foreign-cpu", min=0.01, max=1.0, help="Measure a trial again (when the machine is quiet) if other processes took more than this share of the CPU during it; 1 disables."),
+    remeasure: Optional[str] = typer.Option(None, "--remeasure", help="First measure stored trials again: 'unchecked' (no foreign-CPU record), 'disturbed', or both comma-separated. The new records supersede the old ones."),
 ) -> None:
     """Measure strategies of DOMAIN for real and append them to a trial store (resumable)."""
     from pathlib import Path
@@ -37,11 +38,29 @@ def collect(
 
     from autosync_transfer.cli._common import err, out, resolve_domain
     from autosync_transfer.dataset.collect import collect as run_collect
+    from autosync_transfer.errors import ConfigError
 
+    if trials is None and remeasure is None:
+        raise ConfigError("--trials is required (unless --remeasure is given)")
+    if trials is not None and trials < 1:
+        raise ConfigError(f"--trials must be >= 1, got {trials}")
+    reasons = None
+    if remeasure is not None:
+        from autosync_transfer.dataset.collect import REMEASURE_REASONS
+
+        reasons = {x.strip() for x in remeasure.split(",") if x.strip()}
+        bad = sorted(reasons - set(REMEASURE_REASONS)) or ([] if reasons else [remeasure])
+        if bad:
+            raise ConfigError(f"--remeasure must be among {', '.join(REMEASURE_REASONS)} "
+                              f"(comma-separated), got {bad[0]!r}")
     domain = resolve_domain(domain_name, cluster_file)
     path = Path(store) if store else Path(DEFAULT_STORE_DIR) / f"{domain.name}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
     proto = _protocol(warmup, iters, timeout_s)
+    if reasons:
+        _remeasure(domain, path, reasons, launcher, seed, proto, max_foreign_cpu)
+    if trials is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=err()) as bar:
         task = bar.add_task(f"collect {domain.name}", total=trials, status="starting workers")
@@ -60,6 +79,30 @@ def collect(
         bar.update(task, completed=result.done)
     best = f"{result.best_s * 1000:.1f} ms" if result.best_s else "-"
     out().print(f"{domain.name}: {result.done} trials in {path} ({result.failures} failed), best {best}")
+
+
+def _remeasure(domain, path, reasons, launcher, seed, proto, max_foreign_cpu) -> None:  # noqa: ANN001
+    """``collect --remeasure``: measure the store's unchecked/disturbed trials again."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from autosync_transfer.cli._common import err, out
+    from autosync_transfer.dataset.collect import remeasure as run_remeasure
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=err()) as bar:
+        task = bar.add_task(f"remeasure {domain.name}", total=None, status="starting workers")
+
+        def on_trial(p) -> None:  # noqa: ANN001
+            last = p.last
+            lat = f"{last.median_s * 1000:.0f} ms" if last and last.median_s else (last.status if last else "-")
+            bar.update(task, total=p.target, completed=p.done, status=f"last {lat}  failures {p.failures}")
+
+        result = run_remeasure(domain, path, reasons=reasons, launcher=launcher, seed=seed,
+                               protocol=proto, on_trial=on_trial,
+                               log_dir=path.parent / "logs" / domain.name,
+                               max_foreign_cpu=max_foreign_cpu)
+    out().print(f"{domain.name}: {result.done} trials measured again in {path} "
+                f"({result.failures} failed)")
 
 
 def run(

@@ -11,6 +11,10 @@ Every trial also records the CPU share that processes outside the collection too
 ``max_foreign_cpu`` is measured again once the machine is quiet; if it stays disturbed after
 ``DISTURBED_ATTEMPTS`` attempts it is stored with ``machine.disturbed = True`` (the loader leaves
 such trials out by default).
+
+:func:`remeasure` measures such trials again: those stored as disturbed, and those measured
+before the disturbance check existed (no ``machine.foreign_cpu``). The new record names the old
+one in ``supersedes``; the store keeps both, the loader uses the new one once it is undisturbed.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from autosync_transfer.runtime.trial import Protocol, TrialResult, WorkerPool
 from autosync_transfer.strategies.types import Strategy
 
 __all__ = ["CollectProgress", "planned_strategies", "record_for", "collect", "REFERENCE_BUILDER",
-           "TORCH_DDP", "measure_undisturbed", "MAX_FOREIGN_CPU"]
+           "TORCH_DDP", "measure_undisturbed", "MAX_FOREIGN_CPU", "REMEASURE_REASONS",
+           "remeasure_candidates", "remeasure"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +70,8 @@ def planned_strategies(domain: Domain, sampler: str, seed: int, n: int,
 
 def record_for(domain: Domain, strategy: Strategy | None, result: TrialResult, protocol: Protocol,
                launcher: str, *, seed: int, record_id: str, reference: bool = False,
-               machine_start: dict | None = None, machine_extra: dict | None = None) -> TrialRecord:
+               machine_start: dict | None = None, machine_extra: dict | None = None,
+               supersedes: str | None = None) -> TrialRecord:
     """The trial record of one result, with the analytical estimate and the machine's load."""
     estimated = None
     if strategy is not None:
@@ -84,7 +90,7 @@ def record_for(domain: Domain, strategy: Strategy | None, result: TrialResult, p
     return TrialRecord.from_result(
         domain=domain, strategy=strategy, result=result, protocol=protocol, launcher=launcher,
         machine=machine, seed=seed, reference=reference, estimated_sync_s=estimated,
-        record_id=record_id,
+        record_id=record_id, supersedes=supersedes,
     )
 
 
@@ -137,6 +143,21 @@ def measure_undisturbed(pool: WorkerPool, strategy: Strategy | None, max_foreign
     return res, start, facts
 
 
+def _existing(domain: Domain, store: TrialStore, store_path: str | Path) -> dict[str, TrialRecord]:
+    """The store's records of ``domain`` by id; records of another model or cluster under the
+    same domain name are a :class:`ConfigError`."""
+    existing = {r.id: r for r in store.records() if r.domain == domain.name}
+    for r in existing.values():
+        if (r.model_fingerprint, r.cluster_fingerprint) != (domain.model.fingerprint,
+                                                             domain.cluster.fingerprint):
+            raise ConfigError(
+                f"store {str(store_path)!r} holds trials of {domain.name} measured on a different "
+                f"{'model' if r.model_fingerprint != domain.model.fingerprint else 'cluster'} "
+                f"(trial {r.id!r}); use another --store"
+            )
+    return existing
+
+
 def collect(
     domain: Domain,
     store_path: str | Path,
@@ -161,19 +182,12 @@ def collect(
         raise ConfigError(f"reference_every must be >= 0, got {reference_every}")
     protocol = protocol or Protocol()
     store = TrialStore(store_path)
-    existing = {r.id: r for r in store.records() if r.domain == domain.name}
-    for r in existing.values():
-        if (r.model_fingerprint, r.cluster_fingerprint) != (domain.model.fingerprint,
-                                                             domain.cluster.fingerprint):
-            raise ConfigError(
-                f"store {str(store_path)!r} holds trials of {domain.name} measured on a different "
-                f"{'model' if r.model_fingerprint != domain.model.fingerprint else 'cluster'} "
-                f"(trial {r.id!r}); use another --store"
-            )
-    done = sum(1 for r in existing.values() if not r.reference)
+    existing = _existing(domain, store, store_path)
+    firsts = [r for r in existing.values() if not r.reference and r.supersedes is None]
+    done = len(firsts)
     refs = sum(1 for r in existing.values() if r.reference)
-    failures = sum(1 for r in existing.values() if r.status != "ok" and not r.reference)
-    oks = [r.median_s for r in existing.values() if r.status == "ok" and not r.reference and r.median_s]
+    failures = sum(1 for r in firsts if r.status != "ok")
+    oks = [r.median_s for r in firsts if r.status == "ok" and r.median_s]
     best = min(oks) if oks else None
     last: TrialRecord | None = None
     store.write_meta({
@@ -226,6 +240,102 @@ def collect(
                     best = rec.median_s
             last = rec
             progress = CollectProgress(done, trials, last, best, failures)
+            if on_trial:
+                on_trial(progress)
+    return progress
+
+
+#: why a stored trial is measured again: ``unchecked`` (no foreign-CPU record) or ``disturbed``
+REMEASURE_REASONS: tuple[str, ...] = ("unchecked", "disturbed")
+
+
+def _needs_remeasure(r: TrialRecord, reasons: set[str]) -> bool:
+    if "disturbed" in reasons and r.machine.get("disturbed"):
+        return True
+    return "unchecked" in reasons and r.status == "ok" and "foreign_cpu" not in r.machine
+
+
+def remeasure_candidates(records: dict[str, TrialRecord] | list[TrialRecord],
+                         reasons: set[str] | tuple[str, ...]) -> list[TrialRecord]:
+    """The first measurements (not references, not re-measurements) among ``records`` that need
+    measuring again for one of ``reasons`` and that no undisturbed record supersedes yet, in
+    store order."""
+    reasons = set(reasons)
+    bad = sorted(reasons - set(REMEASURE_REASONS))
+    if bad:
+        raise ConfigError(f"--remeasure must be among {', '.join(REMEASURE_REASONS)}, got {bad[0]!r}")
+    recs = list(records.values()) if isinstance(records, dict) else list(records)
+    replaced = {r.supersedes for r in recs if r.supersedes and not r.machine.get("disturbed")}
+    return [r for r in recs if not r.reference and r.supersedes is None and r.id not in replaced
+            and _needs_remeasure(r, reasons)]
+
+
+def remeasure(
+    domain: Domain,
+    store_path: str | Path,
+    *,
+    reasons: set[str] | tuple[str, ...] = REMEASURE_REASONS,
+    launcher: str = "emulated",
+    seed: int = 0,
+    protocol: Protocol | None = None,
+    on_trial: Callable[[CollectProgress], None] | None = None,
+    log_dir: str | Path | None = None,
+    max_foreign_cpu: float = MAX_FOREIGN_CPU,
+    limit: int | None = None,
+) -> CollectProgress:
+    """Measure again the stored trials of ``domain`` that need it (:func:`remeasure_candidates`,
+    at most ``limit``), with the disturbance check, and append each new measurement with
+    ``supersedes`` = the old record's id. The stored trials must share ``protocol``; a drift
+    reference is measured at the start. Interrupted, it resumes with the trials still to do."""
+    from autosync_transfer.dataset.loader import strategy_from_record
+    from autosync_transfer.runtime.trial import Protocol as _Protocol
+    from autosync_transfer.strategies.builders import build
+
+    if not 0.0 < max_foreign_cpu <= 1.0:
+        raise ConfigError(f"max_foreign_cpu must be in (0, 1], got {max_foreign_cpu}")
+    if limit is not None and limit < 0:
+        raise ConfigError(f"limit must be >= 0, got {limit}")
+    protocol = protocol or _Protocol()
+    store = TrialStore(store_path)
+    existing = _existing(domain, store, store_path)
+    todo = remeasure_candidates(existing, reasons)[:limit]
+    progress = CollectProgress(0, len(todo), None, None, 0)
+    if not todo:
+        return progress
+    want = protocol.model_dump(mode="json")
+    for r in todo:
+        if {k: r.protocol.get(k) for k in ("warmup", "iters")} != {k: want[k] for k in ("warmup", "iters")}:
+            raise ConfigError(
+                f"trial {r.id!r} was measured with warmup={r.protocol.get('warmup')} "
+                f"iters={r.protocol.get('iters')}; re-measure it with the same --warmup/--iters "
+                f"(got warmup={want['warmup']} iters={want['iters']})"
+            )
+    refs = sum(1 for r in existing.values() if r.reference)
+    attempts: dict[str, int] = {}
+    for r in existing.values():
+        if r.supersedes:
+            attempts[r.supersedes] = attempts.get(r.supersedes, 0) + 1
+    reference = build(REFERENCE_BUILDER, domain)
+    with WorkerPool(domain, launcher, protocol, seed=seed, log_dir=log_dir) as pool:
+        res, start, facts = measure_undisturbed(pool, reference, max_foreign_cpu)
+        store.append(record_for(domain, reference, res, protocol, launcher, seed=seed,
+                                record_id=f"{domain.name}/reference-{refs}", reference=True,
+                                machine_start=start, machine_extra=facts))
+        for old in todo:
+            strategy = (None if old.strategy is None
+                        else strategy_from_record(old.strategy, domain.model))
+            res, start, facts = measure_undisturbed(pool, strategy, max_foreign_cpu)
+            n = attempts.get(old.id, 0) + 1
+            attempts[old.id] = n
+            rec = record_for(domain, strategy, res, protocol, launcher, seed=old.seed,
+                             record_id=f"{old.id}@{n}", machine_start=start, machine_extra=facts,
+                             supersedes=old.id)
+            store.append(rec)
+            failures = progress.failures + (rec.status != "ok")
+            best = progress.best_s
+            if rec.status == "ok" and rec.median_s is not None and (best is None or rec.median_s < best):
+                best = rec.median_s
+            progress = CollectProgress(progress.done + 1, len(todo), rec, best, failures)
             if on_trial:
                 on_trial(progress)
     return progress

@@ -35,6 +35,7 @@ __all__ = [
     "strategy_runtimes",
     "strategies_and_runtimes",
     "reference_noise",
+    "superseded_ids",
 ]
 
 #: environment variable that replaces the default datasets folder
@@ -42,6 +43,9 @@ DATASETS_ENV = "AUTOSYNC_DATASETS"
 STATUSES: tuple[str, ...] = ("ok", "failed", "timeout")
 
 PathLike = str | os.PathLike[str]
+
+#: columns added after schema version 1, with the value of a record that predates them
+_ADDED_COLUMNS: dict[str, Any] = {"supersedes": None}
 
 
 def default_datasets_dir() -> Path:
@@ -82,10 +86,14 @@ def _read_file(path: Path) -> pandas.DataFrame:
             table = pq.read_table(path)
         except (OSError, pa.ArrowException) as e:
             raise SpecError(f"cannot read parquet {str(path)!r}: {e}") from e
-        missing = [c for c in columns if c not in table.column_names]
+        missing = [c for c in columns if c not in table.column_names and c not in _ADDED_COLUMNS]
         if missing:
             raise SpecError(f"{str(path)!r} is not a trial table: no column {missing[0]!r}")
-        df = table.select(columns).to_pandas()
+        df = table.select([c for c in columns if c in table.column_names]).to_pandas()
+        for c, default in _ADDED_COLUMNS.items():  # written by an older schema version
+            if c not in df.columns:
+                df[c] = default
+        df = df[columns]
         df["iteration_times_s"] = [
             [float(x) for x in v] if v is not None else [] for v in df["iteration_times_s"]
         ]
@@ -106,6 +114,16 @@ def _disturbed(machine: object) -> bool:
     return bool(isinstance(machine, dict) and machine.get("disturbed"))
 
 
+def superseded_ids(df: pandas.DataFrame) -> set[str]:
+    """The ids of the trials in ``df`` that an undisturbed record of ``df`` supersedes."""
+    if "supersedes" not in df.columns:
+        return set()
+    by = df[df["supersedes"].notna()]
+    if not len(by):
+        return set()
+    return set(by.loc[~by["machine"].map(_disturbed), "supersedes"])
+
+
 def _as_set(value: str | Iterable[str] | None, what: str, known: Sequence[str] | None = None
             ) -> set[str] | None:
     if value is None:
@@ -124,12 +142,14 @@ def load_trials(
     domain: str | Iterable[str] | None = None,
     status: str | Iterable[str] | None = "ok",
     disturbed: bool = False,
+    superseded: bool = False,
 ) -> pandas.DataFrame:
     """Every trial in the given stores / parquet files / folders (default: the shipped
     datasets), one row per trial, filtered by ``domain`` and ``status`` (``None`` or ``"all"``:
     every status). A record found in several files (a store and its parquet copy) appears once.
     Trials the collector stored as disturbed by foreign CPU load (``machine.disturbed``) are left
-    out unless ``disturbed=True``.
+    out unless ``disturbed=True``; trials that an undisturbed re-measurement replaced (its
+    ``supersedes``) are left out unless ``superseded=True``.
     """
     pd = require("pandas")
 
@@ -141,6 +161,10 @@ def load_trials(
         return pd.DataFrame(columns=columns)
     df = pd.concat(frames, ignore_index=True)
     df = df.drop_duplicates(subset="id", keep="first")
+    if not superseded and len(df):
+        replaced = superseded_ids(df)
+        if replaced:
+            df = df[~df["id"].isin(replaced)]
     if domains is not None:
         df = df[df["domain"].isin(domains)]
     if statuses is not None:

@@ -57,8 +57,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: version of the :class:`TrialRecord` layout written by this code
-SCHEMA_VERSION = 1
+#: version of the :class:`TrialRecord` layout written by this code (2 added ``supersedes``)
+SCHEMA_VERSION = 2
 #: dict-valued record fields that tables (pandas, parquet) hold as JSON strings
 JSON_COLUMNS: tuple[str, ...] = ("strategy", "protocol", "machine")
 
@@ -115,6 +115,10 @@ class TrialRecord(BaseModel):
     :mod:`autosync_transfer.strategies.compact` (or, for imported data, its full JSON object), None for torch's
     own DDP. ``reference`` marks a re-measurement of an earlier strategy, taken to track drift
     and noise of the machine. ``wall_s`` is the time the trial took end to end (0 when unknown).
+    ``supersedes`` is the id of an earlier record of the same domain and strategy that this one
+    measures again and replaces (a trial measured before disturbance checks existed, or one
+    stored as disturbed); the loader leaves a record out once an undisturbed record supersedes
+    it, and the store keeps both.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -140,6 +144,7 @@ class TrialRecord(BaseModel):
     wall_s: float = Field(ge=0)
     machine: dict[str, Any]
     estimated_sync_s: float | None = None
+    supersedes: str | None = Field(default=None, min_length=1)
     schema_version: int = SCHEMA_VERSION
 
     @field_validator("iteration_times_s")
@@ -182,6 +187,9 @@ class TrialRecord(BaseModel):
     def _ok_has_time(self) -> TrialRecord:
         if self.status == "ok" and self.median_s is None:
             raise ValueError(f"an 'ok' trial needs median_s, got none (trial {self.id!r})")
+        if self.supersedes is not None and (self.reference or self.supersedes == self.id):
+            raise ValueError(f"supersedes must name another, non-reference trial, got "
+                             f"{self.supersedes!r} (trial {self.id!r})")
         return self
 
     @classmethod
@@ -199,6 +207,7 @@ class TrialRecord(BaseModel):
         estimated_sync_s: float | None = None,
         record_id: str | None = None,
         timestamp: str | None = None,
+        supersedes: str | None = None,
     ) -> TrialRecord:
         """The record of one :class:`~autosync_transfer.runtime.trial.TrialResult`
         (``strategy=None``: torch's own DDP, recorded with id and kind ``torch_ddp``)."""
@@ -227,6 +236,7 @@ class TrialRecord(BaseModel):
             wall_s=result.wall_s,
             machine=dict(machine),
             estimated_sync_s=estimated_sync_s,
+            supersedes=supersedes,
         )
 
     def to_row(self) -> dict[str, Any]:
@@ -501,7 +511,7 @@ def arrow_schema() -> Any:
         ("status", s), ("error", s), ("iteration_times_s", pa.list_(f64)), ("median_s", f64),
         ("protocol", s), ("launcher", s), ("reference", pa.bool_()), ("seed", pa.int64()),
         ("timestamp", s), ("wall_s", f64), ("machine", s), ("estimated_sync_s", f64),
-        ("schema_version", pa.int64()),
+        ("supersedes", s), ("schema_version", pa.int64()),
     ])
 
 
