@@ -28,7 +28,7 @@ def collect(
     reference_every: int = typer.Option(25, "--reference-every", min=0, help="Re-measure the reference strategy every N trials (0: never)."),
     timeout_s: float = typer.Option(300.0, "--timeout", min=1.0, help="Watchdog per trial, seconds."),
     cluster_file: Optional[str] = typer.Option(None, "--cluster-file", help="Use this resource-spec YAML as the cluster."),
-    max_foreign_cpu: float = typer.Option(0.15, "--max-foreign-cpu", min=0.01, max=1.0, help="Measure a trial again (when the machine is quiet) if other processes took more than this share of the CPU during it; 1 disables."),
+    max_foreign_cpu: float = typer.Option(0.05, "--max-foreign-cpu", min=0.01, max=1.0, help="Measure a trial again (when the machine is quiet) if other processes took more than this share of the CPU during it; 1 disables."),
     remeasure: Optional[str] = typer.Option(None, "--remeasure", help="First measure stored trials again: 'unchecked' (no foreign-CPU record), 'disturbed', or both comma-separated. The new records supersede the old ones."),
 ) -> None:
     """Measure strategies of DOMAIN for real and append them to a trial store (resumable)."""

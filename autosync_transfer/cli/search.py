@@ -34,7 +34,7 @@ def search(
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed iterations per trial."),
     iters: int = typer.Option(10, "--iters", min=1, help="Timed iterations per trial."),
     timeout_s: float = typer.Option(300.0, "--timeout", min=1.0, help="Watchdog per trial, seconds."),
-    max_foreign_cpu: float = typer.Option(0.15, "--max-foreign-cpu", min=0.01, max=1.0, help="Measure a trial again when other processes took more than this share of the CPU (1 disables)."),
+    max_foreign_cpu: float = typer.Option(0.05, "--max-foreign-cpu", min=0.01, max=1.0, help="Measure a trial again when other processes took more than this share of the CPU (1 disables)."),
     log: bool = typer.Option(True, "--log/--no-log", help="Log the run to MLflow and register the final simulator."),
     export_json: Optional[str] = typer.Option(None, "--export-json", help="Write the best strategy found as JSON."),
     export_autodist: Optional[str] = typer.Option(None, "--export-autodist", help="Write the best strategy found as an AutoDist strategy file."),

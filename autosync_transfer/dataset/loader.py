@@ -115,13 +115,17 @@ def _disturbed(machine: object) -> bool:
 
 
 def superseded_ids(df: pandas.DataFrame) -> set[str]:
-    """The ids of the trials in ``df`` that an undisturbed record of ``df`` supersedes."""
+    """The ids of the trials in ``df`` that an undisturbed record of ``df`` supersedes; of
+    several re-measurements of one trial only the latest counts, the earlier ones are
+    superseded too."""
     if "supersedes" not in df.columns:
         return set()
     by = df[df["supersedes"].notna()]
+    by = by[~by["machine"].map(_disturbed)]
     if not len(by):
         return set()
-    return set(by.loc[~by["machine"].map(_disturbed), "supersedes"])
+    latest = by.sort_values("timestamp", kind="stable").groupby("supersedes").tail(1)
+    return set(by["supersedes"]) | (set(by["id"]) - set(latest["id"]))
 
 
 def _as_set(value: str | Iterable[str] | None, what: str, known: Sequence[str] | None = None

@@ -193,7 +193,7 @@ class Searcher:
 
     def __init__(self, domain: Domain, store_path: str | Path, config: SearchConfig, *,
                  warm: Simulator | None = None, launcher: str = "emulated",
-                 protocol: Protocol | None = None, max_foreign_cpu: float = 0.15,
+                 protocol: Protocol | None = None, max_foreign_cpu: float = 0.05,
                  on_event: Callable[[SearchProgress], None] | None = None,
                  log_dir: str | Path | None = None) -> None:
         if launcher not in LAUNCHERS:

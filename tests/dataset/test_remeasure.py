@@ -38,11 +38,15 @@ def test_candidates_are_unchecked_or_disturbed_first_measurements() -> None:
         rec("e@1", "s5", machine=CHECKED, supersedes="e"),            # already done
         rec("f", "s6", machine={}),
         rec("f@1", "s6", machine={"foreign_cpu": 0.4, "disturbed": True}, supersedes="f"),
+        rec("g", "s7", machine={"foreign_cpu": 0.12}),                # above today's 5 %
+        rec("h", "s8", machine={}),
+        rec("h@1", "s8", machine={"foreign_cpu": 0.08}, supersedes="h"),  # so is its redo
     ]
     ids = lambda reasons: [r.id for r in remeasure_candidates(records, reasons)]  # noqa: E731
-    assert ids(("unchecked",)) == ["a", "f"]  # f: its re-measurement was disturbed, try again
-    assert ids(("disturbed",)) == ["c"]
-    assert ids(("unchecked", "disturbed")) == ["a", "c", "f"]
+    assert ids(("unchecked",)) == ["a", "f", "h"]  # f, h: their redo was disturbed, try again
+    assert ids(("disturbed",)) == ["c", "g"]
+    assert ids(("unchecked", "disturbed")) == ["a", "c", "f", "g", "h"]
+    assert [r.id for r in remeasure_candidates(records, ("disturbed",), 0.2)] == ["c"]
     with pytest.raises(Exception, match="--remeasure must be among"):
         remeasure_candidates(records, ("noisy",))
 
@@ -61,6 +65,12 @@ def test_loader_uses_the_undisturbed_remeasurement(tmp_path: Path) -> None:
     assert superseded_ids(load_trials(tmp_path, superseded=True, disturbed=True)) == {"a"}
     everything = load_trials(tmp_path, superseded=True, disturbed=True)
     assert sorted(everything["id"]) == ["a", "a@1", "b", "b@1"]
+    # a second re-measurement (the first was above today's threshold) replaces the first too
+    later = rec("a@2", "s1", machine=CHECKED, median=0.25, supersedes="a")
+    assert store.append(later.model_copy(update={"timestamp": "2024-05-02T12:00:00+00:00"}))
+    df = load_trials(tmp_path)
+    assert sorted(df["id"]) == ["a@2", "b"]
+    assert superseded_ids(load_trials(tmp_path, superseded=True)) == {"a", "a@1"}
 
 
 def test_parquet_written_before_supersedes_still_loads(tmp_path: Path) -> None:
