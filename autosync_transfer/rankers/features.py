@@ -612,9 +612,22 @@ class Featurizer:
             return self._columns_of_sampled(strategies)
         return self._columns_of_objects(strategies)
 
-    def _batch(self, strategies: Sequence[Strategy], full: bool = True) -> Any:
+    def totals(self, strategies: Sequence[Strategy]) -> np.ndarray:
+        """The analytical bottleneck time of every strategy, in seconds (float64: the ``total``
+        aggregate times the reference time, before rounding to float32), computed like
+        :meth:`aggregates`; equal to ``costmodel.estimate(s, domain).total_s`` up to float
+        rounding."""
+        parts = [self._batch(batch, full=False, totals=True)
+                 for batch in self._batches(strategies, _AGG_ROWS_PER_BATCH)]
+        if not parts:
+            return np.zeros(0, dtype=np.float64)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _batch(self, strategies: Sequence[Strategy], full: bool = True,
+               totals: bool = False) -> Any:
         """Features of one batch: a list of :class:`StrategyFeatures` (``full``), or only the
-        ``agg`` table ``[B, F_agg]`` (float32), which skips every per-row output."""
+        ``agg`` table ``[B, F_agg]`` (float32), which skips every per-row output, or (``totals``)
+        only the bottleneck times in seconds (float64)."""
         t = self.tables
         B = len(strategies)
         V, N = t.num_vars, t.num_nodes
@@ -795,6 +808,8 @@ class Featurizer:
         ar_total = grp_time.reshape(B, GM).sum(axis=1)
         ps_node_max = node_ps.max(axis=1)
         total = ar_total + ps_node_max
+        if totals:
+            return total
         per_server = srv_time.reshape(B, N)
         sum_s = per_server.sum(axis=1) + ar_total
         ps_bytes = srv_bytes.reshape(B, N).sum(axis=1)

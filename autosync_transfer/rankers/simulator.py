@@ -37,7 +37,7 @@ from torch import Tensor
 
 from autosync_transfer.errors import ConfigError, NotFittedError, UnknownNameError
 from autosync_transfer.rankers import metrics
-from autosync_transfer.rankers.costmodel import AnalyticalRanker, CostModelConfig
+from autosync_transfer.rankers.costmodel import CostModelConfig
 from autosync_transfer.rankers.features import (
     FEATURE_SCHEMA,
     FEATURE_SCHEMA_VERSION,
@@ -246,7 +246,8 @@ class Simulator:
               batch_size: int = 64) -> np.ndarray:
         """Slowness scores (float64, one per strategy, in order) of ``strategies`` on
         ``domain``: lower = predicted faster. The analytical kind returns its predicted sync
-        seconds. Deterministic (eval mode, no gradients).
+        seconds (computed by the featurizer in float64: ``costmodel.estimate``'s ``total_s`` up to
+        float rounding). Deterministic (eval mode, no gradients).
 
         ``strategies`` may be a :class:`~autosync_transfer.strategies.sampler.SampledBatch`
         (what search and ``recommend`` score): it is featurized from its arrays, without building
@@ -256,7 +257,9 @@ class Simulator:
             strategies = list(strategies)
         if self.kind == ANALYTICAL:
             self._check()
-            return AnalyticalRanker(self.costmodel_config).score(strategies, domain)
+            if not len(strategies):
+                return np.zeros(0, dtype=np.float64)
+            return self._featurizer_for(domain).totals(strategies)
         if not len(strategies):
             return np.zeros(0, dtype=np.float64)
         module = self.module

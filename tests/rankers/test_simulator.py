@@ -244,3 +244,24 @@ def test_scoring_a_sampled_batch_equals_scoring_its_objects(kind: str) -> None:
     np.testing.assert_allclose(from_batch, from_objects, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(from_batch, reference, rtol=1e-5, atol=1e-6)
     assert np.unique(from_batch).size > 10  # the scores do tell the strategies apart
+
+
+@pytest.mark.parametrize("config", ["dataset", "default"])
+def test_analytical_scores_are_the_cost_model_estimates(config: str) -> None:
+    """The analytical simulator scores through the featurizer's float64 totals: the cost model's
+    ``total_s`` of every strategy (from a batch without building it, or from objects), in a
+    homogeneous, a heterogeneous and a dense domain."""
+    from autosync_transfer.rankers.costmodel import estimate
+    from autosync_transfer.strategies.sampler import StrategySampler
+    from autosync_transfer.testing import tiny_domain
+
+    sim = Simulator("analytical")
+    for dom in (tiny_domain(2, [2, 1]), tiny_domain(3, [2, 1, 1], [1.0, 1.0, 0.25]),
+                tiny_domain(4, 1, sparse_embedding=False)):
+        batch = StrategySampler(dom, config, seed=5).sample_batch(120)
+        got = sim.score(batch, dom)
+        assert batch._built == {} and got.dtype == np.float64  # noqa: SLF001
+        want = np.array([estimate(s, dom).total_s for s in batch])
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+        np.testing.assert_array_equal(sim.score(list(batch), dom), got)
+        assert sim.score([], dom).shape == (0,)
