@@ -2,8 +2,8 @@
 
 Counts (ok / failed / timeout), failure rate, noise of the drift reference (coefficient of
 variation of its re-measurements: all of them, and those taken with the foreign-CPU check), how
-many trials still lack that check (``unchk``: measured before it existed and not yet measured
-again with ``collect --remeasure``), spread of the sampled strategies (worst / best), and the
+many ok trials still lack that check (``unchk``: measured before it existed and not yet
+measured again with ``collect --remeasure``), spread of the sampled strategies (worst / best), and the
 room a search has: speed-up of the best sampled strategy over the best hand-optimized builder and
 over torch DDP, all from the same store.
 
@@ -43,7 +43,7 @@ def main() -> int:
             cvs.append(cv)
         if cv_checked == cv_checked:
             cvs_checked.append(cv_checked)
-        unchecked = int((~trials["checked"]).sum())
+        unchecked = int((~ok["checked"]).sum())
         sampled = ok[ok["strategy_kind"] == "sampled"]["median_s"]
         builders = ok[ok["strategy_kind"].isin(list(BUILDERS))]["median_s"]
         ddp = ok[ok["strategy_kind"] == "torch_ddp"]["median_s"]

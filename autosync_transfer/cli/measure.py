@@ -53,6 +53,11 @@ def collect(
         if bad:
             raise ConfigError(f"--remeasure must be among {', '.join(REMEASURE_REASONS)} "
                               f"(comma-separated), got {bad[0]!r}")
+    if sampler not in ("random", "builders"):
+        raise ConfigError(f"--sampler must be 'random' or 'builders', got {sampler!r}")
+    from autosync_transfer.strategies.sampler import preset as sampler_preset
+
+    sampler_preset(preset)  # an unknown --preset fails before anything is measured
     domain = resolve_domain(domain_name, cluster_file)
     path = Path(store) if store else Path(DEFAULT_STORE_DIR) / f"{domain.name}.jsonl"
     proto = _protocol(warmup, iters, timeout_s)
@@ -101,8 +106,10 @@ def _remeasure(domain, path, reasons, launcher, seed, proto, max_foreign_cpu) ->
                                protocol=proto, on_trial=on_trial,
                                log_dir=path.parent / "logs" / domain.name,
                                max_foreign_cpu=max_foreign_cpu)
+    skipped = (f"; {result.skipped} measured with another launcher or --warmup/--iters left as "
+               f"they are" if result.skipped else "")
     out().print(f"{domain.name}: {result.done} trials measured again in {path} "
-                f"({result.failures} failed)")
+                f"({result.failures} failed{skipped})")
 
 
 def run(

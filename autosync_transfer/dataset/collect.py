@@ -49,6 +49,8 @@ class CollectProgress:
     last: TrialRecord | None
     best_s: float | None
     failures: int
+    #: (re-measurement) trials that need it but were measured with another launcher or protocol
+    skipped: int = 0
 
 
 def planned_strategies(domain: Domain, sampler: str, seed: int, n: int,
@@ -131,7 +133,7 @@ def measure_undisturbed(pool: WorkerPool, strategy: Strategy | None, max_foreign
         with CpuWatch() as watch:
             res = _run_with_retries(pool, strategy)
         facts = {"foreign_cpu": None if watch.foreign is None else round(watch.foreign, 4),
-                 "attempts": attempt}
+                 "attempts": attempt, "max_foreign_cpu": max_foreign_cpu}
         if waited:
             facts["waited_quiet_s"] = round(waited, 1)
         if watch.foreign is None or watch.foreign <= max_foreign_cpu or res.status != "ok":
@@ -262,18 +264,22 @@ def _needs_remeasure(r: TrialRecord, reasons: set[str], max_foreign_cpu: float) 
 def remeasure_candidates(records: dict[str, TrialRecord] | list[TrialRecord],
                          reasons: set[str] | tuple[str, ...],
                          max_foreign_cpu: float = MAX_FOREIGN_CPU) -> list[TrialRecord]:
-    """The first measurements (not references, not re-measurements) among ``records`` that need
-    measuring again for one of ``reasons`` and that no undisturbed record supersedes yet, in
-    store order. A re-measurement that is itself disturbed (or above ``max_foreign_cpu``)
-    does not count."""
+    """The first measurements of a collection among ``records`` (not references, not
+    re-measurements, not a search run's trials) that need measuring again for one of
+    ``reasons`` and that no valid re-measurement supersedes yet
+    (:func:`~autosync_transfer.dataset.loader.valid_remeasurement`, the loader's rule), in store
+    order."""
+    from autosync_transfer.dataset.loader import valid_remeasurement
+
     reasons = set(reasons)
     bad = sorted(reasons - set(REMEASURE_REASONS))
     if bad:
         raise ConfigError(f"--remeasure must be among {', '.join(REMEASURE_REASONS)}, got {bad[0]!r}")
     recs = list(records.values()) if isinstance(records, dict) else list(records)
     replaced = {r.supersedes for r in recs
-                if r.supersedes and not _needs_remeasure(r, {"disturbed"}, max_foreign_cpu)}
+                if r.supersedes and valid_remeasurement(r.status, r.machine)}
     return [r for r in recs if not r.reference and r.supersedes is None and r.id not in replaced
+            and not r.id.startswith(f"{r.domain}/search/")  # a search run's store is its state
             and _needs_remeasure(r, reasons, max_foreign_cpu)]
 
 
@@ -292,8 +298,10 @@ def remeasure(
 ) -> CollectProgress:
     """Measure again the stored trials of ``domain`` that need it (:func:`remeasure_candidates`,
     at most ``limit``), with the disturbance check, and append each new measurement with
-    ``supersedes`` = the old record's id. The stored trials must share ``protocol``; a drift
-    reference is measured at the start. Interrupted, it resumes with the trials still to do."""
+    ``supersedes`` = the old record's id. Only trials measured with this ``launcher`` and the
+    same warm-up and timed iterations as ``protocol`` are measured again; the others are
+    counted in ``skipped``. A drift reference is measured at the start. Interrupted, it resumes
+    with the trials still to do."""
     from autosync_transfer.dataset.loader import strategy_from_record
     from autosync_transfer.runtime.trial import Protocol as _Protocol
     from autosync_transfer.strategies.builders import build
@@ -305,18 +313,15 @@ def remeasure(
     protocol = protocol or _Protocol()
     store = TrialStore(store_path)
     existing = _existing(domain, store, store_path)
-    todo = remeasure_candidates(existing, reasons, max_foreign_cpu)[:limit]
-    progress = CollectProgress(0, len(todo), None, None, 0)
+    want = protocol.model_dump(mode="json")
+    needed = remeasure_candidates(existing, reasons, max_foreign_cpu)
+    todo = [r for r in needed if r.launcher == launcher
+            and all(r.protocol.get(k) == want[k] for k in ("warmup", "iters"))][:limit]
+    skipped = sum(1 for r in needed if r.launcher != launcher
+                  or any(r.protocol.get(k) != want[k] for k in ("warmup", "iters")))
+    progress = CollectProgress(0, len(todo), None, None, 0, skipped)
     if not todo:
         return progress
-    want = protocol.model_dump(mode="json")
-    for r in todo:
-        if {k: r.protocol.get(k) for k in ("warmup", "iters")} != {k: want[k] for k in ("warmup", "iters")}:
-            raise ConfigError(
-                f"trial {r.id!r} was measured with warmup={r.protocol.get('warmup')} "
-                f"iters={r.protocol.get('iters')}; re-measure it with the same --warmup/--iters "
-                f"(got warmup={want['warmup']} iters={want['iters']})"
-            )
     refs = sum(1 for r in existing.values() if r.reference)
     attempts: dict[str, int] = {}
     for r in existing.values():
@@ -337,12 +342,13 @@ def remeasure(
             rec = record_for(domain, strategy, res, protocol, launcher, seed=old.seed,
                              record_id=f"{old.id}@{n}", machine_start=start, machine_extra=facts,
                              supersedes=old.id)
-            store.append(rec)
+            if not store.append(rec):  # another process measured it meanwhile
+                continue
             failures = progress.failures + (rec.status != "ok")
             best = progress.best_s
             if rec.status == "ok" and rec.median_s is not None and (best is None or rec.median_s < best):
                 best = rec.median_s
-            progress = CollectProgress(progress.done + 1, len(todo), rec, best, failures)
+            progress = CollectProgress(progress.done + 1, len(todo), rec, best, failures, skipped)
             if on_trial:
                 on_trial(progress)
     return progress

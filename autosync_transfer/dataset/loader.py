@@ -36,6 +36,7 @@ __all__ = [
     "strategies_and_runtimes",
     "reference_noise",
     "superseded_ids",
+    "valid_remeasurement",
 ]
 
 #: environment variable that replaces the default datasets folder
@@ -114,14 +115,32 @@ def _disturbed(machine: object) -> bool:
     return bool(isinstance(machine, dict) and machine.get("disturbed"))
 
 
+def valid_remeasurement(status: str, machine: object) -> bool:
+    """Whether a re-measurement (a record with ``supersedes``) replaces the trial it names: it
+    ran ok, was not stored as disturbed and stayed within the foreign-CPU threshold it was
+    measured under (``machine.max_foreign_cpu``, when recorded)."""
+    if status != "ok":
+        return False
+    if isinstance(machine, str):
+        try:
+            machine = json.loads(machine)
+        except ValueError:
+            return False
+    if not isinstance(machine, dict) or machine.get("disturbed"):
+        return False
+    foreign, limit = machine.get("foreign_cpu"), machine.get("max_foreign_cpu")
+    return not (isinstance(foreign, (int, float)) and isinstance(limit, (int, float))
+                and foreign > limit)
+
+
 def superseded_ids(df: pandas.DataFrame) -> set[str]:
-    """The ids of the trials in ``df`` that an undisturbed record of ``df`` supersedes; of
-    several re-measurements of one trial only the latest counts, the earlier ones are
-    superseded too."""
+    """The ids of the trials in ``df`` that a valid re-measurement in ``df`` supersedes
+    (:func:`valid_remeasurement`); of several valid re-measurements of one trial only the
+    latest counts, the earlier ones are superseded too."""
     if "supersedes" not in df.columns:
         return set()
     by = df[df["supersedes"].notna()]
-    by = by[~by["machine"].map(_disturbed)]
+    by = by[[valid_remeasurement(s, m) for s, m in zip(by["status"], by["machine"])]]
     if not len(by):
         return set()
     latest = by.sort_values("timestamp", kind="stable").groupby("supersedes").tail(1)
@@ -152,8 +171,8 @@ def load_trials(
     datasets), one row per trial, filtered by ``domain`` and ``status`` (``None`` or ``"all"``:
     every status). A record found in several files (a store and its parquet copy) appears once.
     Trials the collector stored as disturbed by foreign CPU load (``machine.disturbed``) are left
-    out unless ``disturbed=True``; trials that an undisturbed re-measurement replaced (its
-    ``supersedes``) are left out unless ``superseded=True``.
+    out unless ``disturbed=True``; trials that a valid re-measurement replaced (its
+    ``supersedes``; :func:`valid_remeasurement`) are left out unless ``superseded=True``.
     """
     pd = require("pandas")
 

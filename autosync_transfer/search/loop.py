@@ -236,7 +236,8 @@ class Searcher:
         progress = SearchProgress(self.domain.name, self.name, self.config.budget)
         strategies: dict[str, Strategy] = {}  # record id -> strategy
         for r in self.store.records():
-            if r.domain != self.domain.name or not r.id.startswith(self._prefix()):
+            if (r.domain != self.domain.name or not r.id.startswith(self._prefix())
+                    or r.supersedes is not None):  # a search measures each trial once
                 continue
             if (r.model_fingerprint, r.cluster_fingerprint) != (self.domain.model.fingerprint,
                                                                  self.domain.cluster.fingerprint):

@@ -40,12 +40,16 @@ def test_candidates_are_unchecked_or_disturbed_first_measurements() -> None:
         rec("f@1", "s6", machine={"foreign_cpu": 0.4, "disturbed": True}, supersedes="f"),
         rec("g", "s7", machine={"foreign_cpu": 0.12}),                # above today's 5 %
         rec("h", "s8", machine={}),
-        rec("h@1", "s8", machine={"foreign_cpu": 0.08}, supersedes="h"),  # so is its redo
+        rec("h@1", "s8", machine={"foreign_cpu": 0.08, "max_foreign_cpu": 0.05},
+            supersedes="h"),                                          # over its own threshold
+        rec("i", "s9", machine={}),
+        rec("i@1", "s9", machine=CHECKED, status="timeout", supersedes="i"),  # redo failed
+        rec("ncf-A/search/run/x", "s10", machine={}),                 # a search run's state
     ]
     ids = lambda reasons: [r.id for r in remeasure_candidates(records, reasons)]  # noqa: E731
-    assert ids(("unchecked",)) == ["a", "f", "h"]  # f, h: their redo was disturbed, try again
+    assert ids(("unchecked",)) == ["a", "f", "h", "i"]  # f, h, i: their redo does not count
     assert ids(("disturbed",)) == ["c", "g"]
-    assert ids(("unchecked", "disturbed")) == ["a", "c", "f", "g", "h"]
+    assert ids(("unchecked", "disturbed")) == ["a", "c", "f", "g", "h", "i"]
     assert [r.id for r in remeasure_candidates(records, ("disturbed",), 0.2)] == ["c"]
     with pytest.raises(Exception, match="--remeasure must be among"):
         remeasure_candidates(records, ("noisy",))
@@ -71,6 +75,14 @@ def test_loader_uses_the_undisturbed_remeasurement(tmp_path: Path) -> None:
     df = load_trials(tmp_path)
     assert sorted(df["id"]) == ["a@2", "b"]
     assert superseded_ids(load_trials(tmp_path, superseded=True)) == {"a", "a@1"}
+    # a re-measurement that failed, or went over its threshold, leaves the trial in place
+    assert store.append(rec("c", "s3", machine={}, median=0.4))
+    assert store.append(rec("c@1", "s3", machine=CHECKED, status="timeout", supersedes="c"))
+    assert store.append(rec("d", "s4", machine={}, median=0.5))
+    assert store.append(rec("d@1", "s4", machine={"foreign_cpu": 0.3, "max_foreign_cpu": 0.05},
+                            median=0.7, supersedes="d"))
+    df = load_trials(tmp_path)
+    assert {"c", "d"} <= set(df["id"]) and "c@1" not in set(df["id"])
 
 
 def test_parquet_written_before_supersedes_still_loads(tmp_path: Path) -> None:
@@ -144,16 +156,25 @@ def test_collect_remeasure_for_real(cli, tmp_path: Path) -> None:  # noqa: ANN00
     assert store.read_text() == before
 
 
-def test_remeasure_refuses_another_protocol_and_bad_reasons(cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_remeasure_leaves_other_protocols_alone_and_refuses_bad_input(cli, tmp_path: Path) -> None:  # noqa: ANN001
     from autosync_transfer.domains.catalog import get_domain
 
     d = get_domain("ncf-A")
     store = tmp_path / "t.jsonl"
     TrialStore(store).append(rec("ncf-A/x", "s1", machine={}).model_copy(update={
         "model_fingerprint": d.model.fingerprint, "cluster_fingerprint": d.cluster.fingerprint}))
+    before = store.read_text()
     r = cli("collect", "ncf-A", "--remeasure", "unchecked", "--store", str(store),
-            "--launcher", "local", "--warmup", "1", "--iters", "5")
-    assert r.code == 2 and "measured with warmup=1 iters=2" in r.err, r.err
+            "--launcher", "local", "--warmup", "1", "--iters", "5", "--max-foreign-cpu", "1")
+    assert r.code == 0, r.err
+    assert "0 trials measured again" in r.out and "1 measured with another launcher" in r.out
+    r = cli("collect", "ncf-A", "--remeasure", "unchecked", "--store", str(store),
+            "--launcher", "emulated", "--warmup", "1", "--iters", "2")
+    assert r.code == 0 and "1 measured with another launcher" in r.out, r.err
+    assert store.read_text() == before
+    r = cli("collect", "ncf-A", "--remeasure", "unchecked", "--trials", "3", "--store",
+            str(store), "--preset", "odd")
+    assert r.code == 2 and "unknown sampler preset 'odd'" in r.err
     r = cli("collect", "ncf-A", "--remeasure", "noisy", "--store", str(store))
     assert r.code == 2 and "--remeasure must be among" in r.err and "'noisy'" in r.err
     r = cli("collect", "ncf-A", "--store", str(store))
