@@ -41,6 +41,8 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=200)
     ap.add_argument("--per-round", type=int, default=10)
     ap.add_argument("--candidates", type=int, default=1000)
+    ap.add_argument("--neighbours", type=int, default=200,
+                    help="candidates per round near the fastest measured strategies (0: none)")
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--launcher", default="emulated")
@@ -85,7 +87,8 @@ def main() -> int:
                 warm, _ = warm_simulator(src, trials=args.trials, seed=args.seed,
                                          max_epochs=args.epochs)
             cfg = SearchConfig(method=method, budget=args.budget, per_round=args.per_round,  # type: ignore[arg-type]
-                               candidates=args.candidates, seed=args.seed, max_epochs=args.epochs)
+                               candidates=args.candidates, seed=args.seed, max_epochs=args.epochs,
+                               neighbours=args.neighbours)
             name = run_name(cfg, warm is not None)
             store = Path(args.store_dir) / dname / f"{name}.jsonl"
             t0 = time.monotonic()

@@ -23,6 +23,7 @@ def search(
     warm_start: Optional[str] = typer.Option(None, "--warm-start", metavar="SOURCE_DOMAIN|MODEL_URI", help="Start from this simulator (a domain's registry champion, trained first if absent, or models:/NAME@ALIAS) and fine-tune it every round."),
     per_round: int = typer.Option(10, "--per-round", "-k", min=1, help="Trials per round (the simulator is re-trained between rounds)."),
     candidates: int = typer.Option(1000, "--candidates", min=1, help="Sampled candidates scored per round."),
+    neighbours: int = typer.Option(200, "--neighbours", min=0, help="Candidates per round near the 3 fastest strategies measured so far, builders included (ranked methods only; 0: none)."),
     launcher: str = typer.Option("emulated", "--launcher", help="emulated (network namespaces, needs root), local, or torchrun (real cluster: torchrun workers you start on every node follow the search's job queue; the command is printed)."),
     seed: int = typer.Option(0, "--seed"),
     preset: str = typer.Option("dataset", "--preset", help="Sampler preset (see strategies sample --preset); default: the space the dataset and its simulators were sampled from."),
@@ -65,7 +66,7 @@ def search(
         check_collect(launcher)
     config = SearchConfig(method=method, budget=budget, per_round=per_round, candidates=candidates,  # type: ignore[arg-type]
                           seed=seed, preset=preset, diversity=diversity, ranker=ranker,
-                          max_epochs=epochs)
+                          max_epochs=epochs, neighbours=neighbours)
     from autosync_transfer.runtime.trial import Protocol
 
     protocol = Protocol(warmup=warmup, iters=iters, timeout_s=timeout_s)

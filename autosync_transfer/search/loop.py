@@ -4,7 +4,11 @@ A search spends a budget of real trials on one domain, in rounds of ``per_round`
 
 1. **reference**: every hand-optimized builder and torch DDP is measured first, in the same run
    (not counted in the budget) — the numbers the search has to beat;
-2. **propose**: ``candidates`` strategies from the constrained sampler (a fresh seed per round);
+2. **propose**: ``candidates`` strategies from the constrained sampler (a fresh seed per round)
+   and, for the ranked methods (``autosync`` once it has a simulator, ``analytical``),
+   ``neighbours`` strategies near the ``parents`` fastest measured so far, builders included
+   (:mod:`autosync_transfer.search.neighbours`: a few variables re-configured from a sampled
+   donor);
 3. **rank and pick** ``per_round`` of them, by method:
 
    - ``autosync``: the simulator's scores, best first with diversity
@@ -83,6 +87,8 @@ class SearchConfig(BaseModel):
     min_train: int = Field(default=10, ge=2)
     ranker: str = "rnn"
     max_epochs: int = Field(default=30, ge=1)
+    neighbours: int = Field(default=200, ge=0)
+    parents: int = Field(default=3, ge=1)
 
 
 def run_name(config: SearchConfig, warm: bool) -> str:
@@ -302,12 +308,23 @@ class Searcher:
             self.simulator = FromScratch(self.config.ranker, training=training).fit(
                 None, data, seed=self.config.seed).simulator
 
+    def _round_seed(self, round_no: int) -> int:
+        return (self.config.seed * 100003 + round_no * 7919 + 17) % (2**31 - 1)
+
     def _candidates(self, round_no: int) -> SampledBatch:
         from autosync_transfer.strategies.sampler import StrategySampler, preset
 
-        seed = (self.config.seed * 100003 + round_no * 7919 + 17) % (2**31 - 1)
-        return StrategySampler(self.domain, preset(self.config.preset), seed=seed).sample_batch(
-            self.config.candidates)
+        return StrategySampler(self.domain, preset(self.config.preset),
+                               seed=self._round_seed(round_no)).sample_batch(self.config.candidates)
+
+    def _parents(self, progress: SearchProgress, strategies: dict[str, Strategy]
+                 ) -> list[Strategy]:
+        """The ``parents`` fastest strategies measured in this run, builders included."""
+        timed = [(t, f"{self._prefix()}reference/{name}") for name, t in progress.references.items()
+                 if t and name != TORCH_DDP]
+        timed += [(r.median_s, r.id) for r in progress.trials if r.status == "ok" and r.median_s]
+        timed.sort()
+        return [strategies[rid] for _, rid in timed if rid in strategies][: self.config.parents]
 
     @staticmethod
     def _unmeasured(cands: SampledBatch, order: Iterable[int], measured: set[str], limit: int
@@ -326,23 +343,29 @@ class Searcher:
                 break
         return out
 
-    def _pick(self, round_no: int, k: int, measured: set[str], history: list[Strategy]
-              ) -> list[Strategy]:
+    def _pick(self, round_no: int, k: int, measured: set[str], history: list[Strategy],
+              parents: Sequence[Strategy] = ()) -> list[Strategy]:
+        from autosync_transfer.search.neighbours import neighbours
         from autosync_transfer.search.selection import POOL, select_diverse
 
         method = self.config.method
         if method == "tpe":
             return self._tpe_ask(k, measured)
-        cands = self._candidates(round_no)
+        sampled = self._candidates(round_no)
         if method == "random" or (method == "autosync" and self.simulator is None):
-            return [cands[i] for i in self._unmeasured(cands, range(len(cands)), measured, k)]
+            return [sampled[i] for i in self._unmeasured(sampled, range(len(sampled)), measured, k)]
         if method == "analytical":
-            from autosync_transfer.rankers.costmodel import AnalyticalRanker
+            from autosync_transfer.rankers.simulator import Simulator
 
-            scores = AnalyticalRanker().score(cands, self.domain)
+            simulator = Simulator("analytical")
         else:
             assert self.simulator is not None
-            scores = self.simulator.score(cands, self.domain)
+            simulator = self.simulator
+        near = neighbours(parents, sampled[: min(len(sampled), 64)], self.config.neighbours,
+                          self.domain, seed=self._round_seed(round_no) + 1)
+        cands: Sequence[Strategy] = _Joined(sampled, near)
+        scores = np.concatenate([simulator.score(sampled, self.domain),
+                                 simulator.score(near, self.domain)])
         scores = np.where(np.isfinite(scores), scores, np.inf)
         order = np.lexsort((np.arange(len(cands)), scores))
         # select_diverse considers only the best-scored unmeasured candidates (its pool), so only
@@ -504,7 +527,8 @@ class Searcher:
                 self._emit(progress, f"round {round_no}: training the simulator on "
                                      f"{len(measured)} strategies")
                 self._retrain(progress, strategies)
-            picks = self._pick(round_no, k, measured, history)
+            picks = self._pick(round_no, k, measured, history,
+                               self._parents(progress, strategies))
             if not picks:
                 raise ConfigError(f"the sampler proposes no new strategy for {self.domain.name} "
                                   f"(every candidate of round {round_no} was measured already)")
@@ -532,6 +556,23 @@ class Searcher:
             best = strategies.get(best_rec.id)
         return SearchResult(self.domain.name, self.name, cfg, self.store.path, best, summary,
                             self.simulator if cfg.method == "autosync" else None)
+
+
+class _Joined(Sequence[Strategy]):
+    """Two sequences of strategies read as one (the sampled batch stays lazy)."""
+
+    def __init__(self, first: Sequence[Strategy], second: Sequence[Strategy]) -> None:
+        self.first, self.second = first, second
+
+    def __len__(self) -> int:
+        return len(self.first) + len(self.second)
+
+    def __getitem__(self, i: int) -> Strategy:  # type: ignore[override]
+        n = len(self.first)
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i = i % len(self)
+        return self.first[i] if i < n else self.second[i - n]
 
 
 def _ms(rec: TrialRecord) -> str:

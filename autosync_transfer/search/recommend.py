@@ -24,7 +24,7 @@ def recommend(model: Any, cluster: Cluster, simulator: Any = None, *, candidates
     :class:`~autosync_transfer.rankers.simulator.Simulator` (e.g. loaded from the registry), or
     ``None`` for the analytical cost model.
     """
-    from autosync_transfer.rankers.costmodel import AnalyticalRanker
+    from autosync_transfer.rankers.simulator import Simulator
     from autosync_transfer.strategies.builders import BUILDERS, build
     from autosync_transfer.strategies.sampler import StrategySampler
     from autosync_transfer.strategies.sampler import preset as sampler_preset
@@ -34,7 +34,7 @@ def recommend(model: Any, cluster: Cluster, simulator: Any = None, *, candidates
     domain = Domain(name=f"{graph.name}-{cluster.name}", model=graph, cluster=cluster)
     builders = [build(b, domain) for b in BUILDERS]
     sampled = StrategySampler(domain, sampler_preset(preset), seed=seed).sample_batch(candidates)
-    ranker = simulator or AnalyticalRanker()
+    ranker = simulator or Simulator("analytical")
     # the sampled candidates are scored from the sampler's arrays; only the pick is built
     scores = np.concatenate((ranker.score(builders, domain), ranker.score(sampled, domain)))
     best = int(np.lexsort((np.arange(scores.size), scores))[0])

@@ -1,0 +1,56 @@
+"""Neighbours of measured strategies: valid, distinct, near their parent, deterministic; the
+ranked search methods consider them beside the sampled candidates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autosync_transfer.domains.catalog import get_domain
+from autosync_transfer.errors import ConfigError
+from autosync_transfer.search.loop import SearchConfig, Searcher
+from autosync_transfer.search.neighbours import NEIGHBOUR_KIND, neighbours
+from autosync_transfer.strategies.builders import build
+from autosync_transfer.strategies.sampler import StrategySampler
+from autosync_transfer.strategies.validate import violations
+
+
+@pytest.mark.parametrize("name", ["ncf-C", "bert-3l-B"])
+def test_neighbours_are_valid_distinct_and_near_their_parent(name: str) -> None:
+    d = get_domain(name)
+    parents = [build("ps_lb", d), build("all_reduce", d)]
+    donors = list(StrategySampler(d, "dataset", seed=3).sample_batch(20))
+    near = neighbours(parents, donors, 60, d, seed=7, max_share=0.1)
+    assert len(near) >= 50
+    fps = [s.fingerprint for s in near]
+    assert len(set(fps)) == len(fps) and not set(fps) & {p.fingerprint for p in parents}
+    v = len(parents[0].nodes)
+    for i, s in enumerate(near):
+        assert s.kind == NEIGHBOUR_KIND and s.id == f"nb-{s.fingerprint}"
+        assert not violations(s, d)
+        changed = min(sum(a != b for a, b in zip(p.nodes, s.nodes)) for p in parents)
+        assert 1 <= changed <= max(1, round(0.1 * v))
+    again = neighbours(parents, donors, 60, d, seed=7, max_share=0.1)
+    assert [s.fingerprint for s in again] == fps
+    assert neighbours(parents, donors, 0, d) == [] and neighbours([], donors, 5, d) == []
+    with pytest.raises(ConfigError, match="max_share"):
+        neighbours(parents, donors, 5, d, max_share=0)
+
+
+def test_ranked_search_picks_among_neighbours(tmp_path: Path) -> None:
+    """With few sampled candidates, the cost model prefers neighbours of the builder it rates
+    best; with ``neighbours=0`` only sampled strategies can be picked."""
+    from autosync_transfer.rankers.simulator import Simulator
+    from autosync_transfer.strategies.builders import BUILDERS
+
+    d = get_domain("bert-3l-C")
+    builders = [build(n, d) for n in BUILDERS]
+    best = builders[int(Simulator("analytical").score(builders, d).argmin())]
+    picks = {}
+    for n in (0, 100):
+        cfg = SearchConfig(method="analytical", candidates=8, neighbours=n, seed=2)
+        s = Searcher(d, tmp_path / f"run{n}.jsonl", cfg, launcher="local")
+        picks[n] = s._pick(0, 4, set(), [], [best])  # noqa: SLF001
+    assert {p.kind for p in picks[0]} == {"sampled"}
+    assert NEIGHBOUR_KIND in {p.kind for p in picks[100]}
