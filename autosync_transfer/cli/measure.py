@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Optional
 
 import typer
@@ -34,9 +36,7 @@ def collect(
     """Measure strategies of DOMAIN for real and append them to a trial store (resumable)."""
     from pathlib import Path
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from autosync_transfer.cli._common import err, out, resolve_domain
+    from autosync_transfer.cli._common import out, resolve_domain
     from autosync_transfer.dataset.collect import collect as run_collect
     from autosync_transfer.errors import ConfigError
 
@@ -66,42 +66,43 @@ def collect(
     if trials is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=err()) as bar:
-        task = bar.add_task(f"collect {domain.name}", total=trials, status="starting workers")
-
-        def on_trial(p) -> None:  # noqa: ANN001
-            last = p.last
-            lat = f"{last.median_s * 1000:.0f} ms" if last and last.median_s else (last.status if last else "-")
-            best = f"{p.best_s * 1000:.0f} ms" if p.best_s else "-"
-            bar.update(task, completed=p.done, status=f"last {lat}  best {best}  failures {p.failures}")
-
+    with _trial_progress(f"collect {domain.name}", trials, show_best=True) as on_trial:
         result = run_collect(domain, path, trials=trials, launcher=launcher, sampler=sampler,
                              preset=preset, seed=seed,
                              protocol=proto, reference_every=reference_every, on_trial=on_trial,
                              log_dir=path.parent / "logs" / domain.name,
                              max_foreign_cpu=max_foreign_cpu)
-        bar.update(task, completed=result.done)
     best = f"{result.best_s * 1000:.1f} ms" if result.best_s else "-"
     out().print(f"{domain.name}: {result.done} trials in {path} ({result.failures} failed), best {best}")
 
 
-def _remeasure(domain, path, reasons, launcher, seed, proto, max_foreign_cpu) -> None:  # noqa: ANN001
-    """``collect --remeasure``: measure the store's unchecked/disturbed trials again."""
+@contextlib.contextmanager
+def _trial_progress(title: str, total: int | None, *, show_best: bool) -> Iterator[Callable]:
+    """A progress bar on stderr; yields the ``on_trial`` callback of a collection."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from autosync_transfer.cli._common import err, out
-    from autosync_transfer.dataset.collect import remeasure as run_remeasure
+    from autosync_transfer.cli._common import err
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=err()) as bar:
-        task = bar.add_task(f"remeasure {domain.name}", total=None, status="starting workers")
+        task = bar.add_task(title, total=total, status="starting workers")
 
         def on_trial(p) -> None:  # noqa: ANN001
             last = p.last
             lat = f"{last.median_s * 1000:.0f} ms" if last and last.median_s else (last.status if last else "-")
-            bar.update(task, total=p.target, completed=p.done, status=f"last {lat}  failures {p.failures}")
+            best = (f"  best {p.best_s * 1000:.0f} ms" if p.best_s else "  best -") if show_best else ""
+            bar.update(task, total=p.target, completed=p.done,
+                       status=f"last {lat}{best}  failures {p.failures}")
 
+        yield on_trial
+
+
+def _remeasure(domain, path, reasons, launcher, seed, proto, max_foreign_cpu) -> None:  # noqa: ANN001
+    """``collect --remeasure``: measure the store's unchecked/disturbed trials again."""
+    from autosync_transfer.cli._common import out
+    from autosync_transfer.dataset.collect import remeasure as run_remeasure
+
+    with _trial_progress(f"remeasure {domain.name}", None, show_best=False) as on_trial:
         result = run_remeasure(domain, path, reasons=reasons, launcher=launcher, seed=seed,
                                protocol=proto, on_trial=on_trial,
                                log_dir=path.parent / "logs" / domain.name,
