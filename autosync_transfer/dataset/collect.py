@@ -315,10 +315,9 @@ def remeasure(
     existing = _existing(domain, store, store_path)
     want = protocol.model_dump(mode="json")
     needed = remeasure_candidates(existing, reasons, max_foreign_cpu)
-    todo = [r for r in needed if r.launcher == launcher
-            and all(r.protocol.get(k) == want[k] for k in ("warmup", "iters"))][:limit]
-    skipped = sum(1 for r in needed if r.launcher != launcher
-                  or any(r.protocol.get(k) != want[k] for k in ("warmup", "iters")))
+    alike = [r for r in needed if r.launcher == launcher
+             and all(r.protocol.get(k) == want[k] for k in ("warmup", "iters"))]
+    todo, skipped = alike[:limit], len(needed) - len(alike)
     progress = CollectProgress(0, len(todo), None, None, 0, skipped)
     if not todo:
         return progress
