@@ -6,8 +6,10 @@ itself, so the speed-ups compare measurements of one run. Runs are stored in
 ``--store-dir/<domain>/<run>.jsonl`` and continue when the benchmark is started again.
 
 Printed per domain and method: best found (ms), best hand-optimized builder of that run (ms),
-speed-up over it and over torch DDP, trials needed to reach 1.1x / 1.2x over the best builder,
-mean hit rate. A plot of best-so-far speed-up vs trials (all methods of a domain, hit rates
+speed-up over it and over torch DDP, the confirmed speed-up (``conf``: the best found and the best
+builder measured again 3 times each, interleaved, at the end of the run; medians), trials needed
+to reach 1.1x / 1.2x over the best builder, mean hit rate (trials >= 2 % faster than the best
+builder). A plot of best-so-far speed-up vs trials (all methods of a domain, hit rates
 below) goes to ``--store-dir/<domain>/search_curves.png``.
 
     sudo .venv/bin/python benchmarks/search_table.py --domains ncf-C,bert-3l-B,vgg16-s-B \\
@@ -44,6 +46,8 @@ def main() -> int:
     ap.add_argument("--neighbours", type=int, default=200,
                     help="candidates per round near the fastest measured strategies (0: none)")
     ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--confirm", type=int, default=3,
+                    help="re-measurements of the best found and the best builder at the end")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--launcher", default="emulated")
     ap.add_argument("--warmup", type=int, default=3)
@@ -88,7 +92,7 @@ def main() -> int:
                                          max_epochs=args.epochs)
             cfg = SearchConfig(method=method, budget=args.budget, per_round=args.per_round,  # type: ignore[arg-type]
                                candidates=args.candidates, seed=args.seed, max_epochs=args.epochs,
-                               neighbours=args.neighbours)
+                               neighbours=args.neighbours, confirm=args.confirm)
             name = run_name(cfg, warm is not None)
             store = Path(args.store_dir) / dname / f"{name}.jsonl"
             t0 = time.monotonic()
@@ -97,7 +101,8 @@ def main() -> int:
                 if p.message.startswith("round") and "measuring" not in p.message:
                     print(f"  [{_d} {_m}] {p.done}/{p.budget} {p.message}", file=sys.stderr, flush=True)
 
-            res = Searcher(domain, store, cfg, warm=warm, launcher=args.launcher,
+            res = Searcher(domain, store, cfg, warm=warm, warm_source=src if warm else None,
+                           launcher=args.launcher,
                            protocol=protocol, on_event=say).run()
             s = res.summary
             label = m if m != "autosync-warm" else f"autosync-warm({src})"
@@ -108,7 +113,7 @@ def main() -> int:
                       per_round=args.per_round, title=f"{dname}: budget {args.budget}")
 
     head = (f"{'domain':11s} {'method':28s} {'trials':>6s} {'best ms':>8s} {'builder':>16s} "
-            f"{'ddp ms':>8s} {'vs bld':>7s} {'vs ddp':>7s} {'to1.1x':>6s} {'to1.2x':>6s} "
+            f"{'ddp ms':>8s} {'vs bld':>7s} {'conf':>6s} {'vs ddp':>7s} {'to1.1x':>6s} {'to1.2x':>6s} "
             f"{'hit':>5s} {'wall':>6s}")
     print(head)
     for dname, label, s, wall in rows:
@@ -116,7 +121,8 @@ def main() -> int:
         hit = statistics.mean(s["hit_rate"]) if s["hit_rate"] else None
         print(f"{dname:11s} {label:28s} {s['trials']:6d} {_fmt(s['best_s'] and s['best_s'] * 1000, '8.1f')} "
               f"{bld:>16s} {_fmt(s['ddp_s'] and s['ddp_s'] * 1000, '8.1f')} "
-              f"{_fmt(s['speedup_vs_builder'], '6.2f')}x {_fmt(s['speedup_vs_ddp'], '6.2f')}x "
+              f"{_fmt(s['speedup_vs_builder'], '6.2f')}x "
+              f"{_fmt(s.get('confirmed_speedup_vs_builder'), '5.2f')}x {_fmt(s['speedup_vs_ddp'], '6.2f')}x "
               f"{_fmt(s['trials_to_1.1x'], '6d')} {_fmt(s['trials_to_1.2x'], '6d')} "
               f"{_fmt(hit, '5.2f')} {wall / 60:5.1f}m")
     print(f"\nspeed-ups are over the best hand-optimized builder / torch DDP measured in the same "

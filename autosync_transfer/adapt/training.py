@@ -6,7 +6,9 @@ head-only fine-tuning, :func:`finetune_full` for full fine-tuning) with the epoc
 :class:`ShotTraining`:
 
 * ``N >= cv_below`` (60): a validation set of ``val_fraction`` of the shots (at least 2) is carved
-  out; training stops early on its pairwise accuracy and keeps the best epoch's weights;
+  out; training stops early on its pairwise accuracy and keeps the best epoch's weights (with
+  ``refit``, that many epochs are then trained again on all N shots, as the search does: there a
+  measured strategy left out of training is information thrown away);
 * ``4 <= N < cv_below``: k-fold cross-validation (``k = min(folds, N // 2)``, so every fold holds
   at least 2 strategies to rank) with ``max_epochs`` and no early stopping; the epoch count with
   the best mean validation pairwise accuracy is then trained on all N shots;
@@ -58,7 +60,8 @@ class ShotTraining:
     """How to train on N target shots (see the module docstring): at most ``max_epochs``,
     early stopping after ``patience`` epochs without improvement (``None``: never),
     ``batch_size`` strategies per batch, ``val_fraction`` of the shots for validation when
-    ``N >= cv_below``, else ``folds``-fold cross-validation, ``few_epochs`` when N < 4."""
+    ``N >= cv_below``, else ``folds``-fold cross-validation, ``few_epochs`` when N < 4;
+    ``refit``: after a validation split has chosen the epochs, train them on all shots."""
 
     max_epochs: int = 60
     patience: int | None = 10
@@ -67,6 +70,7 @@ class ShotTraining:
     cv_below: int = 60
     folds: int = 5
     few_epochs: int = 20
+    refit: bool = False
 
     def __post_init__(self) -> None:
         if self.max_epochs < 1 or self.few_epochs < 1:
@@ -120,6 +124,10 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
             if math.isfinite(kept) and (trained is None or kept >= trained):
                 return source, {**details, "kept_source": True, "val_pairwise_acc": kept}
             details["kept_source"] = False
+        if config.refit:
+            epochs = int(out["best_epoch"]) + 1 if int(out["best_epoch"]) >= 0 else int(out["epochs"])
+            sim, _ = train(module({}), max(1, epochs), None, seed)
+            details["refit_epochs"] = max(1, epochs)
         return sim, details
     if n >= 4:
         k = max(2, min(config.folds, n // 2))

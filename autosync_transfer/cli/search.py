@@ -30,6 +30,7 @@ def search(
     ranker: str = typer.Option("rnn", "--ranker", help="Ranker trained by a cold autosync search."),
     epochs: int = typer.Option(30, "--epochs", min=1, help="Maximum training epochs per round."),
     diversity: float = typer.Option(0.3, "--diversity", min=0.0, help="Weight of novelty against score rank when picking a round."),
+    confirm: int = typer.Option(3, "--confirm", min=0, help="At the end, measure the best strategy found and the best builder this many times more each, interleaved, for the confirmed speed-up (0: no confirmation)."),
     store: Optional[str] = typer.Option(None, "--store", help="The run's trial store (default runs/search/DOMAIN/RUN.jsonl; any trial store, e.g. one under datasets/); the search continues it."),
     trials: Optional[str] = typer.Option(None, "--trials", help="Trials to train a --warm-start domain's simulator on when it has no champion (default: the shipped datasets)."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed iterations per trial."),
@@ -66,7 +67,7 @@ def search(
         check_collect(launcher)
     config = SearchConfig(method=method, budget=budget, per_round=per_round, candidates=candidates,  # type: ignore[arg-type]
                           seed=seed, preset=preset, diversity=diversity, ranker=ranker,
-                          max_epochs=epochs, neighbours=neighbours)
+                          max_epochs=epochs, neighbours=neighbours, confirm=confirm)
     from autosync_transfer.runtime.trial import Protocol
 
     protocol = Protocol(warmup=warmup, iters=iters, timeout_s=timeout_s)
@@ -79,7 +80,8 @@ def search(
     name = run_name(config, warm is not None)
     path = Path(store) if store else default_store_path(domain.name, name)
 
-    searcher = Searcher(domain, path, config, warm=warm, launcher=launcher, protocol=protocol,
+    searcher = Searcher(domain, path, config, warm=warm, warm_source=warm_start,
+                        launcher=launcher, protocol=protocol,
                         max_foreign_cpu=max_foreign_cpu, log_dir=path.parent / "logs" / name)
     if launcher == "torchrun":
         err().print(f"start the trial workers on every node (node 0 runs this search):\n"
@@ -134,11 +136,17 @@ def search(
               f"  ({result.best.id if result.best else '-'})")
     con.print(f"  best builder    {_fmt(s['best_builder_s'] and s['best_builder_s'] * 1000, '.1f', ' ms')}"
               f"  ({s['best_builder'] or '-'})  -> speed-up {_fmt(s['speedup_vs_builder'], '.2f', 'x')}")
+    if s.get("confirmed"):
+        c = s["confirmed"]
+        con.print(f"  confirmed       {c['best_s'] * 1000:.1f} ms vs {c['builder_s'] * 1000:.1f} ms "
+                  f"(medians of {c['measurements']} interleaved re-measurements each)  -> "
+                  f"speed-up {c['speedup_vs_builder']:.2f}x")
     con.print(f"  torch DDP       {_fmt(s['ddp_s'] and s['ddp_s'] * 1000, '.1f', ' ms')}"
               f"  -> speed-up {_fmt(s['speedup_vs_ddp'], '.2f', 'x')}")
     con.print(f"  trials to 1.1x / 1.2x / 1.3x over the best builder: {_fmt(s['trials_to_1.1x'], 'd')}"
               f" / {_fmt(s['trials_to_1.2x'], 'd')} / {_fmt(s['trials_to_1.3x'], 'd')}")
-    con.print("  hit rate per round: " + " ".join(f"{h:.1f}" for h in s["hit_rate"]))
+    con.print("  hit rate per round (trials >= 2 % faster than the best builder): "
+              + " ".join(f"{h:.1f}" for h in s["hit_rate"]))
     if version is not None:
         con.print(f"  simulator registered as {version.name} version {version.version} "
                   f"(promote it with `autosync-transfer registry promote {version.name} {version.version}`)")

@@ -22,10 +22,16 @@ A search spends a budget of real trials on one domain, in rounds of ``per_round`
      (:mod:`autosync_transfer.strategies.knobs`), told every measured runtime;
 
 4. **run** the picks for real (:class:`~autosync_transfer.runtime.trial.WorkerPool`), append them
-   to the run's trial store, and repeat until the budget is spent.
+   to the run's trial store, and repeat until the budget is spent;
+5. **confirm**: the best strategy found and the best builder are measured again ``confirm`` times
+   each, interleaved (A B B A ...), so that drift cancels and the speed-up reported does not rest
+   on the minimum of many noisy measurements against one of the builder (not counted in the
+   budget).
 
 The trial store is the state: a search that is interrupted continues from it, never measuring a
-strategy twice (strategies are compared by content). TPE's knob assignments go to an
+strategy twice (strategies are compared by content, all-reduce group numbers aside:
+:attr:`~autosync_transfer.strategies.types.Strategy.content_key`). A stored run continues only
+with the configuration it was started with (the budget may grow). TPE's knob assignments go to an
 append-only side file ``<store>.knobs.jsonl``.
 """
 
@@ -89,6 +95,14 @@ class SearchConfig(BaseModel):
     max_epochs: int = Field(default=30, ge=1)
     neighbours: int = Field(default=200, ge=0)
     parents: int = Field(default=3, ge=1)
+    confirm: int = Field(default=3, ge=0)
+
+
+#: a trial is a *hit* when it is at least this much faster than the best builder (a margin of
+#: the order of the trial-to-trial noise, so that a builder's near-copy does not count by luck)
+HIT_MARGIN = 0.02
+#: settings a stored run may change when it continues
+_RESUMABLE = frozenset({"budget", "confirm"})
 
 
 def run_name(config: SearchConfig, warm: bool) -> str:
@@ -110,6 +124,7 @@ class SearchProgress:
     budget: int
     trials: list[TrialRecord] = field(default_factory=list)  # searched, in measuring order
     references: dict[str, float | None] = field(default_factory=dict)  # builder/ddp -> median s
+    confirmations: dict[str, TrialRecord] = field(default_factory=dict)  # "<done>/<i>-<who>"
     round: int = 0
     message: str = ""
 
@@ -146,10 +161,13 @@ class SearchResult:
 
 
 def summarize(trials: Sequence[TrialRecord], references: dict[str, float | None],
-              per_round: int) -> dict[str, Any]:
+              per_round: int, confirmations: dict[str, TrialRecord] | None = None
+              ) -> dict[str, Any]:
     """Figures of a search: best-so-far speed-up over the best builder after every trial, trials
-    needed to reach 1.1x / 1.2x, hit rate per round (share of its trials faster than the best
-    builder), failures."""
+    needed to reach 1.1x / 1.2x, hit rate per round (share of its trials at least
+    :data:`HIT_MARGIN` faster than the best builder), failures; with ``confirmations`` (of the
+    current number of trials) the ``confirmed`` speed-up: median of the best strategy's
+    re-measurements over the median of the best builder's."""
     builders = [v for k, v in references.items() if k != TORCH_DDP and v]
     best_builder = min(builders) if builders else None
     ddp = references.get(TORCH_DDP)
@@ -161,7 +179,8 @@ def summarize(trials: Sequence[TrialRecord], references: dict[str, float | None]
         if ok:
             best = min(best, float(r.median_s))  # type: ignore[arg-type]
         curve.append(best_builder / best if best_builder and math.isfinite(best) else None)
-        hits.append(bool(ok and best_builder and r.median_s < best_builder))  # type: ignore[operator]
+        hits.append(bool(ok and best_builder
+                         and r.median_s * (1 + HIT_MARGIN) < best_builder))  # type: ignore[operator]
 
     def first_reaching(x: float) -> int | None:
         for i, v in enumerate(curve):
@@ -186,7 +205,30 @@ def summarize(trials: Sequence[TrialRecord], references: dict[str, float | None]
         "trials_to_1.3x": first_reaching(1.3),
         "curve": curve,
         "hit_rate": [sum(h) / len(h) for h in rounds],
+        "confirmed": (confirmed := _confirmed(confirmations or {}, len(trials))),
+        "confirmed_speedup_vs_builder": confirmed["speedup_vs_builder"] if confirmed else None,
     }
+
+
+def _confirmed(confirmations: dict[str, TrialRecord], done: int) -> dict[str, Any] | None:
+    """The confirmation of the run at ``done`` trials: medians of the ok re-measurements of the
+    best strategy and of the best builder, and their ratio."""
+    times: dict[str, list[float]] = {"best": [], "builder": []}
+    names: dict[str, str] = {}
+    for key, r in confirmations.items():
+        at, _, rest = key.partition("/")
+        who = rest.rpartition("-")[2]
+        if at != str(done) or who not in times:
+            continue
+        names[who] = r.strategy_id
+        if r.status == "ok" and r.median_s:
+            times[who].append(float(r.median_s))
+    if not times["best"] or not times["builder"]:
+        return None
+    best, builder = float(np.median(times["best"])), float(np.median(times["builder"]))
+    return {"best": names.get("best"), "builder": names.get("builder"), "best_s": best,
+            "builder_s": builder, "speedup_vs_builder": builder / best,
+            "measurements": min(len(times["best"]), len(times["builder"]))}
 
 
 class Searcher:
@@ -194,11 +236,13 @@ class Searcher:
 
     ``measure(strategy)`` runs one trial (``None``: torch DDP) and returns the result and extra
     machine facts; :meth:`run` opens a :class:`WorkerPool` on ``launcher`` when none is given.
-    ``warm``: the simulator to start from (``autosync`` only).
+    ``warm``: the simulator to start from (``autosync`` only), ``warm_source`` what it came from
+    (a domain or a models:/ URI; recorded, and a stored run continues only from the same source).
     """
 
     def __init__(self, domain: Domain, store_path: str | Path, config: SearchConfig, *,
-                 warm: Simulator | None = None, launcher: str = "emulated",
+                 warm: Simulator | None = None, warm_source: str | None = None,
+                 launcher: str = "emulated",
                  protocol: Protocol | None = None, max_foreign_cpu: float = 0.05,
                  on_event: Callable[[SearchProgress], None] | None = None,
                  log_dir: str | Path | None = None) -> None:
@@ -221,6 +265,7 @@ class Searcher:
         self.domain = domain
         self.config = config
         self.warm = warm
+        self.warm_source = warm_source if warm is not None else None
         self.name = run_name(config, warm is not None)
         self.store = TrialStore(store_path)
         self.launcher = launcher
@@ -256,6 +301,8 @@ class Searcher:
             ref = r.id[len(self._prefix()):]
             if ref.startswith("reference/"):
                 progress.references[ref.split("/", 1)[1]] = r.median_s if r.status == "ok" else None
+            elif ref.startswith("confirm/"):
+                progress.confirmations[ref.split("/", 1)[1]] = r
             else:
                 progress.trials.append(r)
         knobs = Path(f"{self.store.path}.knobs.jsonl")
@@ -283,13 +330,17 @@ class Searcher:
         from autosync_transfer.adapt.data import TargetData
 
         by_fp: dict[str, tuple[Strategy, float]] = {}
-        ids = [rid for rid in strategies]
-        times = {r.id: r.median_s for r in self.store.records()
-                 if r.id in strategies and r.status == "ok" and r.median_s}
-        for rid in ids:
-            if rid in times:
+        records = {r.id: r for r in self.store.records() if r.id in strategies}
+        ok = {rid: float(r.median_s) for rid, r in records.items()
+              if r.status == "ok" and r.median_s}
+        # a failed or timed-out strategy is a slow one to the ranker: twice the slowest ok time
+        # (as TPE is told), so that the simulator learns to avoid its region
+        penalty = 2 * max(ok.values()) if ok else None
+        for rid, r in records.items():
+            t = ok.get(rid, penalty if r.status != "ok" else None)
+            if t is not None:
                 s = strategies[rid]
-                by_fp.setdefault(s.fingerprint, (s, float(times[rid])))  # type: ignore[arg-type]
+                by_fp.setdefault(s.content_key, (s, t))
         keyed = sorted((f"{s.id}#{fp[:8]}", s, t) for fp, (s, t) in by_fp.items())
         return TargetData(self.domain, tuple(k for k, _, _ in keyed),
                           tuple(s for _, s, _ in keyed), tuple(t for _, _, t in keyed))
@@ -299,7 +350,8 @@ class Searcher:
         from autosync_transfer.adapt.training import ShotTraining
 
         data = self._training_data(progress, strategies)
-        training = ShotTraining(max_epochs=self.config.max_epochs)
+        # the epochs are chosen on held-out trials, then every trial trains the simulator
+        training = ShotTraining(max_epochs=self.config.max_epochs, refit=True)
         if self.warm is not None:
             if len(data) >= 2:
                 self.simulator = FineTune("full", training=training).fit(
@@ -334,7 +386,7 @@ class Searcher:
         seen: set[str] = set()
         out: list[int] = []
         for i in order:
-            fp = cands[int(i)].fingerprint
+            fp = cands[int(i)].content_key
             if fp in measured or fp in seen:
                 continue
             seen.add(fp)
@@ -397,7 +449,7 @@ class Searcher:
                 continue
             value = float(r.median_s) if r.status == "ok" and r.median_s else penalty
             study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
-            self._value_of[decode(params, self.domain).fingerprint] = value
+            self._value_of[decode(params, self.domain).content_key] = value
         return study
 
     def _tpe_ask(self, k: int, measured: set[str]) -> list[Strategy]:
@@ -412,9 +464,10 @@ class Searcher:
             tries += 1
             trial = self._study.ask(self._dists)
             s = decode(trial.params, self.domain)
-            if s.fingerprint in measured or any(s.fingerprint == o.fingerprint for o in out):
+            key = s.content_key
+            if key in measured or any(key == o.content_key for o in out):
                 # measured already (or picked twice): tell TPE what it knows, ask again
-                known = self._value_of.get(s.fingerprint)
+                known = self._value_of.get(key)
                 if known is not None:
                     self._study.tell(trial, known)
                 else:
@@ -433,7 +486,7 @@ class Searcher:
         if trial is None:
             return
         value = float(rec.median_s) if rec.status == "ok" and rec.median_s else penalty
-        self._value_of[strategy.fingerprint] = value
+        self._value_of[strategy.content_key] = value
         self._study.tell(trial, value)
 
     # -- the loop --------------------------------------------------------------------------------
@@ -493,8 +546,10 @@ class Searcher:
 
         cfg = self.config
         self.store.path.parent.mkdir(parents=True, exist_ok=True)
+        self._check_resumable()
         self.store.write_meta({"domain": self.domain.name, "search": self.name,
                                "config": cfg.model_dump(mode="json"), "launcher": self.launcher,
+                               "warm_source": self.warm_source,
                                "cluster_spec": self.domain.cluster.to_resource_spec()})
         progress, strategies = self._load()
         prefix = self._prefix()
@@ -512,7 +567,7 @@ class Searcher:
                 strategies[rec.id] = strategy
             progress.references[name] = rec.median_s if rec.status == "ok" else None
             self._emit(progress, f"reference {name}: {_ms(rec)}")
-        measured = {s.fingerprint for s in strategies.values()}
+        measured = {s.content_key for s in strategies.values()}
         history = list(strategies.values())
         self._value_of: dict[str, float] = {}
         if cfg.method == "tpe":
@@ -523,7 +578,8 @@ class Searcher:
             progress.round = round_no
             in_round = progress.done - round_no * cfg.per_round
             k = min(cfg.per_round - in_round, cfg.budget - progress.done)
-            if cfg.method == "autosync" and (round_no > 0 or in_round > 0 or self.warm is not None):
+            # (a cold search picks all of round 0 at random, also when it continues mid-round)
+            if cfg.method == "autosync" and (round_no > 0 or self.warm is not None):
                 self._emit(progress, f"round {round_no}: training the simulator on "
                                      f"{len(measured)} strategies")
                 self._retrain(progress, strategies)
@@ -540,7 +596,7 @@ class Searcher:
                 rec = self._record(s, res, facts, f"{prefix}{s.id}")
                 self.store.append(rec)
                 strategies[rec.id] = s
-                measured.add(s.fingerprint)
+                measured.add(s.content_key)
                 history.append(s)
                 progress.trials.append(rec)
                 if cfg.method == "tpe":
@@ -548,7 +604,9 @@ class Searcher:
                 self._emit(progress, f"round {round_no}: {s.id} {_ms(rec)}")
         if cfg.method == "autosync":
             self._retrain(progress, strategies)
-        summary = summarize(progress.trials, progress.references, cfg.per_round)
+        self._confirm(progress, strategies, measure)
+        summary = summarize(progress.trials, progress.references, cfg.per_round,
+                            progress.confirmations)
         best = None
         ok = [r for r in progress.trials if r.status == "ok" and r.median_s]
         if ok:
@@ -556,6 +614,59 @@ class Searcher:
             best = strategies.get(best_rec.id)
         return SearchResult(self.domain.name, self.name, cfg, self.store.path, best, summary,
                             self.simulator if cfg.method == "autosync" else None)
+
+
+    def _check_resumable(self) -> None:
+        """A stored run continues only with the settings it was started with (the budget and
+        the number of confirmations aside): one line naming the first difference, else nothing."""
+        meta = self.store.read_meta()
+        stored = meta.get("config")
+        if not isinstance(stored, dict) or not any(
+                r.id.startswith(self._prefix()) for r in self.store.records()):
+            return
+        current = self.config.model_dump(mode="json")
+        for key in sorted(set(stored) & set(current) - _RESUMABLE):
+            if stored[key] != current[key]:
+                raise ConfigError(f"store {str(self.store.path)!r} holds a {self.name} run with "
+                                  f"{key}={stored[key]!r}, not {current[key]!r}; continue it with "
+                                  f"the same settings or use another --store")
+        if self.warm is not None and "warm_source" in meta and self.warm_source is not None \
+                and meta["warm_source"] not in (None, self.warm_source):
+            raise ConfigError(f"store {str(self.store.path)!r} holds a run warm-started from "
+                              f"{meta['warm_source']!r}, not {self.warm_source!r}; use another "
+                              f"--store")
+
+    def _confirm(self, progress: SearchProgress, strategies: dict[str, Strategy],
+                 measure: Measure) -> None:
+        """Measure the best strategy found and the best builder ``confirm`` times each,
+        interleaved (A B, B A, A B, ...), as ``confirm/<trials>/<i>-best|builder``; those already
+        stored are not measured again."""
+        cfg = self.config
+        ok = [r for r in progress.trials if r.status == "ok" and r.median_s]
+        refs = {k: v for k, v in progress.references.items() if k != TORCH_DDP and v}
+        if cfg.confirm == 0 or not ok or not refs:
+            return
+        from autosync_transfer.strategies.builders import build
+
+        best_rec = min(ok, key=lambda r: r.median_s)  # type: ignore[arg-type,return-value]
+        best = strategies.get(best_rec.id)
+        builder_name = min(refs, key=lambda k: refs[k])  # type: ignore[arg-type,return-value]
+        builder = strategies.get(f"{self._prefix()}reference/{builder_name}") \
+            or build(builder_name, self.domain)
+        if best is None:
+            return
+        for i in range(cfg.confirm):
+            pair = [("best", best), ("builder", builder)]
+            for who, s in (pair if i % 2 == 0 else pair[::-1]):
+                key = f"{progress.done}/{i}-{who}"
+                if key in progress.confirmations:
+                    continue
+                rid = f"{self._prefix()}confirm/{key}"
+                self._emit(progress, f"confirming: {who} {s.id} ({i + 1}/{cfg.confirm})")
+                res, facts = measure(s, rid)
+                rec = self._record(s, res, facts, rid)
+                self.store.append(rec)
+                progress.confirmations[key] = rec
 
 
 class _Joined(Sequence[Strategy]):

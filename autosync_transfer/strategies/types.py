@@ -183,6 +183,38 @@ class Strategy(BaseModel):
                     raise
         return strategy_from_autodist(raw)
 
+    def canonical(self) -> Strategy:
+        """This strategy with its all-reduce groups numbered 0, 1, ... in order of first
+        appearance (variables in order, a variable's shards in order). Group numbers only say
+        which pieces are fused together, so both forms are the same strategy; the sampler
+        numbers groups this way. Returns ``self`` when already canonical."""
+        mapping: dict[int, int] = {}
+        for n in self.nodes:
+            for _, sync in n.items():
+                if isinstance(sync, AllReduce) and sync.group not in mapping:
+                    mapping[sync.group] = len(mapping)
+        if all(k == v for k, v in mapping.items()):
+            return self
+
+        def renumbered(sync: PS | AllReduce) -> PS | AllReduce:
+            if isinstance(sync, AllReduce):
+                return sync.model_copy(update={"group": mapping[sync.group]})
+            return sync
+
+        nodes = tuple(
+            n.model_copy(update={"synchronizer": renumbered(n.synchronizer)})
+            if n.synchronizer is not None else
+            n.model_copy(update={"partition": n.partition.model_copy(update={  # type: ignore[union-attr]
+                "synchronizers": tuple(map(renumbered, n.partition.synchronizers))})})  # type: ignore[union-attr]
+            for n in self.nodes)
+        return self.model_copy(update={"nodes": nodes})
+
+    @property
+    def content_key(self) -> str:
+        """The :attr:`fingerprint` of :meth:`canonical`: equal for strategies that differ only in
+        how their all-reduce groups are numbered."""
+        return self.canonical().fingerprint
+
     @property
     def fingerprint(self) -> str:
         import hashlib

@@ -335,3 +335,28 @@ def test_learning_curve_table_and_plot(source_sim: Any, split: Any, domains: Any
     assert curve.to_dict()["table"]["top1"][0]["shots"] == 0
     png = learning_curve_plot(curve, tmp_path / "curve.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_refit_trains_the_chosen_epochs_on_every_shot(split: Any) -> None:
+    """With ``refit`` (the search's setting) the validation split only chooses the epochs: a
+    second training runs that many epochs on all shots, with no validation strategy."""
+    from autosync_transfer.adapt.training import ShotTraining, fit_on_shots
+    from autosync_transfer.rankers.simulator import Simulator
+
+    first, final = Simulator("analytical", {}, 1), Simulator("analytical", {}, 2)
+    calls: list[tuple[int, int]] = []
+
+    def train(dm: Any, max_epochs: int, patience: Any, seed: int) -> Any:
+        calls.append((max_epochs, sum(v == "val" for v in dm.assignment.values())))
+        return (first if len(calls) == 1 else final), {
+            "epochs": 5, "best_epoch": 2, "best_val_pairwise_acc": 0.7,
+            "history": {"val_pairwise_acc": [0.5, 0.6, 0.7, 0.6, 0.6]}}
+
+    shots = split.shots(min(30, split.available), seed=0)
+    sim, details = fit_on_shots(train, shots, ShotTraining(max_epochs=9, cv_below=20), seed=0)
+    assert sim is first and len(calls) == 1 and "refit_epochs" not in details
+    calls.clear()
+    sim, details = fit_on_shots(train, shots, ShotTraining(max_epochs=9, cv_below=20, refit=True),
+                                seed=0)
+    assert sim is final and details["refit_epochs"] == 3
+    assert calls[0][0] == 9 and calls[0][1] > 0 and calls[1] == (3, 0)

@@ -17,9 +17,10 @@ import pytest
 from autosync_transfer.domains.catalog import get_model
 from autosync_transfer.domains.cluster import Cluster, Node
 from autosync_transfer.domains.domain import Domain
+from autosync_transfer.errors import ConfigError
 from autosync_transfer.runtime.trial import Protocol
 from autosync_transfer.search.loop import TORCH_DDP, SearchConfig, Searcher
-from autosync_transfer.strategies.builders import BUILDERS
+from autosync_transfer.strategies.builders import BUILDERS, build
 
 QUICK = Protocol(warmup=1, iters=2, timeout_s=60, startup_timeout_s=120)
 SPEC = """nodes:
@@ -48,7 +49,8 @@ def _fingerprints(path: Path, d: Domain) -> list[str]:
     from autosync_transfer.strategies.compact import decode
 
     return [decode(r["strategy"], d.model).fingerprint for r in _records(path)
-            if r["strategy"] is not None and "/reference/" not in r["id"]]
+            if r["strategy"] is not None and "/reference/" not in r["id"]
+            and "/confirm/" not in r["id"]]
 
 
 @pytest.mark.parametrize("method", ["random", "tpe", "analytical", "autosync"])
@@ -56,15 +58,22 @@ def test_every_method_spends_its_budget_once(tmp_path: Path, method: str) -> Non
     d = _domain()
     store = tmp_path / "run.jsonl"
     cfg = SearchConfig(method=method, budget=5, per_round=2, candidates=60, min_train=4,
-                       max_epochs=3, seed=1)
+                       max_epochs=3, seed=1, confirm=2)
     events = []
     result = Searcher(d, store, cfg, launcher="local", protocol=QUICK, max_foreign_cpu=1.0,
                       on_event=lambda p: events.append(p.done)).run()
     recs = _records(store)
     refs = [r for r in recs if "/reference/" in r["id"]]
     assert sorted(r["id"].rsplit("/", 1)[1] for r in refs) == sorted([*BUILDERS, TORCH_DDP])
-    searched = [r for r in recs if "/reference/" not in r["id"]]
+    searched = [r for r in recs if "/reference/" not in r["id"] and "/confirm/" not in r["id"]]
     assert len(searched) == 5 and result.summary["trials"] == 5
+    # the best found and the best builder measured again, interleaved: A B B A
+    confirm = [r for r in recs if "/confirm/" in r["id"]]
+    assert [r["id"].rsplit("/", 1)[1] for r in confirm] == ["0-best", "0-builder", "1-builder",
+                                                             "1-best"]
+    c = result.summary["confirmed"]
+    assert c["best"] == result.best.id and c["builder"] == build(result.summary["best_builder"], d).id
+    assert c["measurements"] == 2 and result.summary["confirmed_speedup_vs_builder"] > 0
     fps = _fingerprints(store, d)
     assert len(fps) == len(set(fps)) == 5
     assert all(r["status"] == "ok" for r in recs), [r["error"] for r in recs if r["error"]]
@@ -77,6 +86,12 @@ def test_every_method_spends_its_budget_once(tmp_path: Path, method: str) -> Non
     if method == "autosync":
         assert result.simulator is not None  # trained once enough strategies were measured
 
+    # other settings do not continue it: one line, nothing measured
+    with pytest.raises(ConfigError, match=r"per_round=2, not 3; continue it with the same"):
+        Searcher(d, store, cfg.model_copy(update={"per_round": 3}), launcher="local",
+                 protocol=QUICK, max_foreign_cpu=1.0).run()
+    assert _records(store) == recs
+
     # a larger budget continues the stored run: nothing is measured twice
     more = Searcher(d, store, cfg.model_copy(update={"budget": 7}), launcher="local",
                     protocol=QUICK, max_foreign_cpu=1.0).run()
@@ -84,6 +99,7 @@ def test_every_method_spends_its_budget_once(tmp_path: Path, method: str) -> Non
     assert len([r for r in _records(store) if "/reference/" in r["id"]]) == len(refs)
     fps = _fingerprints(store, d)
     assert len(fps) == len(set(fps)) == 7
+    assert len([r for r in _records(store) if "/confirm/7/" in r["id"]]) == 4
 
 
 def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:

@@ -33,6 +33,32 @@ def test_summary_by_hand() -> None:
     assert s["failed"] == 1 and s["trials"] == 5
 
 
+def test_hits_need_the_margin_and_confirmations_give_the_confirmed_speedup() -> None:
+    from autosync_transfer.search.loop import HIT_MARGIN
+
+    refs = {"ps": 1.0, "torch_ddp": 3.0}
+    trials = [_rec(0, 0.99), _rec(1, 1.0 / (1 + HIT_MARGIN) - 1e-3), _rec(2, 0.95)]
+    s = summarize(trials, refs, per_round=3)
+    assert s["hit_rate"] == [pytest.approx(2 / 3)]  # 0.99 is within the noise margin
+    assert s["confirmed"] is None and s["confirmed_speedup_vs_builder"] is None
+
+    def conf(key: str, median: float | None, sid: str) -> TrialRecord:
+        r = _rec(0, median, "ok" if median else "failed")
+        return r.model_copy(update={"id": f"d/confirm/{key}", "strategy_id": sid})
+
+    confirmations = {
+        "3/0-best": conf("3/0-best", 0.96, "s2"), "3/0-builder": conf("3/0-builder", 1.02, "ps"),
+        "3/1-builder": conf("3/1-builder", 0.98, "ps"), "3/1-best": conf("3/1-best", None, "s2"),
+        "3/2-best": conf("3/2-best", 1.00, "s2"), "3/2-builder": conf("3/2-builder", 1.04, "ps"),
+        "2/0-best": conf("2/0-best", 0.5, "s1"),  # of an earlier, shorter run: not counted
+    }
+    s = summarize(trials, refs, per_round=3, confirmations=confirmations)
+    c = s["confirmed"]
+    assert (c["best"], c["builder"], c["measurements"]) == ("s2", "ps", 2)
+    assert c["best_s"] == pytest.approx(0.98) and c["builder_s"] == pytest.approx(1.02)
+    assert s["confirmed_speedup_vs_builder"] == pytest.approx(1.02 / 0.98)
+
+
 def test_summary_without_successes() -> None:
     s = summarize([_rec(0, None, "timeout")], {"ddp": 1.0}, per_round=4)
     assert s["best_s"] is None and s["speedup_vs_builder"] is None and s["curve"] == [None]

@@ -19,7 +19,7 @@ def test_search_through_torchrun_workers(tmp_path: Path) -> None:
     search = [sys.executable, "-c", "from autosync_transfer.cli import main; main()", "search", "ncf",
               "--cluster-file", str(spec), "--launcher", "torchrun", "--method", "random",
               "--budget", "3", "-k", "3", "--candidates", "20", "--warmup", "1", "--iters", "2",
-              "--no-log", "--store", str(store), "--json"]
+              "--confirm", "1", "--no-log", "--store", str(store), "--json"]
     torchrun = Path(sys.executable).with_name("torchrun")
     workers = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m",
                "autosync_transfer.runtime.worker", "--torchrun", "--follow", "--domain", "ncf",
@@ -38,7 +38,8 @@ def test_search_through_torchrun_workers(tmp_path: Path) -> None:
     summary = json.loads(s.stdout)
     assert summary["trials"] == 3 and summary["best_s"] > 0
     records = [json.loads(line) for line in store.read_text().splitlines()]
-    assert len(records) == len(BUILDERS) + 1 + 3
+    assert len(records) == len(BUILDERS) + 1 + 3 + 2  # + the best and the best builder again
+    assert summary["confirmed"]["measurements"] == 1
     assert all(r["launcher"] == "torchrun" and r["status"] == "ok" for r in records)
     assert all(len(r["iteration_times_s"]) == 2 for r in records)
     results = [json.loads(line) for line in Path(f"{store}.results.jsonl").read_text().splitlines()]
