@@ -85,3 +85,21 @@ def test_diversity_trades_score_for_novelty() -> None:
     # what was measured already counts as known: the copies of ddp bring nothing new
     assert select_diverse(cands, scores, 1, diversity=5.0, seen=[ddp]) == [4]
     assert len(describe(other)) == len(d.model.variables)
+
+
+def test_the_simulator_learns_failures_as_slow_and_each_strategy_once(tmp_path) -> None:  # noqa: ANN001
+    """Training data of a search round: ok trials at their time, a failed one at twice the
+    slowest ok time, a strategy measured twice (a confirmation) once, at its first time."""
+    from autosync_transfer.dataset.store import TrialStore
+    from autosync_transfer.search.loop import SearchConfig, Searcher, SearchProgress
+
+    d = get_domain("ncf-C")
+    s = StrategySampler(d, "dataset", seed=5).sample_n(3)
+    store = tmp_path / "run.jsonl"
+    recs = [_rec(0, 0.2), _rec(1, 0.5), _rec(2, None, "failed"), _rec(3, 0.1)]
+    strategies = {"d/0": s[0], "d/1": s[1], "d/2": s[2], "d/3": s[0]}
+    TrialStore(store).extend(recs)
+    searcher = Searcher(d, store, SearchConfig(method="autosync"), launcher="local")
+    data = searcher._training_data(SearchProgress("d", "r", 10), strategies)  # noqa: SLF001
+    got = dict(zip((x.id for x in data.strategies), data.runtimes_s))
+    assert got == {s[0].id: 0.2, s[1].id: 0.5, s[2].id: 1.0}
