@@ -26,7 +26,7 @@ def search(
     neighbours: int = typer.Option(200, "--neighbours", min=0, help="Candidates per round near the 3 fastest strategies measured so far, builders included (ranked methods only; 0: none)."),
     launcher: str = typer.Option("emulated", "--launcher", help="emulated (network namespaces, needs root), local, or torchrun (real cluster: torchrun workers you start on every node follow the search's job queue; the command is printed)."),
     seed: int = typer.Option(0, "--seed"),
-    preset: str = typer.Option("dataset", "--preset", help="Sampler preset (see strategies sample --preset); default: the space the dataset and its simulators were sampled from."),
+    preset: str = typer.Option("mixture", "--preset", help="Sampler preset of the candidates (see strategies sample --preset); default: the space the dataset and its simulators were sampled from, each candidate with its own knob probabilities (dataset: AutoSync's uniform choices)."),
     ranker: str = typer.Option("rnn", "--ranker", help="Ranker trained by a cold autosync search."),
     epochs: int = typer.Option(30, "--epochs", min=1, help="Maximum training epochs per round."),
     diversity: float = typer.Option(0.3, "--diversity", min=0.0, help="Weight of novelty against score rank when picking a round."),

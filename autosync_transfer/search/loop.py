@@ -4,7 +4,9 @@ A search spends a budget of real trials on one domain, in rounds of ``per_round`
 
 1. **reference**: every hand-optimized builder and torch DDP is measured first, in the same run
    (not counted in the budget) — the numbers the search has to beat;
-2. **propose**: ``candidates`` strategies from the constrained sampler (a fresh seed per round)
+2. **propose**: ``candidates`` strategies from the constrained sampler (a fresh seed per round;
+   preset ``mixture``: the dataset's space, each candidate with its own knob probabilities, so
+   that some are almost all PS, almost all all-reduce, compressed throughout, ...)
    and, for the ranked methods (``autosync`` once it has a simulator, ``analytical``),
    ``neighbours`` strategies near the ``parents`` fastest measured so far, builders included
    (:mod:`autosync_transfer.search.neighbours`: a few variables re-configured from a sampled
@@ -88,7 +90,9 @@ class SearchConfig(BaseModel):
     per_round: int = Field(default=10, ge=1)
     candidates: int = Field(default=1000, ge=1)
     seed: int = 0
-    preset: str = "dataset"  # the space the dataset (and so every simulator) was sampled from
+    # the dataset's space (where every simulator was trained), with per-strategy knob
+    # probabilities so that candidates reach its corners (sampler ``knob_prior``)
+    preset: str = "mixture"
     diversity: float = Field(default=0.3, ge=0)
     min_train: int = Field(default=10, ge=2)
     ranker: str = "rnn"

@@ -71,6 +71,7 @@ LoadBalancer = Literal[
     "random", "greedy", "sorted_greedy", "randomized_greedy", "sorted_randomized_greedy"
 ]
 MergeScheme = Literal["random", "by_chunk", "randomized_greedy", "ordered_balanced"]
+KnobPrior = Literal["uniform", "mixture"]
 Bound = Union[int, Literal["num_nodes"]]
 
 # strategies whose sequential passes run batched together (bounds the padded work arrays)
@@ -101,6 +102,15 @@ class SamplerConfig(BaseModel):
     never partitioned, of at least ``ub`` bytes always (when partitioning is a choice), in between
     with probability ``(size - lb) / (ub - lb)`` if ``maybe_partition_by_size`` else 1/2.
     ``same_synchronizer_for_parts`` gives all shards of a variable one synchronizer type.
+
+    ``knob_prior``: ``uniform`` (AutoSync's) draws every variable's choices uniformly, so on a
+    model of a few hundred variables every strategy is about half PS, half all-reduce, half
+    compressed: the sampled strategies all look alike in aggregate, far from the builders (all
+    all-reduce, all PS) and from, say, all-reduce with fp16 everywhere. ``mixture`` first draws
+    per strategy the probability of PS for a dense piece, of local replication, the compressor
+    weights (Dirichlet(1, ...)) and a partition scale ``s`` (a variable partitioned with
+    probability ``min(1, 2 s p)`` where ``uniform`` uses ``p``), then every variable from those:
+    the same space (every constraint holds), spread over its corners.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -121,6 +131,7 @@ class SamplerConfig(BaseModel):
     maybe_partition_bounds: tuple[int, int] = (0, MAX_INT32)
     maybe_partition_by_size: bool = False
     same_synchronizer_for_parts: bool = False
+    knob_prior: KnobPrior = "uniform"
 
     @field_validator(
         "synchronizer_types",
@@ -221,6 +232,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "compressed": {"compressors": ("none", "fp16", "fp16_ef", "powersgd")},
     # AutoSync's data-collection setting "if-partition-lb-100000": never split vars <= 100 kB
     "large_partitions": {"maybe_partition_bounds": (100_000, MAX_INT32)},
+    # the dataset's space with strategy-level knob probabilities (what a search samples)
+    "mixture": {"maybe_partition_bounds": (100_000, MAX_INT32), "num_partition_bounds": (2, 20),
+                "knob_prior": "mixture"},
     # what the shipped dataset samples: AutoSync's collection settings "if-partition-lb-100000"
     # and "max-par-20" (tiny tensors are never split, at most 20 shards)
     "dataset": {"maybe_partition_bounds": (100_000, MAX_INT32), "num_partition_bounds": (2, 20)},
@@ -463,7 +477,15 @@ class StrategySampler:
         nv = t.nbytes.size
         rows = np.arange(nv)
         u = rng.random((nv, 4))
-        part = u[:, 0] < t.p_partition
+        mixture = cfg.knob_prior == "mixture"
+        if mixture:  # strategy-level knobs (extra draws: the uniform prior's stay as they were)
+            knob = rng.random(3)
+            weights = rng.dirichlet(np.ones(len(t.compressors)))
+            p_part = np.where((t.p_partition > 0) & (t.p_partition < 1),
+                              np.minimum(1.0, 2.0 * knob[0] * t.p_partition), t.p_partition)
+            part = u[:, 0] < p_part
+        else:
+            part = u[:, 0] < t.p_partition
         a_idx = (u[:, 1] * np.maximum(t.n_axes, 1)).astype(np.int64)
         axis = t.axis[rows, a_idx]
         lo, hi = t.shard_lo[rows, a_idx], t.shard_hi[rows, a_idx]
@@ -481,11 +503,21 @@ class StrategySampler:
 
         ui = rng.random((total, 4))
         type_u = u[var_of, 3] if cfg.same_synchronizer_for_parts else ui[:, 0]
-        type_idx = (type_u * t.type_is_ps.size).astype(np.int64)
-        is_ps = t.sparse[var_of] | t.type_is_ps[type_idx]
-        compressor = (ui[:, 1] * len(t.compressors)).astype(np.int64)
+        if mixture and t.type_is_ps.any() and not t.type_is_ps.all():
+            is_ps = t.sparse[var_of] | (type_u < knob[1])
+        else:
+            type_idx = (type_u * t.type_is_ps.size).astype(np.int64)
+            is_ps = t.sparse[var_of] | t.type_is_ps[type_idx]
+        if mixture:
+            edges = np.cumsum(weights)[:-1]
+            compressor = np.searchsorted(edges, ui[:, 1], side="right").astype(np.int64)
+        else:
+            compressor = (ui[:, 1] * len(t.compressors)).astype(np.int64)
         rank = (ui[:, 2] * len(t.ranks)).astype(np.int64)
-        replication = t.replication[(ui[:, 3] * t.replication.size).astype(np.int64)]
+        if mixture and t.replication.any() and not t.replication.all():
+            replication = ui[:, 3] < knob[2]
+        else:
+            replication = t.replication[(ui[:, 3] * t.replication.size).astype(np.int64)]
 
         ps_items = np.flatnonzero(is_ps)
         ar_items = np.flatnonzero(~is_ps)
