@@ -7,7 +7,9 @@ itself, so the speed-ups compare measurements of one run. Runs are stored in
 
 Printed per domain and method: best found (ms), best hand-optimized builder of that run (ms),
 speed-up over it and over torch DDP, the confirmed speed-up (``conf``: the best found and the best
-builder measured again 3 times each, interleaved, at the end of the run; medians), trials needed
+builder measured again 3 times each, interleaved, at the end of the run; medians), the confirmed
+speed-up over the best all-reduce builder with fp16 compression (``fp16``: the builders come
+uncompressed; a stricter reference, measured and confirmed the same way), trials needed
 to reach 1.1x / 1.2x over the best builder, mean hit rate (trials >= 2 % faster than the best
 builder). A plot of best-so-far speed-up vs trials (all methods of a domain, hit rates
 below) goes to ``--store-dir/<domain>/search_curves.png``.
@@ -113,7 +115,7 @@ def main() -> int:
                       per_round=args.per_round, title=f"{dname}: budget {args.budget}")
 
     head = (f"{'domain':11s} {'method':28s} {'trials':>6s} {'best ms':>8s} {'builder':>16s} "
-            f"{'ddp ms':>8s} {'vs bld':>7s} {'conf':>6s} {'vs ddp':>7s} {'to1.1x':>6s} {'to1.2x':>6s} "
+            f"{'ddp ms':>8s} {'vs bld':>7s} {'conf':>6s} {'fp16':>6s} {'vs ddp':>7s} {'to1.1x':>6s} {'to1.2x':>6s} "
             f"{'hit':>5s} {'wall':>6s}")
     print(head)
     for dname, label, s, wall in rows:
@@ -122,7 +124,8 @@ def main() -> int:
         print(f"{dname:11s} {label:28s} {s['trials']:6d} {_fmt(s['best_s'] and s['best_s'] * 1000, '8.1f')} "
               f"{bld:>16s} {_fmt(s['ddp_s'] and s['ddp_s'] * 1000, '8.1f')} "
               f"{_fmt(s['speedup_vs_builder'], '6.2f')}x "
-              f"{_fmt(s.get('confirmed_speedup_vs_builder'), '5.2f')}x {_fmt(s['speedup_vs_ddp'], '6.2f')}x "
+              f"{_fmt(s.get('confirmed_speedup_vs_builder'), '5.2f')}x "
+              f"{_fmt(s.get('confirmed_speedup_vs_fp16_builder'), '5.2f')}x {_fmt(s['speedup_vs_ddp'], '6.2f')}x "
               f"{_fmt(s['trials_to_1.1x'], '6d')} {_fmt(s['trials_to_1.2x'], '6d')} "
               f"{_fmt(hit, '5.2f')} {wall / 60:5.1f}m")
     print(f"\nspeed-ups are over the best hand-optimized builder / torch DDP measured in the same "

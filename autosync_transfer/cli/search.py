@@ -141,6 +141,9 @@ def search(
         con.print(f"  confirmed       {c['best_s'] * 1000:.1f} ms vs {c['builder_s'] * 1000:.1f} ms "
                   f"(medians of {c['measurements']} interleaved re-measurements each)  -> "
                   f"speed-up {c['speedup_vs_builder']:.2f}x")
+        if c.get("fp16_builder_s"):
+            con.print(f"  vs fp16 builder {c['fp16_builder_s'] * 1000:.1f} ms ({c['fp16_builder']}, "
+                      f"confirmed the same way)  -> speed-up {c['speedup_vs_fp16_builder']:.2f}x")
     con.print(f"  torch DDP       {_fmt(s['ddp_s'] and s['ddp_s'] * 1000, '.1f', ' ms')}"
               f"  -> speed-up {_fmt(s['speedup_vs_ddp'], '.2f', 'x')}")
     con.print(f"  trials to 1.1x / 1.2x / 1.3x over the best builder: {_fmt(s['trials_to_1.1x'], 'd')}"

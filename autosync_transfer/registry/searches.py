@@ -15,7 +15,8 @@ from autosync_transfer.registry.models import ModelVersionInfo
 
 __all__ = ["log_search"]
 
-_FIGURES = ("speedup_vs_builder", "confirmed_speedup_vs_builder", "speedup_vs_ddp",
+_FIGURES = ("speedup_vs_builder", "confirmed_speedup_vs_builder",
+            "confirmed_speedup_vs_fp16_builder", "speedup_vs_fp16_builder", "speedup_vs_ddp",
             "trials_to_1.1x", "trials_to_1.2x", "trials_to_1.3x", "best_s", "best_builder_s",
             "ddp_s", "trials", "failed")
 

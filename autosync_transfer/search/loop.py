@@ -3,7 +3,10 @@
 A search spends a budget of real trials on one domain, in rounds of ``per_round``:
 
 1. **reference**: every hand-optimized builder and torch DDP is measured first, in the same run
-   (not counted in the budget) — the numbers the search has to beat;
+   (not counted in the budget) — the numbers the search has to beat; and, as a stricter
+   reference reported beside them, the all-reduce builders with fp16 compression
+   (:data:`FP16_REFERENCES`: the builders default to no compression, and on a slow link
+   compression alone can explain much of a search's win);
 2. **propose**: ``candidates`` strategies from the constrained sampler (a fresh seed per round;
    preset ``mixture``: the dataset's space, each candidate with its own knob probabilities, so
    that some are almost all PS, almost all all-reduce, compressed throughout, ...)
@@ -70,6 +73,16 @@ log = logging.getLogger(__name__)
 METHODS = ("autosync", "random", "tpe", "analytical")
 #: marker of torch's own DDP among the reference measurements
 TORCH_DDP = "torch_ddp"
+#: reference name -> (builder, options): the all-reduce builders with fp16 compression
+FP16_REFERENCES: dict[str, tuple[str, dict[str, Any]]] = {
+    f"{name}+fp16": (name, {"compressor": "fp16"}) for name in ("all_reduce", "partitioned_ar", "ddp")
+}
+
+
+def is_builder(name: str) -> bool:
+    """Whether reference ``name`` is a hand-optimized builder as it comes (not torch DDP, not
+    an fp16 variant)."""
+    return name != TORCH_DDP and name not in FP16_REFERENCES
 #: default folder of search trial stores (below the current directory; kept apart from the
 #: collected datasets, whose sampled strategies are unbiased: pass --store to put them there)
 DEFAULT_SEARCH_DIR = "runs/search"
@@ -138,7 +151,7 @@ class SearchProgress:
 
     @property
     def best_builder_s(self) -> float | None:
-        vals = [v for k, v in self.references.items() if k != TORCH_DDP and v]
+        vals = [v for k, v in self.references.items() if is_builder(k) and v]
         return min(vals) if vals else None
 
     @property
@@ -171,8 +184,10 @@ def summarize(trials: Sequence[TrialRecord], references: dict[str, float | None]
     needed to reach 1.1x / 1.2x, hit rate per round (share of its trials at least
     :data:`HIT_MARGIN` faster than the best builder), failures; with ``confirmations`` (of the
     current number of trials) the ``confirmed`` speed-up: median of the best strategy's
-    re-measurements over the median of the best builder's."""
-    builders = [v for k, v in references.items() if k != TORCH_DDP and v]
+    re-measurements over the median of the best builder's (and of the best fp16 reference's,
+    when the confirmation measured one)."""
+    builders = [v for k, v in references.items() if is_builder(k) and v]
+    fp16 = {k: v for k, v in references.items() if k in FP16_REFERENCES and v}
     best_builder = min(builders) if builders else None
     ddp = references.get(TORCH_DDP)
     best = math.inf
@@ -199,8 +214,11 @@ def summarize(trials: Sequence[TrialRecord], references: dict[str, float | None]
         "failed": sum(r.status != "ok" for r in trials),
         "best_s": best_s,
         "best_builder_s": best_builder,
-        "best_builder": min((k for k, v in references.items() if k != TORCH_DDP and v),
+        "best_builder": min((k for k, v in references.items() if is_builder(k) and v),
                             key=lambda k: references[k], default=None),  # type: ignore[arg-type,return-value]
+        "best_fp16_builder": min(fp16, key=lambda k: fp16[k], default=None),
+        "best_fp16_builder_s": min(fp16.values(), default=None),
+        "speedup_vs_fp16_builder": (min(fp16.values()) / best_s if fp16 and best_s else None),
         "ddp_s": ddp,
         "speedup_vs_builder": best_builder / best_s if best_builder and best_s else None,
         "speedup_vs_ddp": ddp / best_s if ddp and best_s else None,
@@ -211,13 +229,14 @@ def summarize(trials: Sequence[TrialRecord], references: dict[str, float | None]
         "hit_rate": [sum(h) / len(h) for h in rounds],
         "confirmed": (confirmed := _confirmed(confirmations or {}, len(trials))),
         "confirmed_speedup_vs_builder": confirmed["speedup_vs_builder"] if confirmed else None,
+        "confirmed_speedup_vs_fp16_builder": (confirmed or {}).get("speedup_vs_fp16_builder"),
     }
 
 
 def _confirmed(confirmations: dict[str, TrialRecord], done: int) -> dict[str, Any] | None:
     """The confirmation of the run at ``done`` trials: medians of the ok re-measurements of the
     best strategy and of the best builder, and their ratio."""
-    times: dict[str, list[float]] = {"best": [], "builder": []}
+    times: dict[str, list[float]] = {"best": [], "builder": [], "fp16": []}
     names: dict[str, str] = {}
     for key, r in confirmations.items():
         at, _, rest = key.partition("/")
@@ -230,9 +249,14 @@ def _confirmed(confirmations: dict[str, TrialRecord], done: int) -> dict[str, An
     if not times["best"] or not times["builder"]:
         return None
     best, builder = float(np.median(times["best"])), float(np.median(times["builder"]))
-    return {"best": names.get("best"), "builder": names.get("builder"), "best_s": best,
-            "builder_s": builder, "speedup_vs_builder": builder / best,
-            "measurements": min(len(times["best"]), len(times["builder"]))}
+    out = {"best": names.get("best"), "builder": names.get("builder"), "best_s": best,
+           "builder_s": builder, "speedup_vs_builder": builder / best,
+           "measurements": min(len(times["best"]), len(times["builder"]))}
+    if times["fp16"]:
+        fp16 = float(np.median(times["fp16"]))
+        out.update(fp16_builder=names.get("fp16"), fp16_builder_s=fp16,
+                   speedup_vs_fp16_builder=fp16 / best)
+    return out
 
 
 class Searcher:
@@ -377,7 +401,7 @@ class Searcher:
                  ) -> list[Strategy]:
         """The ``parents`` fastest strategies measured in this run, builders included."""
         timed = [(t, f"{self._prefix()}reference/{name}") for name, t in progress.references.items()
-                 if t and name != TORCH_DDP]
+                 if t and name != TORCH_DDP]  # builders and their fp16 variants
         timed += [(r.median_s, r.id) for r in progress.trials if r.status == "ok" and r.median_s]
         timed.sort()
         return [strategies[rid] for _, rid in timed if rid in strategies][: self.config.parents]
@@ -558,10 +582,17 @@ class Searcher:
         progress, strategies = self._load()
         prefix = self._prefix()
         # 1. the references, measured in this run
-        for name in [*BUILDERS, TORCH_DDP]:
+        for name in [*BUILDERS, TORCH_DDP, *FP16_REFERENCES]:
             if name in progress.references:
                 continue
-            strategy = None if name == TORCH_DDP else build(name, self.domain)
+            if name == TORCH_DDP:
+                strategy = None
+            elif name in FP16_REFERENCES:
+                builder, options = FP16_REFERENCES[name]
+                strategy = build(builder, self.domain, **options)
+                strategy = strategy.model_copy(update={"id": f"{strategy.id}+fp16"})
+            else:
+                strategy = build(name, self.domain)
             self._emit(progress, f"measuring reference {name}")
             rid = f"{prefix}reference/{name}"
             res, facts = measure(strategy, rid)
@@ -642,12 +673,14 @@ class Searcher:
 
     def _confirm(self, progress: SearchProgress, strategies: dict[str, Strategy],
                  measure: Measure) -> None:
-        """Measure the best strategy found and the best builder ``confirm`` times each,
-        interleaved (A B, B A, A B, ...), as ``confirm/<trials>/<i>-best|builder``; those already
-        stored are not measured again."""
+        """Measure the best strategy found, the best builder and the best fp16 reference
+        ``confirm`` times each, interleaved (A B C, C B A, A B C, ...), as
+        ``confirm/<trials>/<i>-best|builder|fp16``; those already stored are not measured
+        again."""
         cfg = self.config
         ok = [r for r in progress.trials if r.status == "ok" and r.median_s]
-        refs = {k: v for k, v in progress.references.items() if k != TORCH_DDP and v}
+        refs = {k: v for k, v in progress.references.items() if is_builder(k) and v}
+        fp16_refs = {k: v for k, v in progress.references.items() if k in FP16_REFERENCES and v}
         if cfg.confirm == 0 or not ok or not refs:
             return
         from autosync_transfer.strategies.builders import build
@@ -659,9 +692,14 @@ class Searcher:
             or build(builder_name, self.domain)
         if best is None:
             return
+        group = [("best", best), ("builder", builder)]
+        if fp16_refs:
+            fp16_name = min(fp16_refs, key=lambda k: fp16_refs[k])  # type: ignore[arg-type,return-value]
+            fp16 = strategies.get(f"{self._prefix()}reference/{fp16_name}")
+            if fp16 is not None:
+                group.append(("fp16", fp16))
         for i in range(cfg.confirm):
-            pair = [("best", best), ("builder", builder)]
-            for who, s in (pair if i % 2 == 0 else pair[::-1]):
+            for who, s in (group if i % 2 == 0 else group[::-1]):
                 key = f"{progress.done}/{i}-{who}"
                 if key in progress.confirmations:
                     continue

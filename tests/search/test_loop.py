@@ -19,9 +19,11 @@ from autosync_transfer.domains.cluster import Cluster, Node
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.runtime.trial import Protocol
-from autosync_transfer.search.loop import TORCH_DDP, SearchConfig, Searcher
+from autosync_transfer.search.loop import FP16_REFERENCES, TORCH_DDP, SearchConfig, Searcher
 from autosync_transfer.strategies.builders import BUILDERS, build
 
+#: the references a search measures first
+REFS = [*BUILDERS, TORCH_DDP, *FP16_REFERENCES]
 QUICK = Protocol(warmup=1, iters=2, timeout_s=60, startup_timeout_s=120)
 SPEC = """nodes:
   - address: 10.77.0.1
@@ -64,13 +66,17 @@ def test_every_method_spends_its_budget_once(tmp_path: Path, method: str) -> Non
                       on_event=lambda p: events.append(p.done)).run()
     recs = _records(store)
     refs = [r for r in recs if "/reference/" in r["id"]]
-    assert sorted(r["id"].rsplit("/", 1)[1] for r in refs) == sorted([*BUILDERS, TORCH_DDP])
+    assert sorted(r["id"].rsplit("/", 1)[1] for r in refs) == sorted([*BUILDERS, TORCH_DDP,
+                                                                       *FP16_REFERENCES])
     searched = [r for r in recs if "/reference/" not in r["id"] and "/confirm/" not in r["id"]]
     assert len(searched) == 5 and result.summary["trials"] == 5
-    # the best found and the best builder measured again, interleaved: A B B A
+    # the best found, the best builder and the best fp16 reference measured again,
+    # interleaved: A B C C B A
     confirm = [r for r in recs if "/confirm/" in r["id"]]
-    assert [r["id"].rsplit("/", 1)[1] for r in confirm] == ["0-best", "0-builder", "1-builder",
-                                                             "1-best"]
+    assert [r["id"].rsplit("/", 1)[1] for r in confirm] == ["0-best", "0-builder", "0-fp16",
+                                                             "1-fp16", "1-builder", "1-best"]
+    assert result.summary["confirmed"]["fp16_builder"].endswith("+fp16")
+    assert result.summary["confirmed_speedup_vs_fp16_builder"] > 0
     c = result.summary["confirmed"]
     assert c["best"] == result.best.id and c["builder"] == build(result.summary["best_builder"], d).id
     assert c["measurements"] == 2 and result.summary["confirmed_speedup_vs_builder"] > 0
@@ -99,7 +105,7 @@ def test_every_method_spends_its_budget_once(tmp_path: Path, method: str) -> Non
     assert len([r for r in _records(store) if "/reference/" in r["id"]]) == len(refs)
     fps = _fingerprints(store, d)
     assert len(fps) == len(set(fps)) == 7
-    assert len([r for r in _records(store) if "/confirm/7/" in r["id"]]) == 4
+    assert len([r for r in _records(store) if "/confirm/7/" in r["id"]]) == 6
 
 
 def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:
@@ -115,7 +121,7 @@ def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
-            if store.exists() and len(store.read_text().splitlines()) >= len(BUILDERS) + 1 + 4:
+            if store.exists() and len(store.read_text().splitlines()) >= len(REFS) + 4:
                 break
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
@@ -135,7 +141,7 @@ def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:
     assert after[:len(before)] == before  # append-only
     ids = [r["id"] for r in after]
     assert len(ids) == len(set(ids))
-    assert len([r for r in after if "/reference/" in r["id"]]) == len(BUILDERS) + 1
+    assert len([r for r in after if "/reference/" in r["id"]]) == len(REFS)
     d = Domain(name="ncf-s2x1", model=get_model("ncf"), cluster=_domain().cluster)
     fps = _fingerprints(store, d)
     assert len(fps) == len(set(fps)) == 6

@@ -36,10 +36,13 @@ def test_summary_by_hand() -> None:
 def test_hits_need_the_margin_and_confirmations_give_the_confirmed_speedup() -> None:
     from autosync_transfer.search.loop import HIT_MARGIN
 
-    refs = {"ps": 1.0, "torch_ddp": 3.0}
+    refs = {"ps": 1.0, "torch_ddp": 3.0, "all_reduce+fp16": 0.97, "ddp+fp16": None}
     trials = [_rec(0, 0.99), _rec(1, 1.0 / (1 + HIT_MARGIN) - 1e-3), _rec(2, 0.95)]
     s = summarize(trials, refs, per_round=3)
     assert s["hit_rate"] == [pytest.approx(2 / 3)]  # 0.99 is within the noise margin
+    # the fp16 variants are a reference of their own, not hand-optimized builders
+    assert s["best_builder"] == "ps" and s["best_fp16_builder"] == "all_reduce+fp16"
+    assert s["speedup_vs_fp16_builder"] == pytest.approx(0.97 / 0.95)
     assert s["confirmed"] is None and s["confirmed_speedup_vs_builder"] is None
 
     def conf(key: str, median: float | None, sid: str) -> TrialRecord:
@@ -51,12 +54,15 @@ def test_hits_need_the_margin_and_confirmations_give_the_confirmed_speedup() -> 
         "3/1-builder": conf("3/1-builder", 0.98, "ps"), "3/1-best": conf("3/1-best", None, "s2"),
         "3/2-best": conf("3/2-best", 1.00, "s2"), "3/2-builder": conf("3/2-builder", 1.04, "ps"),
         "2/0-best": conf("2/0-best", 0.5, "s1"),  # of an earlier, shorter run: not counted
+        "3/0-fp16": conf("3/0-fp16", 0.97, "ar+fp16"), "3/1-fp16": conf("3/1-fp16", 0.99, "ar+fp16"),
     }
     s = summarize(trials, refs, per_round=3, confirmations=confirmations)
     c = s["confirmed"]
     assert (c["best"], c["builder"], c["measurements"]) == ("s2", "ps", 2)
     assert c["best_s"] == pytest.approx(0.98) and c["builder_s"] == pytest.approx(1.02)
     assert s["confirmed_speedup_vs_builder"] == pytest.approx(1.02 / 0.98)
+    assert c["fp16_builder"] == "ar+fp16" and c["fp16_builder_s"] == pytest.approx(0.98)
+    assert s["confirmed_speedup_vs_fp16_builder"] == pytest.approx(1.0)
 
 
 def test_summary_without_successes() -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from autosync_transfer.search.loop import FP16_REFERENCES
 from autosync_transfer.strategies.builders import BUILDERS
 
 
@@ -38,7 +39,9 @@ def test_search_through_torchrun_workers(tmp_path: Path) -> None:
     summary = json.loads(s.stdout)
     assert summary["trials"] == 3 and summary["best_s"] > 0
     records = [json.loads(line) for line in store.read_text().splitlines()]
-    assert len(records) == len(BUILDERS) + 1 + 3 + 2  # + the best and the best builder again
+    # references (builders, DDP, fp16 variants), 3 trials, then the best, the best builder and
+    # the best fp16 variant once more
+    assert len(records) == len(BUILDERS) + 1 + len(FP16_REFERENCES) + 3 + 3
     assert summary["confirmed"]["measurements"] == 1
     assert all(r["launcher"] == "torchrun" and r["status"] == "ok" for r in records)
     assert all(len(r["iteration_times_s"]) == 2 for r in records)
