@@ -12,11 +12,17 @@ speed-up over the best all-reduce builder with fp16 compression (``fp16``: the b
 uncompressed; a stricter reference, measured and confirmed the same way), trials needed
 to reach 1.1x / 1.2x over the best builder, mean hit rate (trials >= 2 % faster than the best
 builder). A plot of best-so-far speed-up vs trials (all methods of a domain, hit rates
-below) goes to ``--store-dir/<domain>/search_curves.png``.
+below) goes to ``--store-dir/<domain>/search_curves.png``. ``wall`` is the measuring time of the
+run (the sum of its trials' end-to-end times, references and confirmation included, over every
+session that continued it; training the simulator between rounds is not in it).
+
+The stores are kept in git (``benchmarks/results/search-table/``), so a table measured over several
+sessions continues where the last one stopped; ``--report`` prints the table and draws the plots
+from the stores as they are, measuring nothing (no root needed).
 
     sudo .venv/bin/python benchmarks/search_table.py --domains ncf-C,bert-3l-B,vgg16-s-B \\
         [--budget 200] [--per-round 10] [--warm-from ncf-A,bert-3l-A,vgg16-s-A] \\
-        [--methods autosync-cold,autosync-warm,random,tpe,analytical]
+        [--methods autosync-cold,autosync-warm,random,tpe,analytical] [--report]
 """
 
 from __future__ import annotations
@@ -54,7 +60,9 @@ def main() -> int:
     ap.add_argument("--launcher", default="emulated")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--store-dir", default="runs/search-table")
+    ap.add_argument("--store-dir", default="benchmarks/results/search-table")
+    ap.add_argument("--report", action="store_true",
+                    help="print the table from the stores as they are; measure nothing")
     ap.add_argument("--trials", default=None, help="trials to train warm-start sources on "
                                                    "(default: the shipped datasets)")
     args = ap.parse_args()
@@ -62,7 +70,8 @@ def main() -> int:
     from autosync_transfer.domains.catalog import get_domain, split_domain_name
     from autosync_transfer.registry.plots import search_curves
     from autosync_transfer.runtime.trial import Protocol
-    from autosync_transfer.search.loop import SearchConfig, Searcher, run_name
+    from autosync_transfer.dataset.store import TrialStore
+    from autosync_transfer.search.loop import SearchConfig, Searcher, load_run, run_name, summarize
     from autosync_transfer.search.warm import warm_simulator
 
     domains = args.domains.split(",")
@@ -88,29 +97,44 @@ def main() -> int:
         curves, hits = {}, {}
         for m in methods:
             method = "autosync" if m.startswith("autosync") else m
-            warm = None
-            if m == "autosync-warm":
-                warm, _ = warm_simulator(src, trials=args.trials, seed=args.seed,
-                                         max_epochs=args.epochs)
             cfg = SearchConfig(method=method, budget=args.budget, per_round=args.per_round,  # type: ignore[arg-type]
                                candidates=args.candidates, seed=args.seed, max_epochs=args.epochs,
                                neighbours=args.neighbours, confirm=args.confirm)
-            name = run_name(cfg, warm is not None)
+            name = run_name(cfg, m == "autosync-warm")
             store = Path(args.store_dir) / dname / f"{name}.jsonl"
-            t0 = time.monotonic()
-
-            def say(p, _m=m, _d=dname) -> None:  # noqa: ANN001
-                if p.message.startswith("round") and "measuring" not in p.message:
-                    print(f"  [{_d} {_m}] {p.done}/{p.budget} {p.message}", file=sys.stderr, flush=True)
-
-            res = Searcher(domain, store, cfg, warm=warm, warm_source=src if warm else None,
-                           launcher=args.launcher,
-                           protocol=protocol, on_event=say).run()
-            s = res.summary
             label = m if m != "autosync-warm" else f"autosync-warm({src})"
+            t0 = time.monotonic()
+            if args.report:
+                if not store.exists():
+                    print(f"  [{dname} {m}] not run ({store})", file=sys.stderr)
+                    continue
+                progress, _ = load_run(domain, store, name, args.budget)
+                source = TrialStore(store).read_meta().get("warm_source")
+                label = m if m != "autosync-warm" else f"autosync-warm({source or src})"
+                s = summarize(progress.trials, progress.references, args.per_round,
+                              progress.confirmations)
+            else:
+                warm = None
+                if m == "autosync-warm":
+                    warm, _ = warm_simulator(src, trials=args.trials, seed=args.seed,
+                                             max_epochs=args.epochs)
+
+                def say(p, _m=m, _d=dname) -> None:  # noqa: ANN001
+                    if p.message.startswith("round") and "measuring" not in p.message:
+                        print(f"  [{_d} {_m}] {p.done}/{p.budget} {p.message}", file=sys.stderr,
+                              flush=True)
+
+                s = Searcher(domain, store, cfg, warm=warm, warm_source=src if warm else None,
+                             launcher=args.launcher,
+                             protocol=protocol, on_event=say).run().summary
+                print(f"  [{dname} {m}] done in {time.monotonic() - t0:.0f} s", file=sys.stderr,
+                      flush=True)
+            prefix = f"{dname}/search/{name}/"
+            wall = sum(r.wall_s for r in TrialStore(store).records() if r.id.startswith(prefix))
             curves[label], hits[label] = s["curve"], s["hit_rate"]
-            rows.append((dname, label, s, time.monotonic() - t0))
-            print(f"  [{dname} {m}] done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+            rows.append((dname, label, s, wall))
+        if not curves:
+            continue
         search_curves(curves, hits, Path(args.store_dir) / dname / "search_curves.png",
                       per_round=args.per_round, title=f"{dname}: budget {args.budget}")
 
@@ -130,7 +154,8 @@ def main() -> int:
               f"{_fmt(hit, '5.2f')} {wall / 60:5.1f}m")
     print(f"\nspeed-ups are over the best hand-optimized builder / torch DDP measured in the same "
           f"run; protocol {args.warmup}+{args.iters}, launcher {args.launcher}, per round "
-          f"{args.per_round}, {args.candidates} candidates; plots in {args.store_dir}/<domain>/")
+          f"{args.per_round}, {args.candidates} candidates; wall: measuring time of the run; plots in "
+          f"{args.store_dir}/<domain>/")
     return 0
 
 

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from autosync_transfer.runtime.trial import Protocol, TrialResult
 
 __all__ = ["METHODS", "SearchConfig", "SearchProgress", "SearchResult", "Searcher", "run_name",
-           "default_store_path", "summarize"]
+           "default_store_path", "load_run", "summarize"]
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +259,39 @@ def _confirmed(confirmations: dict[str, TrialRecord], done: int) -> dict[str, An
     return out
 
 
+def load_run(domain: Domain, store: TrialStore | str | Path, name: str, budget: int
+             ) -> tuple[SearchProgress, dict[str, Strategy]]:
+    """What run ``name`` of ``domain`` holds in ``store`` (measured trials, references and
+    confirmations, and the strategies by record id), read without measuring anything; a store
+    of the same domain on another model or cluster is refused (:class:`ConfigError`)."""
+    from autosync_transfer.strategies.compact import decode, is_compact
+
+    store = store if isinstance(store, TrialStore) else TrialStore(store)
+    prefix = f"{domain.name}/search/{name}/"
+    progress = SearchProgress(domain.name, name, budget)
+    strategies: dict[str, Strategy] = {}  # record id -> strategy
+    for r in store.records():
+        if (r.domain != domain.name or not r.id.startswith(prefix)
+                or r.supersedes is not None):  # a search measures each trial once
+            continue
+        if (r.model_fingerprint, r.cluster_fingerprint) != (domain.model.fingerprint,
+                                                            domain.cluster.fingerprint):
+            raise ConfigError(f"store {str(store.path)!r} holds trials of {domain.name} "
+                              f"measured on a different model or cluster (trial {r.id!r}); "
+                              f"use another --store")
+        if r.strategy is not None:
+            s = r.strategy
+            strategies[r.id] = decode(s, domain.model) if is_compact(s) else Strategy.from_dict(s)
+        ref = r.id[len(prefix):]
+        if ref.startswith("reference/"):
+            progress.references[ref.split("/", 1)[1]] = r.median_s if r.status == "ok" else None
+        elif ref.startswith("confirm/"):
+            progress.confirmations[ref.split("/", 1)[1]] = r
+        else:
+            progress.trials.append(r)
+    return progress, strategies
+
+
 class Searcher:
     """One search of ``config.method`` on ``domain``, stored in ``store_path``.
 
@@ -310,29 +343,7 @@ class Searcher:
         return f"{self.domain.name}/search/{self.name}/"
 
     def _load(self) -> tuple[SearchProgress, dict[str, Strategy]]:
-        from autosync_transfer.strategies.compact import decode, is_compact
-
-        progress = SearchProgress(self.domain.name, self.name, self.config.budget)
-        strategies: dict[str, Strategy] = {}  # record id -> strategy
-        for r in self.store.records():
-            if (r.domain != self.domain.name or not r.id.startswith(self._prefix())
-                    or r.supersedes is not None):  # a search measures each trial once
-                continue
-            if (r.model_fingerprint, r.cluster_fingerprint) != (self.domain.model.fingerprint,
-                                                                 self.domain.cluster.fingerprint):
-                raise ConfigError(f"store {str(self.store.path)!r} holds trials of "
-                                  f"{self.domain.name} measured on a different model or cluster "
-                                  f"(trial {r.id!r}); use another --store")
-            if r.strategy is not None:
-                s = r.strategy
-                strategies[r.id] = decode(s, self.domain.model) if is_compact(s) else Strategy.from_dict(s)
-            ref = r.id[len(self._prefix()):]
-            if ref.startswith("reference/"):
-                progress.references[ref.split("/", 1)[1]] = r.median_s if r.status == "ok" else None
-            elif ref.startswith("confirm/"):
-                progress.confirmations[ref.split("/", 1)[1]] = r
-            else:
-                progress.trials.append(r)
+        progress, strategies = load_run(self.domain, self.store, self.name, self.config.budget)
         knobs = Path(f"{self.store.path}.knobs.jsonl")
         if knobs.exists():
             for line in knobs.read_text().splitlines():

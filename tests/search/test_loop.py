@@ -19,7 +19,8 @@ from autosync_transfer.domains.cluster import Cluster, Node
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.runtime.trial import Protocol
-from autosync_transfer.search.loop import FP16_REFERENCES, TORCH_DDP, SearchConfig, Searcher
+from autosync_transfer.search.loop import (FP16_REFERENCES, TORCH_DDP, SearchConfig, Searcher,
+                                           load_run, summarize)
 from autosync_transfer.strategies.builders import BUILDERS, build
 
 #: the references a search measures first
@@ -36,9 +37,9 @@ SPEC = """nodes:
 """
 
 
-def _domain() -> Domain:
+def _domain(bandwidth_gbps: float = 1.0) -> Domain:
     cluster = Cluster(name="s2x1", nodes=tuple(
-        Node(name=f"n{i}", address=f"10.77.0.{i + 1}", workers=1, bandwidth_gbps=1.0,
+        Node(name=f"n{i}", address=f"10.77.0.{i + 1}", workers=1, bandwidth_gbps=bandwidth_gbps,
              chief=i == 0) for i in range(2)))
     return Domain(name="ncf-s2x1", model=get_model("ncf"), cluster=cluster)
 
@@ -91,6 +92,15 @@ def test_every_method_spends_its_budget_once(tmp_path: Path, method: str) -> Non
         assert len(Path(f"{store}.knobs.jsonl").read_text().splitlines()) >= 5
     if method == "autosync":
         assert result.simulator is not None  # trained once enough strategies were measured
+
+    # the store alone gives the same figures, measuring nothing (search_table.py --report)
+    progress, strategies = load_run(d, store, result.run, cfg.budget)
+    assert summarize(progress.trials, progress.references, cfg.per_round,
+                     progress.confirmations) == result.summary
+    assert result.best.content_key in {s.content_key for s in strategies.values()}
+    # ... and a store of the same domain name measured on another cluster is refused
+    with pytest.raises(ConfigError, match="measured on a different model or cluster"):
+        load_run(_domain(bandwidth_gbps=2.0), store, result.run, cfg.budget)
 
     # other settings do not continue it: one line, nothing measured
     with pytest.raises(ConfigError, match=r"per_round=2, not 3; continue it with the same"):
