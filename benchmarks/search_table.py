@@ -71,7 +71,9 @@ def main() -> int:
     from autosync_transfer.registry.plots import search_curves
     from autosync_transfer.runtime.trial import Protocol
     from autosync_transfer.dataset.store import TrialStore
-    from autosync_transfer.search.loop import SearchConfig, Searcher, load_run, run_name, summarize
+    from autosync_transfer.errors import ConfigError
+    from autosync_transfer.search.loop import (SearchConfig, Searcher, load_run, run_meta, run_name,
+                                               summarize)
     from autosync_transfer.search.warm import warm_simulator
 
     domains = args.domains.split(",")
@@ -108,10 +110,17 @@ def main() -> int:
                 if not store.exists():
                     print(f"  [{dname} {m}] not run ({store})", file=sys.stderr)
                     continue
-                progress, _ = load_run(domain, store, name, args.budget)
-                source = TrialStore(store).read_meta().get("warm_source")
+                meta = run_meta(store, name)
+                try:
+                    progress, _ = load_run(domain, store, name, args.budget)
+                except ConfigError as e:
+                    print(f"  [{dname} {m}] skipped: {e}", file=sys.stderr)
+                    continue
+                source = meta.get("warm_source")
                 label = m if m != "autosync-warm" else f"autosync-warm({source or src})"
-                s = summarize(progress.trials, progress.references, args.per_round,
+                # the rounds of the run as it was measured
+                per_round = (meta.get("config") or {}).get("per_round", args.per_round)
+                s = summarize(progress.trials, progress.references, per_round,
                               progress.confirmations)
             else:
                 warm = None

@@ -38,8 +38,8 @@ def search(
     timeout_s: float = typer.Option(300.0, "--timeout", min=1.0, help="Watchdog per trial, seconds."),
     max_foreign_cpu: float = typer.Option(0.05, "--max-foreign-cpu", min=0.01, max=1.0, help="Measure a trial again when other processes took more than this share of the CPU (1 disables)."),
     log: bool = typer.Option(True, "--log/--no-log", help="Log the run to MLflow and register the final simulator."),
-    export_json: Optional[str] = typer.Option(None, "--export-json", help="Write the best strategy found as JSON."),
-    export_autodist: Optional[str] = typer.Option(None, "--export-autodist", help="Write the best strategy found as an AutoDist strategy file."),
+    export_json: Optional[str] = typer.Option(None, "--export-json", help="Write the strategy to use as JSON: the fastest of the best found, the best builder and the best fp16 reference (by the confirmation when there is one)."),
+    export_autodist: Optional[str] = typer.Option(None, "--export-autodist", help="Write the strategy to use (as --export-json) as an AutoDist strategy file."),
     cluster_file: Optional[str] = typer.Option(None, "--cluster-file", help="Use this resource-spec YAML as the cluster."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -101,6 +101,13 @@ def search(
         searcher.on_event = on_event
         result = searcher.run()
     s = result.summary
+    # the strategy to use is written first: a failure to log below does not lose it
+    if result.chosen is not None:
+        from autosync_transfer.cli.strategies import export
+
+        export(result.chosen, domain, export_json, export_autodist)
+    elif export_json or export_autodist:
+        err().print("no strategy measured ok: nothing exported")
     version = None
     if log:
         from autosync_transfer.registry.searches import log_search
@@ -120,13 +127,11 @@ def search(
                                     config=config.model_dump(mode="json"), per_round=per_round,
                                     best_strategy=json.loads(result.best.to_json()) if result.best else None,
                                     simulator=result.simulator, lineage=lin, tags=tags)
-    if result.best is not None:
-        from autosync_transfer.cli.strategies import export
-
-        export(result.best, domain, export_json, export_autodist)
     if json_out:
         print_json({"domain": domain.name, "run": name, "store": str(path),
                     "best_strategy": result.best.id if result.best else None,
+                    "chosen_strategy": result.chosen.id if result.chosen else None,
+                    "chosen_from": result.chosen_from,
                     "registered_version": version.version if version else None,
                     **{k: v for k, v in s.items()}})
         return
@@ -144,6 +149,10 @@ def search(
         if c.get("fp16_builder_s"):
             con.print(f"  vs fp16 builder {c['fp16_builder_s'] * 1000:.1f} ms ({c['fp16_builder']}, "
                       f"confirmed the same way)  -> speed-up {c['speedup_vs_fp16_builder']:.2f}x")
+    if result.chosen is not None:
+        where = "the best found" if result.chosen_from == "search" else f"reference {result.chosen_from}"
+        exported = ", exported" if export_json or export_autodist else ""
+        con.print(f"  chosen          {result.chosen.id} ({where}{exported})")
     con.print(f"  torch DDP       {_fmt(s['ddp_s'] and s['ddp_s'] * 1000, '.1f', ' ms')}"
               f"  -> speed-up {_fmt(s['speedup_vs_ddp'], '.2f', 'x')}")
     con.print(f"  trials to 1.1x / 1.2x / 1.3x over the best builder: {_fmt(s['trials_to_1.1x'], 'd')}"

@@ -191,12 +191,7 @@ class AutoSyncStrategy(DDPStrategy):
     def _choose(self, graph: ModelGraph) -> Strategy:
         from autosync_transfer.search.recommend import recommend
 
-        simulator = self.simulator
-        if isinstance(simulator, str):
-            from autosync_transfer.registry.models import load_simulator
-
-            simulator = load_simulator(simulator)
-        strategy = recommend(graph, self.cluster, simulator, candidates=self.candidates,
+        strategy = recommend(graph, self.cluster, self.simulator, candidates=self.candidates,
                              seed=self.seed)
         log.info("recommended strategy %s (%s) for %s on cluster %s", strategy.id, strategy.kind,
                  graph.name, self.cluster.name)

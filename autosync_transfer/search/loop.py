@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from autosync_transfer.runtime.trial import Protocol, TrialResult
 
 __all__ = ["METHODS", "SearchConfig", "SearchProgress", "SearchResult", "Searcher", "run_name",
-           "default_store_path", "load_run", "summarize"]
+           "default_store_path", "load_run", "run_meta", "summarize"]
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,10 @@ class SearchProgress:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """The outcome: the best strategy found and the figures of :func:`summarize`."""
+    """The outcome: the best strategy found, the figures of :func:`summarize`, and the strategy
+    to use (``chosen``): the fastest of the best found, the best builder and the best fp16
+    reference, by the confirmation's medians when the run has one, else by their measurements
+    (``chosen_from``: ``search``, or the reference's name)."""
 
     domain: str
     run: str
@@ -175,6 +178,8 @@ class SearchResult:
     best: Strategy | None
     summary: dict[str, Any]
     simulator: Any = None  # the final simulator (autosync only)
+    chosen: Strategy | None = None
+    chosen_from: str | None = None
 
 
 def summarize(trials: Sequence[TrialRecord], references: dict[str, float | None],
@@ -257,6 +262,18 @@ def _confirmed(confirmations: dict[str, TrialRecord], done: int) -> dict[str, An
         out.update(fp16_builder=names.get("fp16"), fp16_builder_s=fp16,
                    speedup_vs_fp16_builder=fp16 / best)
     return out
+
+
+def run_meta(store: TrialStore | str | Path, name: str) -> dict[str, Any]:
+    """The metadata run ``name`` stored in ``store`` (configuration, launcher, warm source,
+    cluster spec); ``{}`` when it stored none."""
+    store = store if isinstance(store, TrialStore) else TrialStore(store)
+    meta = store.read_meta()
+    searches = meta.get("searches")
+    if isinstance(searches, dict) and isinstance(searches.get(name), dict):
+        return dict(searches[name])
+    # a store written before the metadata was kept per run holds one run's at the top level
+    return dict(meta) if meta.get("search") == name else {}
 
 
 def load_run(domain: Domain, store: TrialStore | str | Path, name: str, budget: int
@@ -586,10 +603,12 @@ class Searcher:
         cfg = self.config
         self.store.path.parent.mkdir(parents=True, exist_ok=True)
         self._check_resumable()
-        self.store.write_meta({"domain": self.domain.name, "search": self.name,
-                               "config": cfg.model_dump(mode="json"), "launcher": self.launcher,
-                               "warm_source": self.warm_source,
-                               "cluster_spec": self.domain.cluster.to_resource_spec()})
+        # per run, under "searches": a store may hold several runs, or be a collection's
+        searches = dict(self.store.read_meta().get("searches") or {})
+        searches[self.name] = {"domain": self.domain.name, "config": cfg.model_dump(mode="json"),
+                               "launcher": self.launcher, "warm_source": self.warm_source,
+                               "cluster_spec": self.domain.cluster.to_resource_spec()}
+        self.store.write_meta({"searches": searches})
         progress, strategies = self._load()
         prefix = self._prefix()
         # 1. the references, measured in this run
@@ -658,14 +677,36 @@ class Searcher:
         if ok:
             best_rec = min(ok, key=lambda r: r.median_s)  # type: ignore[arg-type,return-value]
             best = strategies.get(best_rec.id)
+        chosen, chosen_from = self._chosen(summary, strategies, best)
         return SearchResult(self.domain.name, self.name, cfg, self.store.path, best, summary,
-                            self.simulator if cfg.method == "autosync" else None)
+                            self.simulator if cfg.method == "autosync" else None,
+                            chosen, chosen_from)
+
+    def _chosen(self, summary: dict[str, Any], strategies: dict[str, Strategy],
+                best: Strategy | None) -> tuple[Strategy | None, str | None]:
+        """The strategy to use and where it comes from (see :class:`SearchResult`)."""
+        c = summary.get("confirmed") or {}
+        builder, fp16 = summary["best_builder"], summary["best_fp16_builder"]
+        if c:
+            times = {"search": c["best_s"], builder: c["builder_s"], fp16: c.get("fp16_builder_s")}
+        else:
+            times = {"search": summary["best_s"], builder: summary["best_builder_s"],
+                     fp16: summary["best_fp16_builder_s"]}
+        options = []
+        for i, (name, t) in enumerate(times.items()):
+            s = best if name == "search" else strategies.get(f"{self._prefix()}reference/{name}")
+            if name is not None and t and s is not None:
+                options.append((t, i, name, s))
+        if not options:
+            return None, None
+        _, _, name, s = min(options, key=lambda o: o[:2])
+        return s, name
 
 
     def _check_resumable(self) -> None:
         """A stored run continues only with the settings it was started with (the budget and
         the number of confirmations aside): one line naming the first difference, else nothing."""
-        meta = self.store.read_meta()
+        meta = run_meta(self.store, self.name)
         stored = meta.get("config")
         if not isinstance(stored, dict) or not any(
                 r.id.startswith(self._prefix()) for r in self.store.records()):

@@ -81,6 +81,12 @@ def test_every_method_spends_its_budget_once(tmp_path: Path, method: str) -> Non
     c = result.summary["confirmed"]
     assert c["best"] == result.best.id and c["builder"] == build(result.summary["best_builder"], d).id
     assert c["measurements"] == 2 and result.summary["confirmed_speedup_vs_builder"] > 0
+    # the strategy to use: the fastest of the three by the confirmation's medians
+    times = {"search": (c["best_s"], c["best"]),
+             result.summary["best_builder"]: (c["builder_s"], c["builder"]),
+             result.summary["best_fp16_builder"]: (c["fp16_builder_s"], c["fp16_builder"])}
+    fastest = min(times, key=lambda k: times[k][0])
+    assert (result.chosen_from, result.chosen.id) == (fastest, times[fastest][1])
     fps = _fingerprints(store, d)
     assert len(fps) == len(set(fps)) == 5
     assert all(r["status"] == "ok" for r in recs), [r["error"] for r in recs if r["error"]]
@@ -118,6 +124,29 @@ def test_every_method_spends_its_budget_once(tmp_path: Path, method: str) -> Non
     assert len([r for r in _records(store) if "/confirm/7/" in r["id"]]) == 6
 
 
+def test_runs_sharing_a_store_keep_their_own_settings(tmp_path: Path) -> None:
+    """Two runs in one store (here a collection's, with its own metadata): each continues with
+    the settings it was started with, and the collection's metadata stays."""
+    from autosync_transfer.dataset.store import TrialStore
+
+    d = _domain()
+    store = tmp_path / "shared.jsonl"
+    TrialStore(store).write_meta({"sampler": "random", "seed": 0})
+    kw = {"launcher": "local", "protocol": QUICK, "max_foreign_cpu": 1.0}
+    a = SearchConfig(method="random", budget=2, per_round=2, candidates=30, seed=1, confirm=0)
+    b = a.model_copy(update={"method": "analytical", "per_round": 1})
+    Searcher(d, store, a, **kw).run()
+    Searcher(d, store, b, **kw).run()
+    more = Searcher(d, store, a.model_copy(update={"budget": 3}), **kw).run()
+    assert more.summary["trials"] == 3
+    with pytest.raises(ConfigError, match=r"analytical-seed1 run with per_round=1, not 2"):
+        Searcher(d, store, b.model_copy(update={"per_round": 2}), **kw).run()
+    meta = TrialStore(store).read_meta()
+    assert meta["sampler"] == "random" and meta["seed"] == 0
+    assert set(meta["searches"]) == {"random-seed1", "analytical-seed1"}
+    assert meta["searches"]["analytical-seed1"]["config"]["per_round"] == 1
+
+
 def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yml"
     spec.write_text(SPEC)
@@ -143,10 +172,19 @@ def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:
     before = _records(store)
     done = [r for r in before if "/reference/" not in r["id"]]
     assert 4 <= len(done) < 6
-    again = subprocess.run(argv + ["--json"], capture_output=True, text=True, timeout=400)
+    chosen = tmp_path / "chosen.json"
+    again = subprocess.run(argv + ["--json", "--export-json", str(chosen)], capture_output=True,
+                           text=True, timeout=400)
     assert again.returncode == 0, again.stderr[-2000:]
     summary = json.loads(again.stdout)
     assert summary["trials"] == 6
+    # the strategy to use is exported: valid on the domain, the one the summary names
+    from autosync_transfer.strategies.types import Strategy
+    from autosync_transfer.strategies.validate import validate
+
+    exported = Strategy.from_json(chosen.read_text())
+    assert exported.id == summary["chosen_strategy"] and summary["chosen_from"]
+    validate(exported, _domain())
     after = _records(store)
     assert after[:len(before)] == before  # append-only
     ids = [r["id"] for r in after]

@@ -24,3 +24,25 @@ def test_recommend_exports_json_and_autodist(cli, tmp_path: Path) -> None:
     # the same again refuses to overwrite, one line, exit 2
     again = cli("recommend", "ncf-C", "--export-json", str(j))
     assert again.code == 2 and "already exists" in again.err
+
+
+def test_recommend_takes_catalog_names_and_registry_references(registry: Path) -> None:
+    """The library call accepts a cluster's catalog name and a simulator's registry reference,
+    and picks what the same objects pick."""
+    import pytest
+
+    from autosync_transfer import recommend
+    from autosync_transfer.domains.catalog import get_cluster, get_model
+    from autosync_transfer.errors import UnknownNameError
+    from autosync_transfer.rankers.simulator import Simulator
+    from autosync_transfer.registry import models
+
+    model = get_model("ncf")
+    by_objects = recommend(model, get_cluster("C"), Simulator("analytical", {}, 1), candidates=30)
+    assert recommend(model, "C", candidates=30) == by_objects
+    info = models.log_simulator(Simulator("analytical", {}, 1), domain="ncf-C",
+                                metrics={"test_pairwise_accuracy": 0.8},
+                                tags={"trial_count": 1, "test_split": "none"})
+    assert recommend(model, "C", f"models:/{info.name}/{info.version}", candidates=30) == by_objects
+    with pytest.raises(UnknownNameError, match="'Z'"):
+        recommend(model, "Z", candidates=30)
