@@ -100,6 +100,12 @@ class StrategyExecutor:
         if unplanned:
             raise ConfigError(f"trainable parameter {unplanned[0]!r} is not in the strategy; it would "
                               f"silently train locally")
+        sparse = [n for n, m in self.module.named_modules()
+                  if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and m.sparse]
+        if sparse:
+            raise ConfigError(f"module {sparse[0]!r} has sparse=True: torch sparse gradients are not "
+                              f"synchronized; build it with sparse=False (a PS piece of an embedding "
+                              f"still sends only the rows a batch touched)")
         self._broken: BaseException | None = None
         self._remaining_init: dict[tuple[str, int], int] = {}
         for b in self.plan.buckets:

@@ -58,6 +58,26 @@ def test_plain_training_loop_matches_single_process():
             assert torch.allclose(results[rank][k], v, atol=1e-5, rtol=1e-4), (rank, k)
 
 
+def _sparse_worker(rank: int, world: int) -> str:
+    from autosync_transfer.errors import ConfigError
+    from autosync_transfer.runtime.ddp import DistributedModel
+
+    net = TinyNet()
+    net.emb.sparse = True
+    model = DistributedModel(net, _strategy(), _cluster())
+    try:
+        model(*tiny_batches(1, world)[0][rank])
+    except ConfigError as e:
+        return str(e)
+    return "no error"
+
+
+def test_sparse_embedding_gradients_are_refused_in_one_line():
+    results = spawn_local(_sparse_worker, 2, timeout_s=180)
+    for rank in range(2):
+        assert results[rank].startswith("module 'emb' has sparse=True"), results[rank]
+
+
 def test_recommend_returns_a_valid_strategy_without_running_anything():
     import autosync_transfer
     from autosync_transfer.domains.domain import Domain
