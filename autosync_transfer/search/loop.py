@@ -46,7 +46,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -508,33 +508,58 @@ class Searcher:
             self._value_of[decode(params, self.domain).content_key] = value
         return study
 
+    #: TPE proposals per pick before the rest of a round is drawn uniformly over the knobs
+    tpe_tries_per_pick = 50
+
     def _tpe_ask(self, k: int, measured: set[str]) -> list[Strategy]:
+        """``k`` new strategies from TPE. A proposal measured already (or picked twice) is told
+        its known value and TPE is asked again; when TPE keeps proposing what is known (it
+        concentrates where the knobs decode to few distinct strategies), the rest of the round
+        is drawn uniformly over the knobs and enqueued, so that TPE is still told every result."""
         import optuna
 
-        from autosync_transfer.strategies.knobs import decode
+        from autosync_transfer.strategies.knobs import KNOBS, decode
 
         out: list[Strategy] = []
         self._pending: dict[str, Any] = {}
-        tries = 0
-        while len(out) < k and tries < 50 * k:
-            tries += 1
-            trial = self._study.ask(self._dists)
-            s = decode(trial.params, self.domain)
+
+        def new(params: Mapping[str, Any]) -> Strategy | None:
+            s = decode(params, self.domain)
             key = s.content_key
-            if key in measured or any(key == o.content_key for o in out):
-                # measured already (or picked twice): tell TPE what it knows, ask again
-                known = self._value_of.get(key)
-                if known is not None:
-                    self._study.tell(trial, known)
-                else:
-                    self._study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                continue
+            return None if key in measured or any(key == o.content_key for o in out) else s
+
+        def accept(s: Strategy, trial: Any) -> None:
             self._pending[s.id] = trial
             with open(f"{self.store.path}.knobs.jsonl", "a") as f:
                 f.write(json.dumps({"strategy_id": s.id, "params": trial.params}) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
             out.append(s)
+
+        tries = 0
+        while len(out) < k and tries < self.tpe_tries_per_pick * k:
+            tries += 1
+            trial = self._study.ask(self._dists)
+            s = new(trial.params)
+            if s is None:  # tell TPE what it knows, ask again
+                known = self._value_of.get(decode(trial.params, self.domain).content_key)
+                if known is not None:
+                    self._study.tell(trial, known)
+                else:
+                    self._study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                continue
+            accept(s, trial)
+        rng = np.random.default_rng([self.config.seed, len(measured), len(out)])
+        tries = 0
+        while len(out) < k and tries < 1000 * k:
+            tries += 1
+            params = {kn.name: (kn.choices[int(rng.integers(len(kn.choices)))] if kn.categorical
+                                else int(rng.integers(kn.low, kn.high + 1))) for kn in KNOBS}
+            s = new(params)
+            if s is None:
+                continue
+            self._study.enqueue_trial(params)
+            accept(s, self._study.ask(self._dists))
         return out
 
     def _tpe_tell(self, strategy: Strategy, rec: TrialRecord, penalty: float) -> None:

@@ -147,6 +147,31 @@ def test_runs_sharing_a_store_keep_their_own_settings(tmp_path: Path) -> None:
     assert meta["searches"]["analytical-seed1"]["config"]["per_round"] == 1
 
 
+def test_tpe_fills_a_round_over_the_knobs_when_it_proposes_only_known_strategies(
+        tmp_path: Path) -> None:
+    """When TPE's proposals are all measured already (it concentrates where the knobs decode to
+    few strategies), the round is drawn uniformly over the knobs: new, distinct, and enqueued in
+    the study so that TPE is told their results."""
+    from autosync_transfer.search.loop import SearchProgress
+    from autosync_transfer.strategies.knobs import decode
+
+    d = _domain()
+    searcher = Searcher(d, tmp_path / "run.jsonl", SearchConfig(method="tpe", seed=3),
+                        launcher="local")
+    searcher._value_of = {}
+    searcher._study = searcher._tpe(SearchProgress(d.name, searcher.name, 10), {})
+    searcher.tpe_tries_per_pick = 0  # no TPE proposal: every pick from the fallback
+    first = searcher._tpe_ask(4, set())
+    measured = {s.content_key for s in first}
+    assert len(measured) == 4
+    second = searcher._tpe_ask(4, measured)
+    assert len({s.content_key for s in second} - measured) == 4
+    assert len(searcher._study.trials) == 8
+    for s in second:
+        assert decode(searcher._pending[s.id].params, d).content_key == s.content_key
+    assert len(Path(f"{tmp_path / 'run.jsonl'}.knobs.jsonl").read_text().splitlines()) == 8
+
+
 def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yml"
     spec.write_text(SPEC)
