@@ -523,10 +523,11 @@ class Searcher:
         out: list[Strategy] = []
         self._pending: dict[str, Any] = {}
 
-        def new(params: Mapping[str, Any]) -> Strategy | None:
+        def new(params: Mapping[str, Any]) -> tuple[Strategy, bool]:
+            """The decoded strategy and whether it is new (neither measured nor picked)."""
             s = decode(params, self.domain)
             key = s.content_key
-            return None if key in measured or any(key == o.content_key for o in out) else s
+            return s, not (key in measured or any(key == o.content_key for o in out))
 
         def accept(s: Strategy, trial: Any) -> None:
             self._pending[s.id] = trial
@@ -540,9 +541,9 @@ class Searcher:
         while len(out) < k and tries < self.tpe_tries_per_pick * k:
             tries += 1
             trial = self._study.ask(self._dists)
-            s = new(trial.params)
-            if s is None:  # tell TPE what it knows, ask again
-                known = self._value_of.get(decode(trial.params, self.domain).content_key)
+            s, fresh = new(trial.params)
+            if not fresh:  # tell TPE what it knows, ask again
+                known = self._value_of.get(s.content_key)
                 if known is not None:
                     self._study.tell(trial, known)
                 else:
@@ -555,8 +556,8 @@ class Searcher:
             tries += 1
             params = {kn.name: (kn.choices[int(rng.integers(len(kn.choices)))] if kn.categorical
                                 else int(rng.integers(kn.low, kn.high + 1))) for kn in KNOBS}
-            s = new(params)
-            if s is None:
+            s, fresh = new(params)
+            if not fresh:
                 continue
             self._study.enqueue_trial(params)
             accept(s, self._study.ask(self._dists))
