@@ -123,17 +123,20 @@ def main() -> int:
                 s = summarize(progress.trials, progress.references, per_round,
                               progress.confirmations)
             else:
-                warm = None
+                warm = lineage = None
                 if m == "autosync-warm":
-                    warm, _ = warm_simulator(src, trials=args.trials, seed=args.seed,
-                                             max_epochs=args.epochs)
+                    warm, lineage = warm_simulator(src, trials=args.trials, seed=args.seed,
+                                                   max_epochs=args.epochs)
 
                 def say(p, _m=m, _d=dname) -> None:  # noqa: ANN001
                     if p.message.startswith("round") and "measuring" not in p.message:
                         print(f"  [{_d} {_m}] {p.done}/{p.budget} {p.message}", file=sys.stderr,
                               flush=True)
 
+                version = (f"{lineage['source_model']}/{lineage['source_version']}"
+                           if lineage else None)
                 s = Searcher(domain, store, cfg, warm=warm, warm_source=src if warm else None,
+                             warm_version=version,
                              launcher=args.launcher,
                              protocol=protocol, on_event=say).run().summary
                 print(f"  [{dname} {m}] done in {time.monotonic() - t0:.0f} s", file=sys.stderr,

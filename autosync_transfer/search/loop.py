@@ -315,12 +315,14 @@ class Searcher:
     ``measure(strategy)`` runs one trial (``None``: torch DDP) and returns the result and extra
     machine facts; :meth:`run` opens a :class:`WorkerPool` on ``launcher`` when none is given.
     ``warm``: the simulator to start from (``autosync`` only), ``warm_source`` what it came from
-    (a domain or a models:/ URI; recorded, and a stored run continues only from the same source).
+    (a domain or a models:/ URI; recorded, and a stored run continues only from the same source),
+    ``warm_version`` the registered version it resolved to (``NAME/VERSION``; recorded, and a
+    stored run continues only from the same version, so a moved alias is caught).
     """
 
     def __init__(self, domain: Domain, store_path: str | Path, config: SearchConfig, *,
                  warm: Simulator | None = None, warm_source: str | None = None,
-                 launcher: str = "emulated",
+                 warm_version: str | None = None, launcher: str = "emulated",
                  protocol: Protocol | None = None, max_foreign_cpu: float = 0.05,
                  on_event: Callable[[SearchProgress], None] | None = None,
                  log_dir: str | Path | None = None) -> None:
@@ -344,6 +346,7 @@ class Searcher:
         self.config = config
         self.warm = warm
         self.warm_source = warm_source if warm is not None else None
+        self.warm_version = warm_version if warm is not None else None
         self.name = run_name(config, warm is not None)
         self.store = TrialStore(store_path)
         self.launcher = launcher
@@ -633,6 +636,7 @@ class Searcher:
         searches = dict(self.store.read_meta().get("searches") or {})
         searches[self.name] = {"domain": self.domain.name, "config": cfg.model_dump(mode="json"),
                                "launcher": self.launcher, "warm_source": self.warm_source,
+                               "warm_version": self.warm_version,
                                "cluster_spec": self.domain.cluster.to_resource_spec()}
         self.store.write_meta({"searches": searches})
         progress, strategies = self._load()
@@ -743,8 +747,16 @@ class Searcher:
                 raise ConfigError(f"store {str(self.store.path)!r} holds a {self.name} run with "
                                   f"{key}={stored[key]!r}, not {current[key]!r}; continue it with "
                                   f"the same settings or use another --store")
-        if self.warm is not None and "warm_source" in meta and self.warm_source is not None \
-                and meta["warm_source"] not in (None, self.warm_source):
+        if self.warm is None:
+            return
+        if self.warm_version is not None and meta.get("warm_version") is not None:
+            # the version decides: an alias may have moved, another spelling may name it
+            if meta["warm_version"] != self.warm_version:
+                raise ConfigError(f"store {str(self.store.path)!r} holds a run warm-started from "
+                                  f"{meta['warm_version']}, but {self.warm_source!r} is "
+                                  f"{self.warm_version}; continue it with --warm-start "
+                                  f"models:/{meta['warm_version']} or use another --store")
+        elif meta.get("warm_source") not in (None, self.warm_source) and self.warm_source:
             raise ConfigError(f"store {str(self.store.path)!r} holds a run warm-started from "
                               f"{meta['warm_source']!r}, not {self.warm_source!r}; use another "
                               f"--store")

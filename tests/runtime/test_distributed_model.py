@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from autosync_transfer.domains.cluster import Cluster, Node
@@ -91,3 +92,85 @@ def test_recommend_returns_a_valid_strategy_without_running_anything():
     assert a == b
     graph = ModelGraph.from_torch(net, name="model", batch_size=4, seq_len=5)
     validate(a, Domain(name="model-t", model=graph, cluster=_cluster()))
+
+
+def _one_node_worker(rank: int, world: int) -> tuple:
+    from autosync_transfer.runtime.ddp import DistributedModel, cluster_from_process_group
+
+    c = cluster_from_process_group()
+    net = TinyNet()
+    on_n0 = PS(destination="n0")
+    strategy = Strategy(id="one-node", nodes=tuple(
+        VarConfig(var_name=n, synchronizer=on_n0 if n.startswith("emb") else AllReduce())
+        for n, _ in net.named_parameters()))
+    model = DistributedModel(net, strategy)  # the cluster: the process group's layout
+    model(*tiny_batches(1, world)[0][rank]).backward()
+    model.close()
+    return [(n.name, n.workers) for n in c.nodes], [(n.name, n.workers) for n in model.cluster.nodes]
+
+
+def test_without_a_cluster_the_process_group_layout_is_used():
+    """Two local ranks: one node ``n0`` with two workers, derived collectively."""
+    for derived, used in spawn_local(_one_node_worker, 2, timeout_s=180):
+        assert derived == used == [("n0", 2)]
+
+
+_EMULATED_WORKER = """
+import json, torch
+import torch.distributed as dist
+from autosync_transfer.runtime.ddp import DistributedModel
+from autosync_transfer.strategies.types import PS, AllReduce, Partition, Strategy, VarConfig
+from autosync_transfer.testing.models import TinyNet, tiny_batches
+STEPS, LR = 3, 0.5
+ps0, ps1 = PS(destination="n0"), PS(destination="n1")
+strategy = Strategy(id="mixed", nodes=(
+    VarConfig(var_name="emb.weight", partition=Partition(axis=0, shards=2, synchronizers=(ps0, ps1))),
+    VarConfig(var_name="fc.weight", synchronizer=AllReduce(group=0)),
+    VarConfig(var_name="fc.bias", synchronizer=ps1),
+    VarConfig(var_name="out.weight", synchronizer=AllReduce(group=1)),
+    VarConfig(var_name="out.bias", synchronizer=AllReduce(group=1)),
+))
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(rank)
+net = TinyNet()
+model = DistributedModel(net, strategy)  # PS shards on n0 and n1 of the derived cluster
+opt = torch.optim.SGD(model.parameters(), lr=LR)
+for step in tiny_batches(STEPS, world):
+    opt.zero_grad()
+    model(*step[rank]).backward()
+    opt.step()
+model.close()
+print(json.dumps({"nodes": [[n.name, n.address, n.workers, n.chief] for n in model.cluster.nodes],
+                  "sum": float(sum(p.double().sum() for p in net.parameters()))}))
+"""
+
+
+@pytest.mark.netns
+def test_without_a_cluster_an_emulated_cluster_is_found_node_by_node():
+    """Three ranks on two emulated hosts (two on the chief): the derived cluster has the
+    hosts' addresses in rank order, and a strategy naming n0 and n1 trains to equal replicas."""
+    import json
+    import subprocess
+    import sys
+
+    from autosync_transfer.runtime.emulation import EmulatedCluster, available
+
+    ok, why = available()
+    if not ok:
+        pytest.skip(why)
+    c = Cluster(name="t", nodes=(
+        Node(name="a", address="10.88.0.1", workers=2, bandwidth_gbps=1, chief=True),
+        Node(name="b", address="10.88.0.2", workers=1, bandwidth_gbps=1)))
+    with EmulatedCluster(c) as ec:
+        procs = [ec.popen(node, [sys.executable, "-c", _EMULATED_WORKER],
+                          env={"RANK": str(r), "WORLD_SIZE": "3", "MASTER_PORT": "29533"},
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r, node in enumerate(["a", "a", "b"])]
+        outs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [o[1][-1500:] for o in outs]
+    res = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
+    addrs = [ec.address_of(n) for n in ("a", "b")]
+    for r in res:
+        assert r["nodes"] == [["n0", addrs[0], 2, True], ["n1", addrs[1], 1, False]]
+    assert res[0]["sum"] == pytest.approx(res[1]["sum"]) == pytest.approx(res[2]["sum"])

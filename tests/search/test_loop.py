@@ -172,6 +172,39 @@ def test_tpe_fills_a_round_over_the_knobs_when_it_proposes_only_known_strategies
     assert len(Path(f"{tmp_path / 'run.jsonl'}.knobs.jsonl").read_text().splitlines()) == 8
 
 
+def test_a_warm_run_continues_only_from_the_version_it_started_from(tmp_path: Path) -> None:
+    """A warm run records the registered version its source resolved to: continuing it after
+    the alias moved is refused in one line naming both versions; the same version under
+    another spelling (``models:/NAME/VERSION``) continues it."""
+    from autosync_transfer.dataset.store import TrialRecord, TrialStore
+    from autosync_transfer.rankers.simulator import Simulator
+
+    d = _domain()
+    store = tmp_path / "run.jsonl"
+    cfg = SearchConfig(method="autosync", budget=2, seed=1)
+
+    def searcher(source: str, version: str) -> Searcher:
+        return Searcher(d, store, cfg, warm=Simulator("rnn"), warm_source=source,
+                        warm_version=version, launcher="local")
+
+    first = searcher("models:/autosync-ncf-A@champion", "autosync-ncf-A/3")
+    TrialStore(store).write_meta({"searches": {first.name: {
+        "config": cfg.model_dump(mode="json"), "warm_source": first.warm_source,
+        "warm_version": first.warm_version}}})
+    TrialStore(store).append(TrialRecord(
+        id=f"{first._prefix()}reference/ddp", domain=d.name, model=d.model.name,
+        cluster=d.cluster.name, model_fingerprint=d.model.fingerprint,
+        cluster_fingerprint=d.cluster.fingerprint, strategy_id="ddp", strategy_kind="ddp",
+        strategy=None, status="failed", error="x", iteration_times_s=[], median_s=None,
+        protocol={}, launcher="local", timestamp="2026-11-23T00:00:00Z", wall_s=0.0, machine={}))
+    first._check_resumable()
+    searcher("models:/autosync-ncf-A/3", "autosync-ncf-A/3")._check_resumable()
+    with pytest.raises(ConfigError, match=r"warm-started from autosync-ncf-A/3, but "
+                       r"'models:/autosync-ncf-A@champion' is autosync-ncf-A/4; continue it "
+                       r"with --warm-start models:/autosync-ncf-A/3"):
+        searcher("models:/autosync-ncf-A@champion", "autosync-ncf-A/4")._check_resumable()
+
+
 def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yml"
     spec.write_text(SPEC)
