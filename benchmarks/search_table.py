@@ -23,6 +23,10 @@ from the stores as they are, measuring nothing (no root needed).
     sudo .venv/bin/python benchmarks/search_table.py --domains ncf-C,bert-3l-B,vgg16-s-B \\
         [--budget 200] [--per-round 10] [--warm-from ncf-A,bert-3l-A,vgg16-s-A] \\
         [--methods autosync-cold,autosync-warm,random,tpe,analytical] [--report]
+
+A ``+knobs`` suffix (``autosync-cold+knobs``, ``autosync-warm+knobs``, ``analytical+knobs``) adds
+``--knob-candidates`` whole-model strategies per round, decoded from uniform knob assignments, to
+the ranked candidates (runs named ``...-knobsN-seed0``).
 """
 
 from __future__ import annotations
@@ -53,6 +57,10 @@ def main() -> int:
     ap.add_argument("--candidates", type=int, default=1000)
     ap.add_argument("--neighbours", type=int, default=200,
                     help="candidates per round near the fastest measured strategies (0: none)")
+    ap.add_argument("--knob-candidates", type=int, default=200,
+                    help="for methods with a '+knobs' suffix (autosync-cold+knobs, "
+                         "autosync-warm+knobs, analytical+knobs): whole-model candidates per "
+                         "round decoded from uniform knob assignments, ranked with the rest")
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--confirm", type=int, default=3,
                     help="re-measurements of the best found and the best builder at the end")
@@ -79,6 +87,8 @@ def main() -> int:
     domains = args.domains.split(",")
     methods = args.methods.split(",")
     known = {"autosync-cold", "autosync-warm", "random", "tpe", "analytical"}
+    ranked = {"autosync-cold", "autosync-warm", "analytical"}
+    known |= {f"{m}+knobs" for m in ranked}
     if bad := [m for m in methods if m not in known]:
         print(f"error: unknown method {bad[0]!r} (known: {', '.join(sorted(known))})", file=sys.stderr)
         return 2
@@ -97,27 +107,33 @@ def main() -> int:
     for dname, src in zip(domains, sources):
         domain = get_domain(dname)
         curves, hits = {}, {}
-        for m in methods:
+        for spec in methods:
+            m, _, knobs = spec.partition("+")
             method = "autosync" if m.startswith("autosync") else m
             cfg = SearchConfig(method=method, budget=args.budget, per_round=args.per_round,  # type: ignore[arg-type]
                                candidates=args.candidates, seed=args.seed, max_epochs=args.epochs,
-                               neighbours=args.neighbours, confirm=args.confirm)
+                               neighbours=args.neighbours, confirm=args.confirm,
+                               knob_candidates=args.knob_candidates if knobs else 0)
             name = run_name(cfg, m == "autosync-warm")
             store = Path(args.store_dir) / dname / f"{name}.jsonl"
             label = m if m != "autosync-warm" else f"autosync-warm({src})"
+            if cfg.knob_candidates:
+                label += f"+knobs{cfg.knob_candidates}"
             t0 = time.monotonic()
             if args.report:
                 if not store.exists():
-                    print(f"  [{dname} {m}] not run ({store})", file=sys.stderr)
+                    print(f"  [{dname} {spec}] not run ({store})", file=sys.stderr)
                     continue
                 meta = run_meta(store, name)
                 try:
                     progress, _ = load_run(domain, store, name, args.budget)
                 except ConfigError as e:
-                    print(f"  [{dname} {m}] skipped: {e}", file=sys.stderr)
+                    print(f"  [{dname} {spec}] skipped: {e}", file=sys.stderr)
                     continue
                 source = meta.get("warm_source")
                 label = m if m != "autosync-warm" else f"autosync-warm({source or src})"
+                if cfg.knob_candidates:
+                    label += f"+knobs{cfg.knob_candidates}"
                 # the rounds of the run as it was measured
                 per_round = (meta.get("config") or {}).get("per_round", args.per_round)
                 s = summarize(progress.trials, progress.references, per_round,
@@ -128,7 +144,7 @@ def main() -> int:
                     warm, lineage = warm_simulator(src, trials=args.trials, seed=args.seed,
                                                    max_epochs=args.epochs)
 
-                def say(p, _m=m, _d=dname) -> None:  # noqa: ANN001
+                def say(p, _m=spec, _d=dname) -> None:  # noqa: ANN001
                     if p.message.startswith("round") and "measuring" not in p.message:
                         print(f"  [{_d} {_m}] {p.done}/{p.budget} {p.message}", file=sys.stderr,
                               flush=True)
@@ -139,7 +155,7 @@ def main() -> int:
                              warm_version=version,
                              launcher=args.launcher,
                              protocol=protocol, on_event=say).run().summary
-                print(f"  [{dname} {m}] done in {time.monotonic() - t0:.0f} s", file=sys.stderr,
+                print(f"  [{dname} {spec}] done in {time.monotonic() - t0:.0f} s", file=sys.stderr,
                       flush=True)
             prefix = f"{dname}/search/{name}/"
             wall = sum(r.wall_s for r in TrialStore(store).records() if r.id.startswith(prefix))

@@ -13,7 +13,9 @@ A search spends a budget of real trials on one domain, in rounds of ``per_round`
    and, for the ranked methods (``autosync`` once it has a simulator, ``analytical``),
    ``neighbours`` strategies near the ``parents`` fastest measured so far, builders included
    (:mod:`autosync_transfer.search.neighbours`: a few variables re-configured from a sampled
-   donor);
+   donor), and ``knob_candidates`` whole-model strategies decoded from assignments drawn
+   uniformly over the knob encoding (:mod:`autosync_transfer.strategies.knobs`: corners the
+   per-variable sampler rarely reaches, such as one compressor on every dense variable);
 3. **rank and pick** ``per_round`` of them, by method:
 
    - ``autosync``: the simulator's scores, best first with diversity
@@ -113,6 +115,8 @@ class SearchConfig(BaseModel):
     neighbours: int = Field(default=200, ge=0)
     parents: int = Field(default=3, ge=1)
     confirm: int = Field(default=3, ge=0)
+    # ranked methods: whole-model candidates per round decoded from uniform knob assignments
+    knob_candidates: int = Field(default=0, ge=0)
 
 
 #: a trial is a *hit* when it is at least this much faster than the best builder (a margin of
@@ -123,9 +127,19 @@ _RESUMABLE = frozenset({"budget", "confirm"})
 
 
 def run_name(config: SearchConfig, warm: bool) -> str:
-    """The run's name: method, warm or cold (autosync), seed."""
+    """The run's name: method, warm or cold (autosync), knob candidates when there are, seed."""
     tag = config.method + (("-warm" if warm else "-cold") if config.method == "autosync" else "")
+    if config.knob_candidates and config.method in ("autosync", "analytical"):
+        tag += f"-knobs{config.knob_candidates}"
     return f"{tag}-seed{config.seed}"
+
+
+def uniform_knobs(rng: np.random.Generator) -> dict[str, Any]:
+    """One assignment of every knob, each drawn uniformly from its choices or range."""
+    from autosync_transfer.strategies.knobs import KNOBS
+
+    return {kn.name: (kn.choices[int(rng.integers(len(kn.choices)))] if kn.categorical
+                      else int(rng.integers(kn.low, kn.high + 1))) for kn in KNOBS}
 
 
 def default_store_path(domain: str, name: str) -> Path:
@@ -472,8 +486,11 @@ class Searcher:
         else:
             assert self.simulator is not None
             simulator = self.simulator
-        near = neighbours(parents, sampled[: min(len(sampled), 64)], self.config.neighbours,
-                          self.domain, seed=self._round_seed(round_no) + 1)
+        near: Sequence[Strategy] = neighbours(
+            parents, sampled[: min(len(sampled), 64)], self.config.neighbours, self.domain,
+            seed=self._round_seed(round_no) + 1)
+        if self.config.knob_candidates:
+            near = [*near, *self._knob_candidates(round_no)]
         cands: Sequence[Strategy] = _Joined(sampled, near)
         scores = np.concatenate([simulator.score(sampled, self.domain),
                                  simulator.score(near, self.domain)])
@@ -486,6 +503,20 @@ class Searcher:
         idx = select_diverse(best, scores[keep].tolist(), k, diversity=self.config.diversity,
                              pool=max(POOL, k), seen=history)
         return [best[i] for i in idx]
+
+    def _knob_candidates(self, round_no: int) -> list[Strategy]:
+        """``knob_candidates`` distinct strategies of round ``round_no`` decoded from uniform
+        knob assignments (deterministic per round)."""
+        from autosync_transfer.strategies.knobs import decode
+
+        rng = np.random.default_rng([self.config.seed, round_no, 2])
+        out: dict[str, Strategy] = {}
+        for _ in range(4 * self.config.knob_candidates):
+            s = decode(uniform_knobs(rng), self.domain)
+            out.setdefault(s.content_key, s)
+            if len(out) >= self.config.knob_candidates:
+                break
+        return list(out.values())
 
     # -- TPE -------------------------------------------------------------------------------------
     def _tpe(self, progress: SearchProgress, strategies: dict[str, Strategy]) -> Any:
@@ -521,7 +552,7 @@ class Searcher:
         is drawn uniformly over the knobs and enqueued, so that TPE is still told every result."""
         import optuna
 
-        from autosync_transfer.strategies.knobs import KNOBS, decode
+        from autosync_transfer.strategies.knobs import decode
 
         out: list[Strategy] = []
         self._pending: dict[str, Any] = {}
@@ -557,8 +588,7 @@ class Searcher:
         tries = 0
         while len(out) < k and tries < 1000 * k:
             tries += 1
-            params = {kn.name: (kn.choices[int(rng.integers(len(kn.choices)))] if kn.categorical
-                                else int(rng.integers(kn.low, kn.high + 1))) for kn in KNOBS}
+            params = uniform_knobs(rng)
             s, fresh = new(params)
             if not fresh:
                 continue

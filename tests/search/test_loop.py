@@ -205,6 +205,29 @@ def test_a_warm_run_continues_only_from_the_version_it_started_from(tmp_path: Pa
         searcher("models:/autosync-ncf-A@champion", "autosync-ncf-A/4")._check_resumable()
 
 
+def test_knob_candidates_are_ranked_with_the_sampled_ones(tmp_path: Path) -> None:
+    """``knob_candidates`` whole-model strategies per round, decoded from uniform knob
+    assignments: distinct, valid, the same for a round when asked again, part of the pool the
+    ranker picks from, and named in the run (a run without them is another run)."""
+    from autosync_transfer.strategies.validate import validate
+
+    d = _domain()
+    cfg = SearchConfig(method="analytical", candidates=1, neighbours=0, knob_candidates=30, seed=2)
+    s = Searcher(d, tmp_path / "run.jsonl", cfg, launcher="local")
+    assert s.name == "analytical-knobs30-seed2"
+    assert Searcher(d, tmp_path / "run.jsonl", cfg.model_copy(update={"knob_candidates": 0}),
+                    launcher="local").name == "analytical-seed2"
+    knobbed = s._knob_candidates(0)
+    keys = [k.content_key for k in knobbed]
+    assert len(set(keys)) == len(keys) == 30
+    assert [k.content_key for k in s._knob_candidates(0)] == keys
+    assert [k.content_key for k in s._knob_candidates(1)] != keys
+    for k in knobbed:
+        validate(k, d)
+    picks = s._pick(0, 5, set(), [])
+    assert len(picks) == 5 and sum(p.content_key in set(keys) for p in picks) >= 4
+
+
 def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yml"
     spec.write_text(SPEC)
