@@ -346,6 +346,9 @@ class Searcher:
             raise ConfigError(f"--warm-start needs --method autosync, got {config.method!r}")
         if warm is not None and warm.kind == "analytical":
             raise ConfigError("--warm-start needs a learned simulator, got the analytical cost model")
+        if config.knob_candidates and config.method not in ("autosync", "analytical"):
+            raise ConfigError(f"--knob-candidates needs a ranked method (autosync, analytical), "
+                              f"got {config.method!r}")
         from autosync_transfer.strategies.sampler import preset
 
         preset(config.preset)  # the name, before anything runs
