@@ -24,7 +24,7 @@ def search(
     per_round: int = typer.Option(10, "--per-round", "-k", min=1, help="Trials per round (the simulator is re-trained between rounds)."),
     candidates: int = typer.Option(1000, "--candidates", min=1, help="Sampled candidates scored per round."),
     neighbours: int = typer.Option(200, "--neighbours", min=0, help="Candidates per round near the 3 fastest strategies measured so far, builders included (ranked methods only; 0: none)."),
-    knob_candidates: int = typer.Option(0, "--knob-candidates", min=0, help="Whole-model candidates per round decoded from uniform knob assignments, ranked with the rest (ranked methods only; e.g. one compressor on every dense variable)."),
+    knob_candidates: Optional[int] = typer.Option(None, "--knob-candidates", min=0, help="Whole-model candidates per round decoded from uniform knob assignments, ranked with the rest (e.g. one compressor on every dense variable); default 200 for the ranked methods (autosync, analytical), 0: the per-variable sampler only."),
     launcher: str = typer.Option("emulated", "--launcher", help="emulated (network namespaces, needs root), local, or torchrun (real cluster: torchrun workers you start on every node follow the search's job queue; the command is printed)."),
     seed: int = typer.Option(0, "--seed"),
     preset: str = typer.Option("mixture", "--preset", help="Sampler preset of the candidates (see strategies sample --preset); default: the space the dataset and its simulators were sampled from, each candidate with its own knob probabilities (dataset: AutoSync's uniform choices)."),

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autosync_transfer.dataset.store import TrialRecord, TrialStore
 from autosync_transfer.domains.domain import Domain
@@ -116,7 +116,20 @@ class SearchConfig(BaseModel):
     parents: int = Field(default=3, ge=1)
     confirm: int = Field(default=3, ge=0)
     # ranked methods: whole-model candidates per round decoded from uniform knob assignments
+    # (default: DEFAULT_KNOB_CANDIDATES for autosync and analytical, 0 for the others)
     knob_candidates: int = Field(default=0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_knob_candidates(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("knob_candidates") is None:
+            ranked = data.get("method", "autosync") in ("autosync", "analytical")
+            data = {**data, "knob_candidates": DEFAULT_KNOB_CANDIDATES if ranked else 0}
+        return data
+
+
+#: whole-model candidates per round a ranked search adds from the knob encoding by default
+DEFAULT_KNOB_CANDIDATES = 200
 
 
 #: a trial is a *hit* when it is at least this much faster than the best builder (a margin of

@@ -217,6 +217,10 @@ def test_knob_candidates_are_ranked_with_the_sampled_ones(tmp_path: Path) -> Non
     assert s.name == "analytical-knobs30-seed2"
     assert Searcher(d, tmp_path / "run.jsonl", cfg.model_copy(update={"knob_candidates": 0}),
                     launcher="local").name == "analytical-seed2"
+    # by default: 200 for the ranked methods, none for the others
+    assert SearchConfig(method="autosync").knob_candidates == 200
+    assert SearchConfig(method="random").knob_candidates == 0
+    assert SearchConfig(method="tpe", knob_candidates=None).knob_candidates == 0
     knobbed = s._knob_candidates(0)
     keys = [k.content_key for k in knobbed]
     assert len(set(keys)) == len(keys) == 30

@@ -79,7 +79,8 @@ def test_ranked_search_picks_among_neighbours(tmp_path: Path) -> None:
     best = builders[int(Simulator("analytical").score(builders, d).argmin())]
     picks = {}
     for n in (0, 100):
-        cfg = SearchConfig(method="analytical", candidates=8, neighbours=n, seed=2)
+        cfg = SearchConfig(method="analytical", candidates=8, neighbours=n, seed=2,
+                           knob_candidates=0)
         s = Searcher(d, tmp_path / f"run{n}.jsonl", cfg, launcher="local")
         picks[n] = s._pick(0, 4, set(), [], [best])  # noqa: SLF001
     assert {p.kind for p in picks[0]} == {"sampled"}
