@@ -82,7 +82,7 @@ def main() -> int:
     from autosync_transfer.errors import ConfigError
     from autosync_transfer.search.loop import (SearchConfig, Searcher, load_run, run_meta, run_name,
                                                summarize)
-    from autosync_transfer.search.warm import warm_simulator
+    from autosync_transfer.search.warm import warm_simulator, warm_version
 
     domains = args.domains.split(",")
     methods = args.methods.split(",")
@@ -116,9 +116,8 @@ def main() -> int:
                                knob_candidates=args.knob_candidates if knobs else 0)
             name = run_name(cfg, m == "autosync-warm")
             store = Path(args.store_dir) / dname / f"{name}.jsonl"
-            label = m if m != "autosync-warm" else f"autosync-warm({src})"
-            if cfg.knob_candidates:
-                label += f"+knobs{cfg.knob_candidates}"
+            knob_tag = f"+knobs{cfg.knob_candidates}" if cfg.knob_candidates else ""
+            label = (m if m != "autosync-warm" else f"autosync-warm({src})") + knob_tag
             t0 = time.monotonic()
             if args.report:
                 if not store.exists():
@@ -131,9 +130,7 @@ def main() -> int:
                     print(f"  [{dname} {spec}] skipped: {e}", file=sys.stderr)
                     continue
                 source = meta.get("warm_source")
-                label = m if m != "autosync-warm" else f"autosync-warm({source or src})"
-                if cfg.knob_candidates:
-                    label += f"+knobs{cfg.knob_candidates}"
+                label = (m if m != "autosync-warm" else f"autosync-warm({source or src})") + knob_tag
                 # the rounds of the run as it was measured
                 per_round = (meta.get("config") or {}).get("per_round", args.per_round)
                 s = summarize(progress.trials, progress.references, per_round,
@@ -149,10 +146,8 @@ def main() -> int:
                         print(f"  [{_d} {_m}] {p.done}/{p.budget} {p.message}", file=sys.stderr,
                               flush=True)
 
-                version = (f"{lineage['source_model']}/{lineage['source_version']}"
-                           if lineage else None)
                 s = Searcher(domain, store, cfg, warm=warm, warm_source=src if warm else None,
-                             warm_version=version,
+                             warm_version=warm_version(lineage),
                              launcher=args.launcher,
                              protocol=protocol, on_event=say).run().summary
                 print(f"  [{dname} {spec}] done in {time.monotonic() - t0:.0f} s", file=sys.stderr,

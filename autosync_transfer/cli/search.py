@@ -82,9 +82,10 @@ def search(
     name = run_name(config, warm is not None)
     path = Path(store) if store else default_store_path(domain.name, name)
 
-    warm_version = f"{lineage['source_model']}/{lineage['source_version']}" if lineage else None
+    from autosync_transfer.search.warm import warm_version
+
     searcher = Searcher(domain, path, config, warm=warm, warm_source=warm_start,
-                        warm_version=warm_version,
+                        warm_version=warm_version(lineage),
                         launcher=launcher, protocol=protocol,
                         max_foreign_cpu=max_foreign_cpu, log_dir=path.parent / "logs" / name)
     if launcher == "torchrun":

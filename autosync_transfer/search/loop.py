@@ -123,13 +123,15 @@ class SearchConfig(BaseModel):
     @classmethod
     def _default_knob_candidates(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("knob_candidates") is None:
-            ranked = data.get("method", "autosync") in ("autosync", "analytical")
+            ranked = data.get("method", "autosync") in RANKED_METHODS
             data = {**data, "knob_candidates": DEFAULT_KNOB_CANDIDATES if ranked else 0}
         return data
 
 
 #: whole-model candidates per round a ranked search adds from the knob encoding by default
 DEFAULT_KNOB_CANDIDATES = 200
+#: the methods that rank candidates (and so can rank knob candidates too)
+RANKED_METHODS = ("autosync", "analytical")
 
 
 #: a trial is a *hit* when it is at least this much faster than the best builder (a margin of
@@ -142,7 +144,7 @@ _RESUMABLE = frozenset({"budget", "confirm"})
 def run_name(config: SearchConfig, warm: bool) -> str:
     """The run's name: method, warm or cold (autosync), knob candidates when there are, seed."""
     tag = config.method + (("-warm" if warm else "-cold") if config.method == "autosync" else "")
-    if config.knob_candidates and config.method in ("autosync", "analytical"):
+    if config.knob_candidates and config.method in RANKED_METHODS:
         tag += f"-knobs{config.knob_candidates}"
     return f"{tag}-seed{config.seed}"
 
@@ -359,7 +361,7 @@ class Searcher:
             raise ConfigError(f"--warm-start needs --method autosync, got {config.method!r}")
         if warm is not None and warm.kind == "analytical":
             raise ConfigError("--warm-start needs a learned simulator, got the analytical cost model")
-        if config.knob_candidates and config.method not in ("autosync", "analytical"):
+        if config.knob_candidates and config.method not in RANKED_METHODS:
             raise ConfigError(f"--knob-candidates needs a ranked method (autosync, analytical), "
                               f"got {config.method!r}")
         from autosync_transfer.strategies.sampler import preset

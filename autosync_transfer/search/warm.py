@@ -8,7 +8,7 @@ from typing import Any
 
 from autosync_transfer.errors import ConfigError, UnknownNameError
 
-__all__ = ["warm_simulator"]
+__all__ = ["warm_simulator", "warm_version"]
 
 
 def warm_simulator(spec: str, *, trials: str | Path | None = None, seed: int = 0,
@@ -50,3 +50,8 @@ def warm_simulator(spec: str, *, trials: str | Path | None = None, seed: int = 0
                           f"cost model (nothing to fine-tune); a search without --warm-start "
                           f"--method analytical ranks with it")
     return sim, {"source_model": name, "source_version": str(version)}
+
+
+def warm_version(lineage: dict[str, Any] | None) -> str | None:
+    """``NAME/VERSION`` of the registered simulator a :func:`warm_simulator` lineage names."""
+    return f"{lineage['source_model']}/{lineage['source_version']}" if lineage else None
