@@ -21,7 +21,13 @@ __all__ = [
     "VarConfig",
     "Strategy",
     "looks_like_json",
+    "TORCH_DDP",
 ]
+
+#: The one name of the torch DDP reference measurement (``DistributedDataParallel`` with its own
+#: buckets, no strategy of ours): its ``strategy_id`` and ``strategy_kind`` in trial records, and
+#: the word in a torchrun queue line. Everything that means "measure torch DDP" uses this name.
+TORCH_DDP = "torch_ddp"
 
 Compressor = Literal["none", "fp16", "fp16_ef", "powersgd"]
 COMPRESSORS: tuple[str, ...] = ("none", "fp16", "fp16_ef", "powersgd")
