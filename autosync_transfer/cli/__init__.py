@@ -21,6 +21,12 @@ __all__ = ["app", "main"]
 app = typer.Typer(
     name="autosync-transfer",
     help="Learn, transfer and apply gradient-synchronization strategies for data-parallel training.",
+    epilog="Options mean the same in every command: --store PATH the trial store a command "
+           "writes or continues; --data PATH trial data it only reads (a store, a parquet file or "
+           "a folder); -n/--count how many; --export-json/--export-autodist PATH the strategy to "
+           "use; --out PATH any other file written; --warmup/--iters/--timeout the measurement "
+           "protocol (the library's by default); --json print JSON; --cluster-file YAML a "
+           "resource spec as the cluster.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

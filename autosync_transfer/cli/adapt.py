@@ -21,7 +21,7 @@ def adapt(
     collect: bool = typer.Option(False, "--collect", help="Measure the target trials first on the emulated target cluster (needs root) and append them to its store."),
     seed: int = typer.Option(0, "--seed", help="Seed of the shot choice and of training."),
     curve: bool = typer.Option(False, "--curve", help="Also run the learning curve (N = 0..200, 3 seeds), log its plot and print it."),
-    data: Optional[str] = data_option(),
+    data: Optional[str] = data_option("Trial data: a trial store (.jsonl), a parquet file or a folder of them; default: the shipped datasets ($AUTOSYNC_DATASETS overrides). With --collect the new target trials are appended to it (a .jsonl store, or DOMAIN.jsonl in the folder)."),
     epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="Maximum training epochs (adaptation, and the source when it must be trained)."),
     ranker: RankerKind = typer.Option(RankerKind.rnn, "--ranker", help="Ranker trained for the source when it has no champion."),
     json_out: bool = json_option(),
