@@ -1,23 +1,32 @@
 """The ``autosync-transfer`` command line: one Typer sub-app per noun.
 
 Only ``typer`` is imported here; every command imports the library (torch, ...) inside its body
-so that ``autosync-transfer --help`` stays fast.
+so that ``autosync-transfer --help`` stays fast. Every command is a :class:`~._params.Command`
+(old option names kept for one release); the shared option words are in :mod:`._params`.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
 from autosync_transfer.cli import (adapt, clusters, datasets, domains, measure, search, simulators,
                                    strategies)
+from autosync_transfer.cli._params import Command
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="autosync-transfer",
     help="Learn, transfer and apply gradient-synchronization strategies for data-parallel training.",
+    epilog="Options mean the same in every command: --store PATH the trial store a command "
+           "writes or continues; --data PATH trial data it only reads (a store, a parquet file or "
+           "a folder); -n/--count how many; --export-json/--export-autodist PATH the strategy to "
+           "use; --out PATH any other file written; --warmup/--iters/--timeout the measurement "
+           "protocol (the library's by default); --json print JSON; --cluster-file YAML a "
+           "resource spec as the cluster.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -26,35 +35,76 @@ app.add_typer(domains.app, name="domains")
 app.add_typer(clusters.app, name="clusters")
 app.add_typer(strategies.app, name="strategies")
 app.add_typer(datasets.app, name="datasets")
-app.command("collect")(measure.collect)
-app.command("run")(measure.run)
-app.command("train")(simulators.train)
-app.command("evaluate")(simulators.evaluate)
-app.command("ui")(simulators.ui)
+app.command("collect", cls=Command)(measure.collect)
+app.command("run", cls=Command)(measure.run)
+app.command("train", cls=Command)(simulators.train)
+app.command("evaluate", cls=Command)(simulators.evaluate)
+app.command("ui", cls=Command)(simulators.ui)
 app.add_typer(simulators.registry_app, name="registry")
-app.command("adapt")(adapt.adapt)
-app.command("search")(search.search)
-app.command("recommend")(search.recommend)
+app.command("adapt", cls=Command)(adapt.adapt)
+app.command("search", cls=Command)(search.search)
+app.command("recommend", cls=Command)(search.recommend)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: user mistakes become one red line and exit code 2.
 
-    Click (inside Typer) handles its own usage errors (exit 2) and ``typer.Exit`` codes in
-    standalone mode; library errors (:class:`AutosyncError`) pass through it and are printed here.
+    Library errors (:class:`AutosyncError`) and click's usage errors (a missing argument, a value
+    outside an option's choices, ...) are printed here as one line, never a traceback.
     """
+    from autosync_transfer.cli._params import click_exceptions
     from autosync_transfer.errors import AutosyncError
 
+    ex = click_exceptions()
     try:
-        app(args=argv, prog_name="autosync-transfer", standalone_mode=True)
+        code = app(args=argv, prog_name="autosync-transfer", standalone_mode=False)
     except AutosyncError as e:
         _error_line(str(e))
         sys.exit(2)
+    except ex.NoArgsIsHelpError:  # the help is printed already
+        sys.exit(2)
+    except ex.UsageError as e:
+        _error_line(_usage_message(e))
+        sys.exit(e.exit_code)
+    except ex.ClickException as e:
+        _error_line(e.format_message())
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.stderr.write("aborted\n")
+        sys.exit(1)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _usage_message(e: Any) -> str:
+    """One line for a click usage error; a value outside an option's choices as
+    :func:`~._choices.choice_error` words it."""
+    from enum import Enum
+
+    param = getattr(e, "param", None)
+    choices = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    errors = getattr(e.__cause__, "errors", None)  # the validation error of the value
+    if isinstance(choices, type) and issubclass(choices, Enum) and callable(errors):
+        from autosync_transfer.cli._choices import choice_error
+
+        found = errors()
+        if found and "input" in found[0]:
+            return choice_error(choices, _param_name(param), found[0]["input"])
+    ctx = getattr(e, "ctx", None)
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    return f"{e.format_message()}{hint}"
+
+
+def _param_name(param: Any) -> str:
+    """``--launcher`` for an option, ``BUILDER`` for an argument."""
+    if getattr(param, "param_type_name", "") == "option":
+        return max(param.opts, key=len)
+    return getattr(param, "metavar", None) or str(param.name).upper()
 
 
 def _error_line(message: str) -> None:

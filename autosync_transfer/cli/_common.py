@@ -1,4 +1,5 @@
-"""Shared CLI helpers: consoles, JSON output, resolving domains with an optional cluster file."""
+"""Shared CLI helpers: consoles, JSON output, resolving domains with an optional cluster file,
+reading strategy files."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import sys
 from typing import Any
 
 __all__ = [
-    "out", "err", "print_json", "resolve_domain", "fmt_bytes", "fmt_count", "cluster_table",
+    "out", "err", "print_json", "resolve_domain", "load_strategy", "fmt_bytes", "fmt_count",
+    "cluster_table", "reset_consoles",
 ]
 
 _OUT = None
@@ -73,6 +75,27 @@ def resolve_domain(name: str, cluster_file: str | None = None):  # noqa: ANN201 
         model_name, cluster_name = split_domain_name(name)
         get_cluster(cluster_name)  # the replaced part must still name a cluster
     return Domain(name=f"{model_name}-{cluster.name}", model=get_model(model_name), cluster=cluster)
+
+
+def load_strategy(path: str, domain=None):  # noqa: ANN001, ANN201 - Strategy
+    """A strategy file: JSON, or (with ``domain``, whose cluster names its nodes) AutoDist."""
+    from autosync_transfer.strategies.types import Strategy
+
+    if domain is not None:
+        from pathlib import Path
+
+        from autosync_transfer.errors import SpecError
+        from autosync_transfer.strategies.types import looks_like_json
+
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as e:
+            raise SpecError(f"cannot read strategy file {path!r}: {e.strerror}") from e
+        if not looks_like_json(raw):
+            from autosync_transfer.strategies.autodist import read_autodist_file
+
+            return read_autodist_file(path, domain.cluster)
+    return Strategy.from_file(path)
 
 
 def fmt_bytes(n: float) -> str:

@@ -2,57 +2,57 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 import typer
 
-#: ``--method`` values (``auto``: finetune with target trials, else zero-shot)
-METHOD_CHOICES: tuple[str, ...] = ("auto", "zero-shot", "finetune", "finetune-head",
-                                   "multi-source")
+from autosync_transfer.cli._choices import AdaptMethod, RankerKind
+from autosync_transfer.cli._params import data_option, json_option, renamed
+
 _ROW_LABELS = {"zero-shot": "zero-shot", "adapted": "adapted", "from-scratch": "from scratch"}
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{float(value):.{digits}f}"
-
-
+@renamed({"--trials": "--data"})
 def adapt(
     source: str = typer.Option(..., "--source", metavar="DOMAIN", help="Source domain, e.g. bert-A (its registry champion is the starting point)."),
     target: str = typer.Option(..., "--target", metavar="DOMAIN", help="Target domain, e.g. bert-B."),
-    method: str = typer.Option("auto", "--method", help=f"One of {', '.join(METHOD_CHOICES)}; auto: finetune with target trials, zero-shot without."),
+    method: AdaptMethod = typer.Option(AdaptMethod.auto, "--method", help="auto: finetune with target trials, zero-shot without."),
     shots: Optional[int] = typer.Option(None, "--shots", min=0, help="Target trials to adapt on (default: 20, or all outside the held-out split when fewer)."),
     collect: bool = typer.Option(False, "--collect", help="Measure the target trials first on the emulated target cluster (needs root) and append them to its store."),
     seed: int = typer.Option(0, "--seed", help="Seed of the shot choice and of training."),
     curve: bool = typer.Option(False, "--curve", help="Also run the learning curve (N = 0..200, 3 seeds), log its plot and print it."),
-    trials: Optional[str] = typer.Option(None, "--trials", help="A trial store (.jsonl), parquet file or folder; default: the shipped datasets ($AUTOSYNC_DATASETS overrides)."),
+    data: Optional[str] = data_option("Trial data: a trial store (.jsonl), a parquet file or a folder of them; default: the shipped datasets ($AUTOSYNC_DATASETS overrides). With --collect the new target trials are appended to it (a .jsonl store, or DOMAIN.jsonl in the folder)."),
     epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="Maximum training epochs (adaptation, and the source when it must be trained)."),
-    ranker: str = typer.Option("rnn", "--ranker", help="Ranker trained for the source when it has no champion."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    ranker: RankerKind = typer.Option(RankerKind.rnn, "--ranker", help="Ranker trained for the source when it has no champion."),
+    json_out: bool = json_option(),
 ) -> None:
     """Adapt the source's champion simulator to the target, compare it with zero-shot and
     from-scratch on held-out target trials, register it and promote it if it is better."""
     from autosync_transfer.adapt.workflow import adapt_and_register
-    from autosync_transfer.cli._common import err, out, print_json
-    from autosync_transfer.errors import ConfigError
+    from autosync_transfer.cli._common import err, print_json
 
-    if method not in METHOD_CHOICES:
-        raise ConfigError(f"unknown method {method!r} (known: {', '.join(METHOD_CHOICES)})")
     with err().status("adapting", spinner="dots") as status:
         report = adapt_and_register(
-            source, target, trials=trials, method=method, shots=shots, seed=seed,
-            collect=collect, curve=curve, max_epochs=epochs, source_ranker=ranker,
+            source, target, trials=data, method=method.value, shots=shots, seed=seed,
+            collect=collect, curve=curve, max_epochs=epochs, source_ranker=ranker.value,
             on_status=lambda line: status.update(line))
     if json_out:
         print_json(report.to_dict())
         return
+    _print_result(report.result)
+    if report.curve is not None:
+        _print_curve(report.curve)
+    _print_registration(report)
+
+
+def _print_result(res: Any) -> None:
+    """The held-out comparison: zero-shot, adapted, from scratch."""
     from rich import box
     from rich.table import Table
 
-    res = report.result
-    con = out()
+    from autosync_transfer.cli._common import out
+    from autosync_transfer.cli._output import fmt_float
+
     table = Table(title=f"{res.source} -> {res.target}: {res.method} with {res.shots} target "
                         f"trials, seed {res.seed} (held out: {len(res.holdout_ids)} strategies)",
                   box=box.SIMPLE_HEAD)
@@ -62,25 +62,41 @@ def adapt(
         label = _ROW_LABELS[row["row"]]
         if row["row"] == "adapted":
             label = f"adapted ({res.method})"
-        table.add_row(label, str(row["trials"]), _fmt(row["pairwise_accuracy"]),
-                      _fmt(row["top1"]), _fmt(row["kendall_tau"]))
-    con.print(table)
-    if report.curve is not None:
-        lc = report.curve
-        ctable = Table(title=f"learning curve on {lc.target} ({lc.method}, held-out pairwise "
-                             f"accuracy, mean ± std over {len(lc.seeds)} seeds)",
-                       box=box.SIMPLE_HEAD)
-        for col in ("target trials", "adapted", "from scratch"):
-            ctable.add_column(col, justify="right")
-        for r in lc.table():
-            ctable.add_row(str(r["shots"]), f"{_fmt(r['adapted_mean'])} ± {_fmt(r['adapted_std'])}",
-                           f"{_fmt(r['scratch_mean'])} ± {_fmt(r['scratch_std'])}")
-        con.print(ctable)
-        if lc.skipped:
-            con.print(f"skipped N = {', '.join(map(str, lc.skipped))}: more than the "
-                      f"{lc.available} target trials outside the held-out split",
-                      markup=False, highlight=False)
-    v = report.version
+        table.add_row(label, str(row["trials"]), fmt_float(row["pairwise_accuracy"]),
+                      fmt_float(row["top1"]), fmt_float(row["kendall_tau"]))
+    out().print(table)
+
+
+def _print_curve(lc: Any) -> None:
+    """The learning curve: held-out accuracy against the number of target trials."""
+    from rich import box
+    from rich.table import Table
+
+    from autosync_transfer.cli._common import out
+    from autosync_transfer.cli._output import fmt_float
+
+    con = out()
+    ctable = Table(title=f"learning curve on {lc.target} ({lc.method}, held-out pairwise "
+                         f"accuracy, mean ± std over {len(lc.seeds)} seeds)",
+                   box=box.SIMPLE_HEAD)
+    for col in ("target trials", "adapted", "from scratch"):
+        ctable.add_column(col, justify="right")
+    for r in lc.table():
+        ctable.add_row(str(r["shots"]),
+                       f"{fmt_float(r['adapted_mean'])} ± {fmt_float(r['adapted_std'])}",
+                       f"{fmt_float(r['scratch_mean'])} ± {fmt_float(r['scratch_std'])}")
+    con.print(ctable)
+    if lc.skipped:
+        con.print(f"skipped N = {', '.join(map(str, lc.skipped))}: more than the "
+                  f"{lc.available} target trials outside the held-out split",
+                  markup=False, highlight=False)
+
+
+def _print_registration(report: Any) -> None:
+    """Where the adapted simulator went: its version, lineage, champion, the MLflow UI."""
+    from autosync_transfer.cli._common import out
+
+    res, v = report.result, report.version
     trained = " (trained and registered now)" if report.source_trained else ""
     verdict = ("promoted to champion" if report.promoted
                else f"champion stays version {report.champion}")
@@ -96,4 +112,4 @@ def adapt(
     if report.collected:
         lines.insert(0, f"measured {len(report.collected)} new target trials")
     for line in lines:
-        con.print(line, markup=False, highlight=False)
+        out().print(line, markup=False, highlight=False)

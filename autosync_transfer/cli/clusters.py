@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import typer
 
+from autosync_transfer.cli._params import Command, json_option
+
 app = typer.Typer(help="Named clusters and AutoDist resource-spec files.", no_args_is_help=True)
 
 
-@app.command("list")
-def list_clusters(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+@app.command("list", cls=Command)
+def list_clusters(json_out: bool = json_option()) -> None:
     """List the catalog's clusters."""
     from autosync_transfer.cli._common import out, print_json
     from autosync_transfer.domains.catalog import CLUSTERS
@@ -28,11 +30,11 @@ def list_clusters(json_out: bool = typer.Option(False, "--json", help="Print JSO
     out().print(table)
 
 
-@app.command("show")
+@app.command("show", cls=Command)
 def show(
     name: str = typer.Argument(..., help="A catalog cluster name (A, B, C) or a resource-spec YAML file."),
     yaml_out: bool = typer.Option(False, "--yaml", help="Print the AutoDist resource-spec YAML."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    json_out: bool = json_option(),
 ) -> None:
     """Show a cluster: nodes, workers, NIC bandwidth; or convert it to resource-spec YAML."""
     from pathlib import Path

@@ -7,12 +7,10 @@ from typing import Any, Optional
 
 import typer
 
+from autosync_transfer.cli._params import Command, data_option, json_option, renamed
+
 app = typer.Typer(help="Trial datasets: what was measured, on which domains, and how.",
                   no_args_is_help=True)
-
-_PATH = typer.Option(None, "--path",
-                     help="A trial store (.jsonl), parquet file or folder; default: the shipped "
-                          "datasets ($AUTOSYNC_DATASETS overrides).")
 
 
 def _s(value: object, digits: int = 4) -> str:
@@ -39,10 +37,11 @@ def _nan_to_none(row: dict) -> dict:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
 
 
-@app.command("list")
+@app.command("list", cls=Command)
+@renamed({"--path": "--data"})
 def list_cmd(
-    path: Optional[str] = _PATH,
-    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    path: Optional[str] = data_option(),
+    json_out: bool = json_option(),
 ) -> None:
     """One row per domain: trials by status, median runtime, best/worst spread."""
     from rich import box
@@ -73,12 +72,13 @@ def list_cmd(
     _print_table(table)
 
 
-@app.command("show")
+@app.command("show", cls=Command)
+@renamed({"--path": "--data"})
 def show(
     domain: str = typer.Argument(..., metavar="DOMAIN", help="Domain name as in `datasets list`."),
-    path: Optional[str] = _PATH,
+    path: Optional[str] = data_option(),
     top: int = typer.Option(10, "--top", min=1, help="How many of the fastest strategies."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    json_out: bool = json_option(),
 ) -> None:
     """Protocol, counts, the fastest strategies and the noise of reference re-measurements."""
     import json
@@ -134,11 +134,12 @@ def show(
         con.print("reference noise: no reference re-measurements", highlight=False)
 
 
-@app.command("import-autosync")
+@app.command("import-autosync", cls=Command)
+@renamed({"--out": "--store"})
 def import_autosync_cmd(
     root: str = typer.Argument(..., metavar="ROOT", help="AutoSync dataset folder."),
-    out_path: str = typer.Option(..., "--out", help="Trial store (.jsonl) to append to."),
-    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    out_path: str = typer.Option(..., "--store", metavar="PATH", help="Trial store (.jsonl) to append to."),
+    json_out: bool = json_option("Print the report as JSON."),
 ) -> None:
     """Import AutoSync's measured AutoDist strategies (v1 or v2 layout) into a trial store."""
     from autosync_transfer.cli._common import out, print_json
@@ -161,25 +162,33 @@ def import_autosync_cmd(
         con.print(f"  skipped {p}", markup=False, highlight=False)
 
 
-@app.command("compact")
+@app.command("compact", cls=Command)
+@renamed({"--path": "--data"})
 def compact_cmd(
-    path: str = typer.Option("datasets/trials", "--path", help="Folder of trial stores (*.jsonl)."),
-    out: str = typer.Option("datasets/parquet", "--out", help="Folder for one parquet file per store."),
+    path: str = typer.Option("datasets/trials", "--data", metavar="PATH", help="Folder of trial stores (*.jsonl) to read."),
+    out: str = typer.Option("datasets/parquet", "--out", metavar="PATH", help="Folder for one parquet file per store."),
+    json_out: bool = json_option("Print the files written as JSON."),
 ) -> None:
     """Write every trial store as parquet (for shipping; the loader reads both, once per trial)."""
     from pathlib import Path
 
+    from autosync_transfer.cli._common import print_json
     from autosync_transfer.dataset.store import TrialStore
     from autosync_transfer.errors import SpecError
 
     src, dst = Path(path), Path(out)
     stores = sorted(src.glob("*.jsonl")) if src.is_dir() else []
     if not stores:
-        raise SpecError(f"no trial stores (*.jsonl) in {path!r}")
+        raise SpecError(f"--data {path!r}: no trial stores (*.jsonl) in it")
     dst.mkdir(parents=True, exist_ok=True)
+    written = []
     for p in stores:
         target = TrialStore(p).compact(dst / f"{p.stem}.parquet")
-        typer.echo(f"{p} -> {target}")
+        written.append({"store": str(p), "parquet": str(target)})
+        if not json_out:
+            typer.echo(f"{p} -> {target}")
+    if json_out:
+        print_json(written)
 
 
 def pairwise_ceiling(info: dict[str, Any]) -> float | None:

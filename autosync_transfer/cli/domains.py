@@ -6,12 +6,14 @@ from typing import Optional
 
 import typer
 
+from autosync_transfer.cli._params import Command, cluster_file_option, json_option
+
 app = typer.Typer(help="Named domains: a model graph on a cluster (e.g. bert-A).", no_args_is_help=True)
 
 
-@app.command("list")
+@app.command("list", cls=Command)
 def list_domains(
-    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    json_out: bool = json_option("Print JSON instead of a table."),
 ) -> None:
     """List the catalog's domains (every model on every cluster)."""
     from autosync_transfer.cli._common import out, print_json
@@ -41,13 +43,11 @@ def list_domains(
     out().print("clusters: " + "; ".join(f"{k}: {c.description}" for k, c in CLUSTERS.items()))
 
 
-@app.command("show")
+@app.command("show", cls=Command)
 def show(
     name: str = typer.Argument(..., help="Domain name, e.g. bert-A or bert-large-B."),
-    cluster_file: Optional[str] = typer.Option(
-        None, "--cluster-file", help="Use this resource-spec YAML as the cluster."
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    cluster_file: Optional[str] = cluster_file_option(),
+    json_out: bool = json_option(),
     variables: bool = typer.Option(False, "--variables", help="Also list every variable."),
 ) -> None:
     """Show exactly which model (config, parameters, bytes) and which cluster a domain is."""

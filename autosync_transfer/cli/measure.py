@@ -4,87 +4,98 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Optional
+from typing import Any, Optional
 
 import typer
+
+from autosync_transfer.cli._choices import CollectSampler, Launcher, SamplerPreset
+from autosync_transfer.cli._params import (cluster_file_option, iters_option, json_option,
+                                           renamed, store_option, timeout_option, warmup_option)
 
 DEFAULT_STORE_DIR = "datasets/trials"
 
 
-def _protocol(warmup: int, iters: int, timeout_s: float):  # noqa: ANN202
-    from autosync_transfer.runtime.trial import Protocol
-
-    return Protocol(warmup=warmup, iters=iters, timeout_s=timeout_s)
-
-
+@renamed({"--trials": "--count"})
 def collect(
     domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-A"),
-    trials: Optional[int] = typer.Option(None, "--trials", "-n", help="Collect until the store holds this many trials of DOMAIN (required unless --remeasure)."),
-    launcher: str = typer.Option("emulated", "--launcher", help="emulated (network namespaces, needs root) or local."),
-    sampler: str = typer.Option("random", "--sampler", help="random (builders, DDP, then sampled) or builders."),
+    count: Optional[int] = typer.Option(None, "--count", "-n", min=1, help="Collect until the store holds this many trials of DOMAIN (required unless --remeasure)."),
+    launcher: Launcher = typer.Option(Launcher.emulated, "--launcher", help="emulated (network namespaces, needs root) or local."),
+    sampler: CollectSampler = typer.Option(CollectSampler.random, "--sampler", help="random (builders, DDP, then sampled) or builders."),
     seed: int = typer.Option(0, "--seed"),
-    preset: str = typer.Option("dataset", "--preset", help="Sampler preset for --sampler random (see strategies sample --preset)."),
-    store: Optional[str] = typer.Option(None, "--store", help=f"Trial store (JSON Lines); default {DEFAULT_STORE_DIR}/DOMAIN.jsonl."),
-    warmup: int = typer.Option(10, "--warmup", min=0, help="Untimed iterations per trial."),
-    iters: int = typer.Option(40, "--iters", min=1, help="Timed iterations per trial."),
+    preset: SamplerPreset = typer.Option(SamplerPreset.dataset, "--preset", help="Sampler preset for --sampler random (see strategies sample --preset)."),
+    store: Optional[str] = store_option(f"Trial store (JSON Lines) to write or continue; default {DEFAULT_STORE_DIR}/DOMAIN.jsonl."),
+    warmup: Optional[int] = warmup_option(),
+    iters: Optional[int] = iters_option(),
     reference_every: int = typer.Option(25, "--reference-every", min=0, help="Re-measure the reference strategy every N trials (0: never)."),
-    timeout_s: float = typer.Option(300.0, "--timeout", min=1.0, help="Watchdog per trial, seconds."),
-    cluster_file: Optional[str] = typer.Option(None, "--cluster-file", help="Use this resource-spec YAML as the cluster."),
+    timeout_s: Optional[float] = timeout_option(),
+    cluster_file: Optional[str] = cluster_file_option(),
     max_foreign_cpu: float = typer.Option(0.05, "--max-foreign-cpu", min=0.01, max=1.0, help="Measure a trial again (when the machine is quiet) if other processes took more than this share of the CPU during it; 1 disables."),
     remeasure: Optional[str] = typer.Option(None, "--remeasure", help="First measure stored trials again: 'unchecked' (no foreign-CPU record), 'disturbed', or both comma-separated. The new records supersede the old ones."),
+    json_out: bool = json_option("Print what was measured as JSON."),
 ) -> None:
     """Measure strategies of DOMAIN for real and append them to a trial store (resumable)."""
     from pathlib import Path
 
-    from autosync_transfer.cli._common import out, resolve_domain
+    from autosync_transfer.cli._common import out, print_json, resolve_domain
+    from autosync_transfer.cli._params import protocol
     from autosync_transfer.dataset.collect import collect as run_collect
     from autosync_transfer.errors import ConfigError
 
-    if trials is None and remeasure is None:
-        raise ConfigError("--trials is required (unless --remeasure is given)")
-    if trials is not None and trials < 1:
-        raise ConfigError(f"--trials must be >= 1, got {trials}")
-    reasons = None
-    if remeasure is not None:
-        from autosync_transfer.dataset.collect import REMEASURE_REASONS
-
-        reasons = {x.strip() for x in remeasure.split(",") if x.strip()}
-        bad = sorted(reasons - set(REMEASURE_REASONS)) or ([] if reasons else [remeasure])
-        if bad:
-            raise ConfigError(f"--remeasure must be among {', '.join(REMEASURE_REASONS)} "
-                              f"(comma-separated), got {bad[0]!r}")
-    if sampler not in ("random", "builders"):
-        raise ConfigError(f"--sampler must be 'random' or 'builders', got {sampler!r}")
-    from autosync_transfer.strategies.sampler import preset as sampler_preset
-
-    sampler_preset(preset)  # an unknown --preset fails before anything is measured
+    if count is None and remeasure is None:
+        raise ConfigError("-n/--count is required (unless --remeasure is given)")
+    reasons = _remeasure_reasons(remeasure)
     domain = resolve_domain(domain_name, cluster_file)
     path = Path(store) if store else Path(DEFAULT_STORE_DIR) / f"{domain.name}.jsonl"
-    proto = _protocol(warmup, iters, timeout_s)
+    proto = protocol(warmup, iters, timeout_s)
+    report: dict[str, Any] = {"domain": domain.name, "store": str(path)}
     if reasons:
-        _remeasure(domain, path, reasons, launcher, seed, proto, max_foreign_cpu)
-    if trials is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _trial_progress(f"collect {domain.name}", trials, show_best=True) as on_trial:
-        result = run_collect(domain, path, trials=trials, launcher=launcher, sampler=sampler,
-                             preset=preset, seed=seed,
-                             protocol=proto, reference_every=reference_every, on_trial=on_trial,
-                             log_dir=path.parent / "logs" / domain.name,
-                             max_foreign_cpu=max_foreign_cpu)
-    best = f"{result.best_s * 1000:.1f} ms" if result.best_s else "-"
-    out().print(f"{domain.name}: {result.done} trials in {path} ({result.failures} failed), best {best}")
+        report["remeasured"] = _remeasure(domain, path, reasons, launcher.value, seed, proto,
+                                          max_foreign_cpu, json_out)
+    if count is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _trial_progress(f"collect {domain.name}", count, show_best=True,
+                             transient=json_out) as on_trial:
+            result = run_collect(domain, path, trials=count, launcher=launcher.value,
+                                 sampler=sampler.value, preset=preset.value, seed=seed,
+                                 protocol=proto, reference_every=reference_every,
+                                 on_trial=on_trial, log_dir=path.parent / "logs" / domain.name,
+                                 max_foreign_cpu=max_foreign_cpu)
+        report["collected"] = {"trials": result.done, "failures": result.failures,
+                               "best_s": result.best_s}
+        if not json_out:
+            best = f"{result.best_s * 1000:.1f} ms" if result.best_s else "-"
+            out().print(f"{domain.name}: {result.done} trials in {path} ({result.failures} "
+                        f"failed), best {best}")
+    if json_out:
+        print_json({**report, "protocol": proto.model_dump()})
+
+
+def _remeasure_reasons(remeasure: str | None) -> set[str] | None:
+    """The reasons of ``--remeasure`` (comma-separated), checked."""
+    if remeasure is None:
+        return None
+    from autosync_transfer.dataset.collect import REMEASURE_REASONS
+    from autosync_transfer.errors import ConfigError
+
+    reasons = {x.strip() for x in remeasure.split(",") if x.strip()}
+    bad = sorted(reasons - set(REMEASURE_REASONS)) or ([] if reasons else [remeasure])
+    if bad:
+        raise ConfigError(f"--remeasure must be among {', '.join(REMEASURE_REASONS)} "
+                          f"(comma-separated), got {bad[0]!r}")
+    return reasons
 
 
 @contextlib.contextmanager
-def _trial_progress(title: str, total: int | None, *, show_best: bool) -> Iterator[Callable]:
+def _trial_progress(title: str, total: int | None, *, show_best: bool,
+                    transient: bool = False) -> Iterator[Callable]:
     """A progress bar on stderr; yields the ``on_trial`` callback of a collection."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from autosync_transfer.cli._common import err
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=err()) as bar:
+                  TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=err(),
+                  transient=transient) as bar:
         task = bar.add_task(title, total=total, status="starting workers")
 
         def on_trial(p) -> None:  # noqa: ANN001
@@ -97,40 +108,46 @@ def _trial_progress(title: str, total: int | None, *, show_best: bool) -> Iterat
         yield on_trial
 
 
-def _remeasure(domain, path, reasons, launcher, seed, proto, max_foreign_cpu) -> None:  # noqa: ANN001
+def _remeasure(domain, path, reasons, launcher, seed, proto, max_foreign_cpu,  # noqa: ANN001
+               quiet: bool) -> dict[str, int]:
     """``collect --remeasure``: measure the store's unchecked/disturbed trials again."""
     from autosync_transfer.cli._common import out
     from autosync_transfer.dataset.collect import remeasure as run_remeasure
 
-    with _trial_progress(f"remeasure {domain.name}", None, show_best=False) as on_trial:
+    with _trial_progress(f"remeasure {domain.name}", None, show_best=False,
+                         transient=quiet) as on_trial:
         result = run_remeasure(domain, path, reasons=reasons, launcher=launcher, seed=seed,
                                protocol=proto, on_trial=on_trial,
                                log_dir=path.parent / "logs" / domain.name,
                                max_foreign_cpu=max_foreign_cpu)
-    skipped = (f"; {result.skipped} measured with another launcher or --warmup/--iters left as "
-               f"they are" if result.skipped else "")
-    out().print(f"{domain.name}: {result.done} trials measured again in {path} "
-                f"({result.failures} failed{skipped})")
+    if not quiet:
+        skipped = (f"; {result.skipped} measured with another launcher or --warmup/--iters left "
+                   f"as they are" if result.skipped else "")
+        out().print(f"{domain.name}: {result.done} trials measured again in {path} "
+                    f"({result.failures} failed{skipped})")
+    return {"trials": result.done, "failures": result.failures, "skipped": result.skipped}
 
 
 def run(
     domain_name: str = typer.Argument(..., metavar="DOMAIN"),
-    strategy: str = typer.Option(..., "--strategy", "-s", help="A strategy file (JSON or AutoDist), a builder name, or torch_ddp."),
-    launcher: str = typer.Option("emulated", "--launcher", help="emulated or local."),
-    warmup: int = typer.Option(10, "--warmup", min=0),
-    iters: int = typer.Option(40, "--iters", min=1),
-    timeout_s: float = typer.Option(300.0, "--timeout", min=1.0, help="Watchdog per trial, seconds."),
-    store: Optional[str] = typer.Option(None, "--store", help="Also append the trial to this store."),
-    json_out: bool = typer.Option(False, "--json"),
-    cluster_file: Optional[str] = typer.Option(None, "--cluster-file"),
+    strategy: str = typer.Option(..., "--strategy", "-s", help="A strategy file (JSON or AutoDist), a builder name, or torch_ddp (torch's own DistributedDataParallel)."),
+    launcher: Launcher = typer.Option(Launcher.emulated, "--launcher", help="emulated (network namespaces, needs root) or local."),
+    warmup: Optional[int] = warmup_option(),
+    iters: Optional[int] = iters_option(),
+    timeout_s: Optional[float] = timeout_option(),
+    store: Optional[str] = store_option("Also append the trial to this trial store."),
+    json_out: bool = json_option("Print the trial record as JSON."),
+    cluster_file: Optional[str] = cluster_file_option(),
 ) -> None:
     """Measure one strategy on DOMAIN's cluster."""
     import statistics
     from pathlib import Path
 
-    from autosync_transfer.cli._common import out, print_json, resolve_domain
-    from autosync_transfer.dataset.collect import TORCH_DDP, record_for
+    from autosync_transfer.cli._common import load_strategy, out, print_json, resolve_domain
+    from autosync_transfer.cli._params import protocol
+    from autosync_transfer.dataset.collect import record_for
     from autosync_transfer.runtime.trial import WorkerPool
+    from autosync_transfer.strategies import TORCH_DDP
     from autosync_transfer.strategies.builders import BUILDERS, build
     from autosync_transfer.strategies.validate import validate
 
@@ -140,13 +157,11 @@ def run(
     elif strategy in BUILDERS:
         strat = build(strategy, domain)
     else:
-        from autosync_transfer.cli.strategies import _load_strategy
-
-        strat = validate(_load_strategy(strategy, domain), domain)
-    proto = _protocol(warmup, iters, timeout_s)
-    with WorkerPool(domain, launcher, proto) as pool:
+        strat = validate(load_strategy(strategy, domain), domain)
+    proto = protocol(warmup, iters, timeout_s)
+    with WorkerPool(domain, launcher.value, proto) as pool:
         res = pool.run(strat)
-    rec = record_for(domain, strat, res, proto, launcher, seed=0,
+    rec = record_for(domain, strat, res, proto, launcher.value, seed=0,
                      record_id=f"{domain.name}/run/{strat.id if strat else TORCH_DDP}/{res.wall_s:.3f}")
     if store:
         from autosync_transfer.dataset.store import TrialStore

@@ -7,7 +7,12 @@ from typing import Any, Optional
 
 import typer
 
-_LAUNCHERS = ("emulated", "local", "torchrun")
+from autosync_transfer.cli._choices import RankerKind, SamplerPreset, SearchLauncher, SearchMethod
+from autosync_transfer.cli._params import (cluster_file_option, data_option, iters_option,
+                                           json_option, renamed, store_option, timeout_option,
+                                           warmup_option)
+
+_CONTINUED = ", or the stored run's when continuing one"
 
 
 def _fmt(v: Any, spec: str = ".2f", suffix: str = "") -> str:
@@ -16,86 +21,122 @@ def _fmt(v: Any, spec: str = ".2f", suffix: str = "") -> str:
     return f"{v:{spec}}{suffix}"
 
 
+@renamed({"--trials": "--data"})
 def search(
     domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-B"),
     budget: int = typer.Option(200, "--budget", min=1, help="Real trials to spend (the builders and DDP measured as the reference come on top)."),
-    method: str = typer.Option("autosync", "--method", help="autosync (simulator-guided, re-trained every round), random, tpe (Optuna TPE over a knob encoding) or analytical (cost-model ranking)."),
+    method: SearchMethod = typer.Option(SearchMethod.autosync, "--method", help="autosync (simulator-guided, re-trained every round), random, tpe (Optuna TPE over a knob encoding) or analytical (cost-model ranking)."),
     warm_start: Optional[str] = typer.Option(None, "--warm-start", metavar="SOURCE_DOMAIN|MODEL_URI", help="Start from this simulator (a domain's registry champion, trained first if absent, or models:/NAME@ALIAS) and fine-tune it every round."),
     per_round: int = typer.Option(10, "--per-round", "-k", min=1, help="Trials per round (the simulator is re-trained between rounds)."),
     candidates: int = typer.Option(1000, "--candidates", min=1, help="Sampled candidates scored per round."),
     neighbours: int = typer.Option(200, "--neighbours", min=0, help="Candidates per round near the 3 fastest strategies measured so far, builders included (ranked methods only; 0: none)."),
     knob_candidates: Optional[int] = typer.Option(None, "--knob-candidates", min=0, help="Whole-model candidates per round decoded from uniform knob assignments, ranked with the rest (e.g. one compressor on every dense variable); default 200 for the ranked methods (autosync, analytical), 0: the per-variable sampler only."),
-    launcher: str = typer.Option("emulated", "--launcher", help="emulated (network namespaces, needs root), local, or torchrun (real cluster: torchrun workers you start on every node follow the search's job queue; the command is printed)."),
+    launcher: SearchLauncher = typer.Option(SearchLauncher.emulated, "--launcher", help="emulated (network namespaces, needs root), local, or torchrun (real cluster: torchrun workers you start on every node follow the search's job queue; the command is printed)."),
     seed: int = typer.Option(0, "--seed"),
-    preset: str = typer.Option("mixture", "--preset", help="Sampler preset of the candidates (see strategies sample --preset); default: the space the dataset and its simulators were sampled from, each candidate with its own knob probabilities (dataset: AutoSync's uniform choices)."),
-    ranker: str = typer.Option("rnn", "--ranker", help="Ranker trained by a cold autosync search."),
+    preset: SamplerPreset = typer.Option(SamplerPreset.mixture, "--preset", help="Sampler preset of the candidates (see strategies sample --preset); default: the space the dataset and its simulators were sampled from, each candidate with its own knob probabilities (dataset: AutoSync's uniform choices)."),
+    ranker: RankerKind = typer.Option(RankerKind.rnn, "--ranker", help="Ranker trained by a cold autosync search (a learned one)."),
     epochs: int = typer.Option(30, "--epochs", min=1, help="Maximum training epochs per round."),
     diversity: float = typer.Option(0.3, "--diversity", min=0.0, help="Weight of novelty against score rank when picking a round."),
     confirm: int = typer.Option(3, "--confirm", min=0, help="At the end, measure the best strategy found and the best builder this many times more each, interleaved, for the confirmed speed-up (0: no confirmation)."),
-    store: Optional[str] = typer.Option(None, "--store", help="The run's trial store (default runs/search/DOMAIN/RUN.jsonl; any trial store, e.g. one under datasets/); the search continues it."),
-    trials: Optional[str] = typer.Option(None, "--trials", help="Trials to train a --warm-start domain's simulator on when it has no champion (default: the shipped datasets)."),
-    warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed iterations per trial."),
-    iters: int = typer.Option(10, "--iters", min=1, help="Timed iterations per trial."),
-    timeout_s: float = typer.Option(300.0, "--timeout", min=1.0, help="Watchdog per trial, seconds."),
+    store: Optional[str] = store_option("The run's trial store (default runs/search/DOMAIN/RUN.jsonl; any trial store, e.g. one under datasets/); the search continues it."),
+    data: Optional[str] = data_option("Trial data to train a --warm-start domain's simulator on when it has no champion: a trial store (.jsonl), a parquet file or a folder; default: the shipped datasets."),
+    warmup: Optional[int] = warmup_option(_CONTINUED),
+    iters: Optional[int] = iters_option(_CONTINUED),
+    timeout_s: Optional[float] = timeout_option(),
     max_foreign_cpu: float = typer.Option(0.05, "--max-foreign-cpu", min=0.01, max=1.0, help="Measure a trial again when other processes took more than this share of the CPU (1 disables)."),
     log: bool = typer.Option(True, "--log/--no-log", help="Log the run to MLflow and register the final simulator."),
-    export_json: Optional[str] = typer.Option(None, "--export-json", help="Write the strategy to use as JSON: the fastest of the best found, the best builder and the best fp16 reference (by the confirmation when there is one)."),
-    export_autodist: Optional[str] = typer.Option(None, "--export-autodist", help="Write the strategy to use (as --export-json) as an AutoDist strategy file."),
-    cluster_file: Optional[str] = typer.Option(None, "--cluster-file", help="Use this resource-spec YAML as the cluster."),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    export_json: Optional[str] = typer.Option(None, "--export-json", metavar="PATH", help="Write the strategy to use as JSON: the fastest of the best found, the best builder and the best fp16 reference (by the confirmation when there is one)."),
+    export_autodist: Optional[str] = typer.Option(None, "--export-autodist", metavar="PATH", help="Write the strategy to use (as --export-json) as an AutoDist strategy file."),
+    cluster_file: Optional[str] = cluster_file_option(),
+    json_out: bool = json_option("Print the summary as JSON."),
 ) -> None:
     """Search DOMAIN's strategies with real trials: propose, rank, run, re-train, repeat."""
-    import json
     from pathlib import Path
 
-    from autosync_transfer.cli._common import err, out, print_json, resolve_domain
-    from autosync_transfer.cli.strategies import _check_out
+    from autosync_transfer.cli._common import err, resolve_domain
+    from autosync_transfer.cli._output import check_out, export_strategy
     from autosync_transfer.errors import ConfigError
-    from autosync_transfer.search.loop import METHODS, SearchConfig, Searcher, default_store_path, run_name
+    from autosync_transfer.search.loop import SearchConfig, Searcher, default_store_path, run_name
+    from autosync_transfer.search.warm import warm_version
 
-    if method not in METHODS:
-        raise ConfigError(f"unknown method {method!r} (known: {', '.join(METHODS)})")
-    if launcher not in _LAUNCHERS:
-        raise ConfigError(f"--launcher must be one of {', '.join(_LAUNCHERS)}, got {launcher!r}")
-    if warm_start is not None and method != "autosync":
-        raise ConfigError(f"--warm-start needs --method autosync, got {method!r}")
-    _check_out(export_json, "--export-json")
-    _check_out(export_autodist, "--export-autodist")
+    if warm_start is not None and method != SearchMethod.autosync:
+        raise ConfigError(f"--warm-start needs --method autosync, got {method.value!r}")
+    check_out(export_json, "--export-json")
+    check_out(export_autodist, "--export-autodist")
     domain = resolve_domain(domain_name, cluster_file)
-    if launcher == "emulated":
+    if launcher == SearchLauncher.emulated:
         from autosync_transfer.adapt.workflow import check_collect
 
-        check_collect(launcher)
-    config = SearchConfig(method=method, budget=budget, per_round=per_round, candidates=candidates,  # type: ignore[arg-type]
-                          seed=seed, preset=preset, diversity=diversity, ranker=ranker,
-                          max_epochs=epochs, neighbours=neighbours, confirm=confirm,
-                          knob_candidates=knob_candidates)
-    from autosync_transfer.runtime.trial import Protocol
-
-    protocol = Protocol(warmup=warmup, iters=iters, timeout_s=timeout_s)
+        check_collect(launcher.value)
+    config = SearchConfig(method=method.value, budget=budget, per_round=per_round,  # type: ignore[arg-type]
+                          candidates=candidates, seed=seed, preset=preset.value,
+                          diversity=diversity, ranker=ranker.value, max_epochs=epochs,
+                          neighbours=neighbours, confirm=confirm, knob_candidates=knob_candidates)
     warm = lineage = None
     if warm_start is not None:
         from autosync_transfer.search.warm import warm_simulator
 
         with err().status(f"loading the warm-start simulator {warm_start}", spinner="dots"):
-            warm, lineage = warm_simulator(warm_start, trials=trials, seed=seed, max_epochs=epochs)
+            warm, lineage = warm_simulator(warm_start, trials=data, seed=seed, max_epochs=epochs)
     name = run_name(config, warm is not None)
     path = Path(store) if store else default_store_path(domain.name, name)
-
-    from autosync_transfer.search.warm import warm_version
-
     searcher = Searcher(domain, path, config, warm=warm, warm_source=warm_start,
-                        warm_version=warm_version(lineage),
-                        launcher=launcher, protocol=protocol,
+                        warm_version=warm_version(lineage), launcher=launcher.value,
+                        protocol=_search_protocol(path, domain.name, name, warmup, iters,
+                                                  timeout_s),
                         max_foreign_cpu=max_foreign_cpu, log_dir=path.parent / "logs" / name)
-    if launcher == "torchrun":
+    if launcher == SearchLauncher.torchrun:
         err().print(f"start the trial workers on every node (node 0 runs this search):\n"
                     f"  {searcher.torchrun_command(cluster_file)}")
+    result = _run_with_progress(searcher, f"search {domain.name} {name}", budget)
+    # the strategy to use is written first: a failure to log below does not lose it
+    if result.chosen is not None:
+        export_strategy(result.chosen, domain, export_json, export_autodist)
+    elif export_json or export_autodist:
+        err().print("no strategy measured ok: nothing exported")
+    version = (_log_search(result, domain.name, name, config, path, per_round, launcher.value,
+                           warm_start, lineage) if log else None)
+    if json_out:
+        _print_search_json(result, domain.name, name, path, version)
+    else:
+        _print_search(result, domain.name, name, path, version,
+                      exported=bool(export_json or export_autodist))
+
+
+def _search_protocol(path, domain: str, name: str, warmup: int | None,  # noqa: ANN001, ANN202
+                     iters: int | None, timeout_s: float | None):
+    """The protocol of a search: the options given, over the warm-up and timed iterations of the
+    run's stored trials when it continues one (so a continued run measures as it began), else
+    over the library's ``Protocol()``."""
+    from autosync_transfer.cli._common import err
+    from autosync_transfer.cli._params import protocol
+
+    base = protocol(None, None, None)
+    if (warmup is None or iters is None) and path.exists():
+        from autosync_transfer.dataset.store import TrialStore
+
+        prefix = f"{domain}/search/{name}/"  # the record ids of one run (search.loop)
+        stored = next((r.protocol for r in TrialStore(path).records()
+                       if r.id.startswith(prefix) and r.protocol), None)
+        if stored:
+            kept = {k: stored[k] for k in ("warmup", "iters") if k in stored}
+            base = base.model_copy(update=kept)
+            if any(getattr(base, k) != getattr(protocol(None, None, None), k) for k in kept):
+                err().print(f"continuing {name} in {path} with its protocol: {base.warmup} "
+                            f"warm-up + {base.iters} timed iterations", markup=False,
+                            highlight=False)
+    return protocol(warmup, iters, timeout_s, base=base)
+
+
+def _run_with_progress(searcher, title: str, budget: int):  # noqa: ANN001, ANN202
+    """``searcher.run()`` with a progress bar on stderr."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from autosync_transfer.cli._common import err
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=err()) as bar:
-        task = bar.add_task(f"search {domain.name} {name}", total=budget, status="starting workers")
+        task = bar.add_task(title, total=budget, status="starting workers")
 
         def on_event(p) -> None:  # noqa: ANN001
             best = p.best_s
@@ -104,44 +145,54 @@ def search(
             bar.update(task, completed=p.done, status=f"{p.message}{speed}")
 
         searcher.on_event = on_event
-        result = searcher.run()
+        return searcher.run()
+
+
+def _log_search(result, domain: str, name: str, config, path, per_round: int,  # noqa: ANN001, ANN202
+                launcher: str, warm_start: str | None, lineage: dict | None):
+    """Log the run to MLflow (and register its simulator); the registered version or None."""
+    import json
+
+    from autosync_transfer.cli._common import err
+    from autosync_transfer.registry.searches import log_search
+
     s = result.summary
-    # the strategy to use is written first: a failure to log below does not lose it
-    if result.chosen is not None:
-        from autosync_transfer.cli.strategies import export
+    tags = {"launcher": launcher, "store": str(path)}
+    if warm_start:
+        tags["warm_start"] = warm_start
+    with err().status("logging to MLflow", spinner="dots"):
+        lin = None
+        if result.simulator is not None:
+            from autosync_transfer.adapt.data import digest
 
-        export(result.chosen, domain, export_json, export_autodist)
-    elif export_json or export_autodist:
-        err().print("no strategy measured ok: nothing exported")
-    version = None
-    if log:
-        from autosync_transfer.registry.searches import log_search
+            lin = {**(lineage or {}), "method": f"search-{name.rsplit('-seed', 1)[0]}",
+                   "shots": s["trials"], "dataset_fingerprint": digest(
+                       [s["trials"], s.get("best_s"), str(path)])}
+        _, version = log_search(domain=domain, run=name, summary=s,
+                                config=config.model_dump(mode="json"), per_round=per_round,
+                                best_strategy=json.loads(result.best.to_json()) if result.best else None,
+                                simulator=result.simulator, lineage=lin, tags=tags)
+    return version
 
-        tags = {"launcher": launcher, "store": str(path)}
-        if warm_start:
-            tags["warm_start"] = warm_start
-        with err().status("logging to MLflow", spinner="dots"):
-            lin = None
-            if result.simulator is not None:
-                from autosync_transfer.adapt.data import digest
 
-                lin = {**(lineage or {}), "method": f"search-{name.rsplit('-seed', 1)[0]}",
-                       "shots": s["trials"], "dataset_fingerprint": digest(
-                           [s["trials"], s.get("best_s"), str(path)])}
-            _, version = log_search(domain=domain.name, run=name, summary=s,
-                                    config=config.model_dump(mode="json"), per_round=per_round,
-                                    best_strategy=json.loads(result.best.to_json()) if result.best else None,
-                                    simulator=result.simulator, lineage=lin, tags=tags)
-    if json_out:
-        print_json({"domain": domain.name, "run": name, "store": str(path),
-                    "best_strategy": result.best.id if result.best else None,
-                    "chosen_strategy": result.chosen.id if result.chosen else None,
-                    "chosen_from": result.chosen_from,
-                    "registered_version": version.version if version else None,
-                    **{k: v for k, v in s.items()}})
-        return
+def _print_search_json(result, domain: str, name: str, path, version) -> None:  # noqa: ANN001
+    from autosync_transfer.cli._common import print_json
+
+    print_json({"domain": domain, "run": name, "store": str(path),
+                "best_strategy": result.best.id if result.best else None,
+                "chosen_strategy": result.chosen.id if result.chosen else None,
+                "chosen_from": result.chosen_from,
+                "registered_version": version.version if version else None,
+                **dict(result.summary)})
+
+
+def _print_search(result, domain: str, name: str, path, version,  # noqa: ANN001
+                  exported: bool) -> None:
+    from autosync_transfer.cli._common import out
+
+    s = result.summary
     con = out()
-    con.print(f"{domain.name} {name}: {s['trials']} trials ({s['failed']} failed) in {path}")
+    con.print(f"{domain} {name}: {s['trials']} trials ({s['failed']} failed) in {path}")
     con.print(f"  best found      {_fmt(s['best_s'] and s['best_s'] * 1000, '.1f', ' ms')}"
               f"  ({result.best.id if result.best else '-'})")
     con.print(f"  best builder    {_fmt(s['best_builder_s'] and s['best_builder_s'] * 1000, '.1f', ' ms')}"
@@ -156,8 +207,7 @@ def search(
                       f"confirmed the same way)  -> speed-up {c['speedup_vs_fp16_builder']:.2f}x")
     if result.chosen is not None:
         where = "the best found" if result.chosen_from == "search" else f"reference {result.chosen_from}"
-        exported = ", exported" if export_json or export_autodist else ""
-        con.print(f"  chosen          {result.chosen.id} ({where}{exported})")
+        con.print(f"  chosen          {result.chosen.id} ({where}{', exported' if exported else ''})")
     con.print(f"  torch DDP       {_fmt(s['ddp_s'] and s['ddp_s'] * 1000, '.1f', ' ms')}"
               f"  -> speed-up {_fmt(s['speedup_vs_ddp'], '.2f', 'x')}")
     con.print(f"  trials to 1.1x / 1.2x / 1.3x over the best builder: {_fmt(s['trials_to_1.1x'], 'd')}"
@@ -169,26 +219,28 @@ def search(
                   f"(promote it with `autosync-transfer registry promote {version.name} {version.version}`)")
 
 
+@renamed({"--out": "--export-json"})
 def recommend(
     domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-B"),
-    simulator: Optional[str] = typer.Option(None, "--simulator", help="models:/NAME@ALIAS or a registered name (its champion); default: the analytical cost model."),
+    simulator: Optional[str] = typer.Option(None, "--simulator", metavar="MODEL_URI", help="models:/NAME@ALIAS or a registered name (its champion); default: the analytical cost model."),
     candidates: int = typer.Option(2000, "--candidates", min=1, help="Sampled candidates to rank (the builders are always included)."),
     seed: int = typer.Option(0, "--seed"),
-    preset: str = typer.Option("dataset", "--preset", help="Sampler preset of the candidates."),
-    export_json: Optional[str] = typer.Option(None, "--export-json", "--out", help="Write the strategy as JSON."),
-    export_autodist: Optional[str] = typer.Option(None, "--export-autodist", help="Write the strategy as an AutoDist strategy file."),
-    cluster_file: Optional[str] = typer.Option(None, "--cluster-file", help="Use this resource-spec YAML as the cluster."),
-    json_out: bool = typer.Option(False, "--json", help="Print the strategy as JSON."),
+    preset: SamplerPreset = typer.Option(SamplerPreset.dataset, "--preset", help="Sampler preset of the candidates."),
+    export_json: Optional[str] = typer.Option(None, "--export-json", metavar="PATH", help="Write the strategy as JSON."),
+    export_autodist: Optional[str] = typer.Option(None, "--export-autodist", metavar="PATH", help="Write the strategy as an AutoDist strategy file."),
+    cluster_file: Optional[str] = cluster_file_option(),
+    json_out: bool = json_option("Print the strategy as JSON."),
 ) -> None:
     """The strategy a simulator ranks fastest for DOMAIN, without running anything."""
     import sys
 
     from autosync_transfer.cli._common import out, resolve_domain
-    from autosync_transfer.cli.strategies import _check_out, export
+    from autosync_transfer.cli._output import (check_out, export_strategy, strategy_summary,
+                                               strategy_table)
     from autosync_transfer.search.recommend import recommend as do_recommend
 
-    _check_out(export_json, "--export-json")
-    _check_out(export_autodist, "--export-autodist")
+    check_out(export_json, "--export-json")
+    check_out(export_autodist, "--export-autodist")
     domain = resolve_domain(domain_name, cluster_file)
     sim = None
     if simulator is not None:
@@ -196,12 +248,11 @@ def recommend(
 
         sim = load_simulator(simulator)
     best = do_recommend(domain.model, domain.cluster, sim, candidates=candidates, seed=seed,
-                        preset=preset)
-    export(best, domain, export_json, export_autodist)
+                        preset=preset.value)
+    export_strategy(best, domain, export_json, export_autodist)
     if json_out:
         sys.stdout.write(best.to_json(indent=2) + "\n")
         return
-    from autosync_transfer.cli.strategies import _summary, _table
-
-    out().print(_table([_summary(best, domain)], f"recommended for {domain.name} by "
-                                                 f"{simulator or 'the analytical cost model'}"))
+    out().print(strategy_table([strategy_summary(best, domain)],
+                               f"recommended for {domain.name} by "
+                               f"{simulator or 'the analytical cost model'}"))

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 import typer
 
-RANKER_KINDS: tuple[str, ...] = ("rnn", "gat", "linear", "transformer", "analytical")
+from autosync_transfer.cli._choices import Metric, RankerKind
+from autosync_transfer.cli._output import fmt_float as _fmt
+from autosync_transfer.cli._params import Command, data_option, json_option, renamed
+
 #: metrics shown in tables, in this order (regret: lower is better; others: higher)
-TABLE_METRICS: tuple[str, ...] = ("pairwise_acc", "kendall_tau", "top1", "regret")
+TABLE_METRICS: tuple[str, ...] = tuple(m.value for m in Metric)
 
 registry_app = typer.Typer(help="The MLflow registry of trained simulators (one model per domain).",
                            no_args_is_help=True)
-
-_TRIALS = typer.Option(None, "--trials",
-                       help="A trial store (.jsonl), parquet file or folder; default: the shipped "
-                            "datasets ($AUTOSYNC_DATASETS overrides).")
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{float(value):.{digits}f}"
 
 
 def _domain_trials(domain_name: str, trials: str | None) -> tuple[Any, Any]:
@@ -42,55 +34,52 @@ def _domain_trials(domain_name: str, trials: str | None) -> tuple[Any, Any]:
     return domain, sub.reset_index(drop=True)
 
 
+@renamed({"--trials": "--data"})
 def train(
     domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-3l-A"),
-    ranker: str = typer.Option("rnn", "--ranker", help=f"One of {', '.join(RANKER_KINDS)}."),
+    ranker: RankerKind = typer.Option(RankerKind.rnn, "--ranker", help="Simulator kind to train."),
     seeds: int = typer.Option(3, "--seeds", min=1, help="Train one simulator per seed 0..N-1."),
     epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="Maximum epochs (default: the trainer's, with early stopping)."),
-    trials: Optional[str] = _TRIALS,
-    metric: str = typer.Option("pairwise_acc", "--metric", help="Test metric that picks the champion (pairwise_acc, kendall_tau, top1, regret)."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    data: Optional[str] = data_option(),
+    metric: Metric = typer.Option(Metric.pairwise_acc, "--metric", help="Test metric that picks the champion (regret: lower is better)."),
+    json_out: bool = json_option(),
 ) -> None:
     """Train simulators of DOMAIN (one per seed), register each, promote the best if better."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from autosync_transfer.cli._common import err, out, print_json
-    from autosync_transfer.errors import ConfigError
     from autosync_transfer.registry import models
 
-    if ranker not in RANKER_KINDS:
-        raise ConfigError(f"unknown ranker {ranker!r} (known: {', '.join(RANKER_KINDS)})")
-    if metric not in TABLE_METRICS:
-        raise ConfigError(f"unknown metric {metric!r} (known: {', '.join(TABLE_METRICS)})")
-    domain, df = _domain_trials(domain_name, trials)
+    kind, key = ranker.value, metric.value
+    domain, df = _domain_trials(domain_name, data)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=err(),
                   transient=json_out) as bar:
-        task = bar.add_task(f"train {ranker} on {domain.name}", total=seeds,
+        task = bar.add_task(f"train {kind} on {domain.name}", total=seeds,
                             status="featurizing trials")
 
         def on_seed(seed: int, info: Any, _out: Any) -> None:
             bar.update(task, completed=seed + 1,
-                       status=f"seed {seed} -> version {info.version}, {metric} "
-                              f"{_fmt(info.metrics.get(metric))}")
+                       status=f"seed {seed} -> version {info.version}, {key} "
+                              f"{_fmt(info.metrics.get(key))}")
 
-        report = models.train_and_register(ranker, domain, df, seeds=range(seeds),
-                                           max_epochs=epochs, metric=metric,
-                                           trials_source=trials or "", on_seed=on_seed)
+        report = models.train_and_register(kind, domain, df, seeds=range(seeds),
+                                           max_epochs=epochs, metric=key,
+                                           trials_source=data or "", on_seed=on_seed)
     if json_out:
         print_json(report.to_dict())
         return
     from rich import box
     from rich.table import Table
 
-    table = Table(title=f"{ranker} on {domain.name}: test metrics over {seeds} seed(s)",
+    table = Table(title=f"{kind} on {domain.name}: test metrics over {seeds} seed(s)",
                   box=box.SIMPLE_HEAD)
     table.add_column("metric")
     table.add_column("mean ± std", justify="right")
     summary = report.summary()
-    for key in TABLE_METRICS:
-        if key in summary:
-            table.add_row(key, f"{summary[key]['mean']:.3f} ± {summary[key]['std']:.3f}")
+    for name in TABLE_METRICS:
+        if name in summary:
+            table.add_row(name, f"{summary[name]['mean']:.3f} ± {summary[name]['std']:.3f}")
     con = out()
     con.print(table)
     best = report.best.version
@@ -98,23 +87,24 @@ def train(
                else f"champion stays version {report.champion}")
     con.print(f"registered {report.name} versions "
               f"{', '.join(r.version.version for r in report.runs)}; best version {best.version} "
-              f"({metric} {_fmt(best.metrics.get(metric))}) {verdict}",
+              f"({key} {_fmt(best.metrics.get(key))}) {verdict}",
               markup=False, highlight=False)
 
 
+@renamed({"--trials": "--data"})
 def evaluate(
     model_uri: str = typer.Argument(..., metavar="MODEL_URI",
                                     help="models:/autosync-bert-B@champion, models:/NAME/3, a "
                                          "registered name or a domain name (its champion)."),
     on: str = typer.Option(..., "--on", metavar="DOMAIN", help="Domain whose trials to score."),
-    trials: Optional[str] = _TRIALS,
-    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    data: Optional[str] = data_option(),
+    json_out: bool = json_option(),
 ) -> None:
     """Ranking metrics of a registered simulator on every measured strategy of a domain."""
     from autosync_transfer.cli._common import out, print_json
     from autosync_transfer.registry import models
 
-    domain, df = _domain_trials(on, trials)
+    domain, df = _domain_trials(on, data)
     info = models.resolve(model_uri)
     metrics = models.evaluate_registered(info.model_uri, domain, df)
     if json_out:
@@ -190,8 +180,8 @@ def ui(
         raise typer.Exit(code)
 
 
-@registry_app.command("list")
-def registry_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+@registry_app.command("list", cls=Command)
+def registry_list(json_out: bool = json_option()) -> None:
     """One row per registered model: versions, champion, its ranker and test metrics."""
     from autosync_transfer.cli._common import out, print_json
     from autosync_transfer.registry import models, store
@@ -225,10 +215,10 @@ def _model_name(name: str) -> str:
     return name if name.startswith("autosync-") else registered_name(name)
 
 
-@registry_app.command("show")
+@registry_app.command("show", cls=Command)
 def registry_show(
     name: str = typer.Argument(..., metavar="NAME", help="Registered model (autosync-bert-B) or domain (bert-B)."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    json_out: bool = json_option(),
 ) -> None:
     """Every version of a registered model: aliases, ranker, provenance and test metrics."""
     from autosync_transfer.cli._common import out, print_json
@@ -256,15 +246,20 @@ def registry_show(
     con.print(table)
 
 
-@registry_app.command("promote")
+@registry_app.command("promote", cls=Command)
 def registry_promote(
     name: str = typer.Argument(..., metavar="NAME", help="Registered model (autosync-bert-B) or domain (bert-B)."),
     version: str = typer.Argument(..., metavar="VERSION"),
-    alias: str = typer.Option("champion", "--alias"),
+    alias: str = typer.Option("champion", "--alias", help="The alias to point at VERSION."),
+    json_out: bool = json_option(),
 ) -> None:
     """Point an alias (default: champion) at a version."""
-    from autosync_transfer.cli._common import out
+    from autosync_transfer.cli._common import out, print_json
     from autosync_transfer.registry import models
 
     info = models.promote(_model_name(name), version, alias)
+    if json_out:
+        print_json({"model": info.name, "alias": alias, "version": info.version,
+                    "model_uri": f"models:/{info.name}@{alias}"})
+        return
     out().print(f"{info.name}@{alias} -> version {info.version}", markup=False, highlight=False)

@@ -59,13 +59,13 @@ def test_command_surface() -> None:
     cmd = get_command(app).commands["adapt"]  # type: ignore[attr-defined]
     opts = {o for p in cmd.params for o in p.opts}
     assert {"--source", "--target", "--method", "--shots", "--collect", "--seed", "--curve",
-            "--trials", "--epochs", "--ranker", "--json"} <= opts
+            "--data", "--epochs", "--ranker", "--json"} <= opts
 
 
 def test_finetune_trains_the_source_registers_with_lineage_and_promotes(
         cli: Any, registry: Path, trials_dir: Path) -> None:
     res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--shots", "10",
-              "--trials", str(trials_dir), *FAST)
+              "--data", str(trials_dir), *FAST)
     assert res.code == 0, res.err
     for needle in ("zero-shot", "adapted (finetune)", "from scratch", "pairwise_acc", "top1",
                    "trained and registered now", "promoted to champion",
@@ -105,7 +105,7 @@ def test_zero_shot_is_reported_and_the_champion_kept_unless_beaten(
 
     champ = incumbent(1.0)  # unbeatable on the same held-out strategies
     res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--method", "zero-shot",
-              "--trials", str(trials_dir), "--json", *FAST)
+              "--data", str(trials_dir), "--json", *FAST)
     assert res.code == 0, res.err
     report = json.loads(res.out)
     zero = report["result"]["metrics"]["zero-shot"]
@@ -117,7 +117,7 @@ def test_zero_shot_is_reported_and_the_champion_kept_unless_beaten(
 
     weak = incumbent(0.0)
     res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--method", "zero-shot",
-              "--trials", str(trials_dir), "--json", *FAST)
+              "--data", str(trials_dir), "--json", *FAST)
     report = json.loads(res.out)
     assert report["promoted"] and report["champion"] == report["version"] != weak
 
@@ -125,7 +125,7 @@ def test_zero_shot_is_reported_and_the_champion_kept_unless_beaten(
 def test_curve_prints_the_table_and_logs_the_plot(cli: Any, registry: Path,
                                                   trials_dir: Path) -> None:
     res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--shots", "5", "--curve",
-              "--trials", str(trials_dir), "--epochs", "1", "--ranker", "linear")
+              "--data", str(trials_dir), "--epochs", "1", "--ranker", "linear")
     assert res.code == 0, res.err
     assert "learning curve on ncf-B" in res.out and "±" in res.out
     assert "skipped N = 50, 100, 200" in res.out
@@ -147,7 +147,7 @@ def test_curve_prints_the_table_and_logs_the_plot(cli: Any, registry: Path,
 def test_bad_input_is_one_line_and_registers_nothing(cli: Any, registry: Path,
                                                      trials_dir: Path, argv: tuple[str, ...],
                                                      needle: str) -> None:
-    res = cli("adapt", *argv, "--trials", str(trials_dir), *FAST)
+    res = cli("adapt", *argv, "--data", str(trials_dir), *FAST)
     assert_one_line_error(res, needle)
     assert registered(cli) == {}
 
@@ -160,7 +160,7 @@ def test_incompatible_feature_schema_is_one_line(cli: Any, registry: Path,
     info = models.log_simulator(Simulator("analytical", {}, schema_version=0), domain=SOURCE,
                                 metrics={"test_pairwise_accuracy": 0.9})
     models.promote(info.name, info.version)
-    res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--trials", str(trials_dir),
+    res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--data", str(trials_dir),
               *FAST)
     assert_one_line_error(res, "feature schema version mismatch")
     assert registered(cli) == {"autosync-ncf-A": 1}
@@ -170,7 +170,7 @@ def test_collect_is_refused_without_root(cli: Any, registry: Path, trials_dir: P
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--shots", "5", "--collect",
-              "--trials", str(trials_dir), *FAST)
+              "--data", str(trials_dir), *FAST)
     assert_one_line_error(res, "--collect measures trials on an emulated cluster, which needs root")
     assert registered(cli) == {}
 
@@ -182,7 +182,7 @@ def test_collect_is_refused_without_the_emulated_launcher(
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(emulation, "available", lambda prefix="ast": (False, "no tc here"))
     res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--shots", "5", "--collect",
-              "--trials", str(trials_dir), *FAST)
+              "--data", str(trials_dir), *FAST)
     assert_one_line_error(res, "the emulated launcher is unavailable here: no tc here")
     assert registered(cli) == {}
 

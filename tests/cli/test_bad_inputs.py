@@ -256,14 +256,14 @@ def test_nothing_written_on_error(cli, tmp_path):
 
 
 def test_baseline_out_into_missing_folder(cli, tmp_path):
-    res = cli("strategies", "baseline", DOMAIN, "ps", "--out", str(tmp_path / "no" / "x.json"))
+    res = cli("strategies", "baseline", DOMAIN, "ps", "--export-json", str(tmp_path / "no" / "x.json"))
     assert_one_line_error(res, "does not exist")
 
 
 def test_baseline_out_refuses_to_overwrite_and_writes_nothing_half(cli, tmp_path):
     ok = tmp_path / "ok.json"
-    res = cli("strategies", "baseline", DOMAIN, "ps", "--out", str(ok),
-              "--autodist-out", str(tmp_path / "no" / "x.pb"))
+    res = cli("strategies", "baseline", DOMAIN, "ps", "--export-json", str(ok),
+              "--export-autodist", str(tmp_path / "no" / "x.pb"))
     assert_one_line_error(res, "does not exist")
     assert not ok.exists()
 

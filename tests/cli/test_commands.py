@@ -86,7 +86,8 @@ def test_baseline_and_show(cli, tmp_path):
     assert estimates == sorted(estimates)
     out = tmp_path / "ddp.json"
     pb = tmp_path / "ddp.pb"
-    res = cli("strategies", "baseline", "bert-3l-A", "ddp", "--out", str(out), "--autodist-out", str(pb))
+    res = cli("strategies", "baseline", "bert-3l-A", "ddp", "--export-json", str(out),
+              "--export-autodist", str(pb))
     assert res.code == 0, res.err
     assert cli("strategies", "show", str(out), "--domain", "bert-3l-A").code == 0
     assert cli("strategies", "validate", "bert-3l-A", str(pb)).code == 0

@@ -49,23 +49,23 @@ def test_surface():
 
 
 def test_list(cli, store_path):
-    res = cli("datasets", "list", "--path", str(store_path), "--json")
+    res = cli("datasets", "list", "--data", str(store_path), "--json")
     assert res.code == 0, res.err
     (row,) = json.loads(res.out)
     assert (row["domain"], row["ok"], row["failed"], row["strategies"]) == ("bert-A", 3, 1, 2)
     assert row["spread"] == pytest.approx(0.5 / 0.11)
-    res = cli("datasets", "list", "--path", str(store_path))
+    res = cli("datasets", "list", "--data", str(store_path))
     assert res.code == 0 and "bert-A" in res.out and "4.55x" in res.out
 
 
 def test_list_empty_folder(cli, tmp_path):
-    res = cli("datasets", "list", "--path", str(tmp_path))
+    res = cli("datasets", "list", "--data", str(tmp_path))
     assert res.code == 0 and "no trials" in res.out
-    assert json.loads(cli("datasets", "list", "--path", str(tmp_path), "--json").out) == []
+    assert json.loads(cli("datasets", "list", "--data", str(tmp_path), "--json").out) == []
 
 
 def test_show(cli, store_path):
-    res = cli("datasets", "show", "bert-A", "--path", str(store_path), "--json")
+    res = cli("datasets", "show", "bert-A", "--data", str(store_path), "--json")
     assert res.code == 0, res.err
     info = json.loads(res.out)
     assert [f["strategy_id"] for f in info["fastest"]] == ["fast", "slow"]
@@ -76,7 +76,7 @@ def test_show(cli, store_path):
     assert info["pairwise_ceiling"] == pytest.approx(noise_ceiling(
         info["runtimes_s"], info["reference_noise"]["median_robust_cv"]))
     assert 0.5 <= info["pairwise_ceiling"] <= 1.0
-    res = cli("datasets", "show", "bert-A", "--path", str(store_path))
+    res = cli("datasets", "show", "bert-A", "--data", str(store_path))
     assert res.code == 0, res.err
     assert "fast" in res.out and '"iters": 5' in res.out and "reference noise" in res.out
     assert "pairwise-accuracy ceiling at this noise" in res.out
@@ -89,15 +89,15 @@ def _one_line_error(res, needle: str) -> None:
 
 
 def test_bad_inputs(cli, store_path, tmp_path):
-    _one_line_error(cli("datasets", "list", "--path", str(tmp_path / "nope")), "no trial dataset")
-    _one_line_error(cli("datasets", "show", "bert-A", "--path", str(tmp_path / "nope")),
+    _one_line_error(cli("datasets", "list", "--data", str(tmp_path / "nope")), "no trial dataset")
+    _one_line_error(cli("datasets", "show", "bert-A", "--data", str(tmp_path / "nope")),
                     "no trial dataset")
-    _one_line_error(cli("datasets", "show", "gpt-Z", "--path", str(store_path)),
+    _one_line_error(cli("datasets", "show", "gpt-Z", "--data", str(store_path)),
                     "no trials for domain 'gpt-Z'")
     lines = store_path.read_text().splitlines()
     store_path.write_text("\n".join([lines[0], "{oops", *lines[1:]]) + "\n")
-    _one_line_error(cli("datasets", "list", "--path", str(store_path)), "line 2")
-    _one_line_error(cli("datasets", "import-autosync", str(tmp_path / "nope"), "--out",
+    _one_line_error(cli("datasets", "list", "--data", str(store_path)), "line 2")
+    _one_line_error(cli("datasets", "import-autosync", str(tmp_path / "nope"), "--store",
                         str(tmp_path / "o.jsonl")), "is not a folder")
 
 
@@ -113,12 +113,12 @@ def test_import_autosync(cli, tmp_path):
     (folder / "resource_spec" / "42").write_text(cluster.to_yaml())
     (folder / "strategies" / "43").write_bytes(strategy_to_autodist(s, cluster))  # no runtime
     out = tmp_path / "o.jsonl"
-    res = cli("datasets", "import-autosync", str(tmp_path / "root"), "--out", str(out))
+    res = cli("datasets", "import-autosync", str(tmp_path / "root"), "--store", str(out))
     assert res.code == 0, res.err
     assert "imported 1 trials" in res.out and "1 without runtime" in res.out
-    res = cli("datasets", "import-autosync", str(tmp_path / "root"), "--out", str(out), "--json")
+    res = cli("datasets", "import-autosync", str(tmp_path / "root"), "--store", str(out), "--json")
     assert json.loads(res.out)["duplicates"] == 1
-    res = cli("datasets", "show", "ncf-cluster-A", "--path", str(out), "--json")
+    res = cli("datasets", "show", "ncf-cluster-A", "--data", str(out), "--json")
     assert json.loads(res.out)["fastest"][0]["kind"] == "autodist"
 
 
@@ -143,7 +143,7 @@ def test_compact_writes_one_parquet_per_store(cli, tmp_path):
     src = tmp_path / "trials"
     src.mkdir()
     write_synthetic_store(src / "ncf-A.jsonl", "ncf-A", 5, 0)
-    res = cli("datasets", "compact", "--path", str(src), "--out", str(tmp_path / "pq"))
+    res = cli("datasets", "compact", "--data", str(src), "--out", str(tmp_path / "pq"))
     assert res.code == 0, res.err
     from autosync_transfer.dataset.loader import load_trials
 

@@ -72,24 +72,24 @@ def test_ui_compare_needs_a_model_with_two_versions(cli: Any, registry: Path) ->
 ], ids=lambda v: " ".join(v) if isinstance(v, tuple) else None)
 def test_bad_input_is_one_line_and_registers_nothing(cli: Any, registry: Path, trials_file: Path,
                                                      argv: tuple[str, ...], needle: str) -> None:
-    res = cli(*argv, "--trials", str(trials_file)) if argv[0] in ("train", "evaluate") else cli(*argv)
+    res = cli(*argv, "--data", str(trials_file)) if argv[0] in ("train", "evaluate") else cli(*argv)
     assert_one_line_error(res, needle)
     listed = cli("registry", "list", "--json")
     assert listed.code == 0 and json.loads(listed.out) == []
 
 
 def test_missing_trials_file(cli: Any, registry: Path, tmp_path: Path) -> None:
-    res = cli("train", DOMAIN, "--trials", str(tmp_path / "none.jsonl"))
+    res = cli("train", DOMAIN, "--data", str(tmp_path / "none.jsonl"))
     assert_one_line_error(res, "no trial dataset")
 
 
 def test_train_evaluate_show_promote(cli: Any, registry: Path, trials_file: Path) -> None:
     res = cli("train", DOMAIN, "--ranker", "linear", "--seeds", "2", "--epochs", "2",
-              "--trials", str(trials_file))
+              "--data", str(trials_file))
     assert res.code == 0, res.err
     assert "pairwise_acc" in res.out and "±" in res.out and "promoted to champion" in res.out
 
-    res = cli("train", DOMAIN, "--ranker", "analytical", "--seeds", "1", "--trials",
+    res = cli("train", DOMAIN, "--ranker", "analytical", "--seeds", "1", "--data",
               str(trials_file), "--json")
     assert res.code == 0, res.err
     report = json.loads(res.out)
@@ -117,13 +117,13 @@ def test_train_evaluate_show_promote(cli: Any, registry: Path, trials_file: Path
     assert res.code == 0, res.err
     assert json.loads(cli("registry", "show", NAME, "--json").out)["aliases"] == {"champion": "1"}
 
-    res = cli("evaluate", f"models:/{NAME}@champion", "--on", DOMAIN, "--trials",
+    res = cli("evaluate", f"models:/{NAME}@champion", "--on", DOMAIN, "--data",
               str(trials_file), "--json")
     assert res.code == 0, res.err
     metrics = json.loads(res.out)["metrics"]
     assert metrics["strategies"] == 40 and 0.0 <= metrics["pairwise_acc"] <= 1.0
-    res = cli("evaluate", DOMAIN, "--on", DOMAIN, "--trials", str(trials_file))
+    res = cli("evaluate", DOMAIN, "--on", DOMAIN, "--data", str(trials_file))
     assert res.code == 0 and "kendall_tau" in res.out
-    assert_one_line_error(cli("evaluate", f"models:/{NAME}/9", "--on", DOMAIN, "--trials",
+    assert_one_line_error(cli("evaluate", f"models:/{NAME}/9", "--on", DOMAIN, "--data",
                               str(trials_file)), "has no version 9")
     assert_one_line_error(cli("registry", "promote", NAME, "9"), "has no version 9")

@@ -178,5 +178,5 @@ def test_remeasure_leaves_other_protocols_alone_and_refuses_bad_input(cli, tmp_p
     r = cli("collect", "ncf-A", "--remeasure", "noisy", "--store", str(store))
     assert r.code == 2 and "--remeasure must be among" in r.err and "'noisy'" in r.err
     r = cli("collect", "ncf-A", "--store", str(store))
-    assert r.code == 2 and "--trials is required" in r.err
+    assert r.code == 2 and "--count is required" in r.err
     assert store.read_text().count("\n") == 1

@@ -1,0 +1,158 @@
+"""The option vocabulary shared by the commands, and old option names kept for one release.
+
+One word, one meaning, in every command:
+
+- ``--store PATH``: the trial store (JSON Lines) a command writes or continues;
+- ``--data PATH``: trial data a command only reads (a store, a parquet file or a folder);
+- ``-n/--count N``: how many things a command makes;
+- ``--export-json PATH`` / ``--export-autodist PATH``: the strategy to use, as JSON / AutoDist;
+  ``--out PATH``: any other file a command writes;
+- ``--warmup/--iters/--timeout``: the measurement protocol, by default the library's
+  :class:`~autosync_transfer.runtime.trial.Protocol` (the same for collect, run and search);
+- ``--json``: print the report as JSON; ``--cluster-file``: a resource-spec YAML as the cluster.
+
+A command that renamed an option declares the old name with :func:`renamed`; :class:`Command`
+(the ``cls`` of every command) then accepts it, hidden from ``--help``, and prints a one-line
+deprecation note on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from typer.core import TyperCommand
+
+__all__ = [
+    "click_exceptions", "Command", "renamed", "deprecated_aliases", "data_option", "store_option", "json_option",
+    "cluster_file_option", "warmup_option", "iters_option", "timeout_option", "protocol",
+    "PROTOCOL_HELP_DEFAULTS",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ALIASES_ATTR = "__deprecated_options__"
+
+#: the library's Protocol() defaults as the help texts state them (a test keeps them equal)
+PROTOCOL_HELP_DEFAULTS: dict[str, float] = {"warmup": 10, "iters": 40, "timeout_s": 300.0}
+
+
+def click_exceptions() -> Any:
+    """The exceptions module of the click that Typer runs on (Typer >= 0.2x ships its own)."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - a Typer that uses click itself
+        from click import exceptions
+    return exceptions
+
+
+def renamed(aliases: dict[str, str]) -> Callable[[F], F]:
+    """Declare old option names of a command: ``{"--trials": "--data"}``. The old names keep
+    working for one release (hidden; a note on stderr when used)."""
+
+    def mark(fn: F) -> F:
+        setattr(fn, _ALIASES_ATTR, dict(aliases))
+        return fn
+
+    return mark
+
+
+def deprecated_aliases(command: Any) -> dict[str, str]:
+    """``{old: new}`` option names a command (a click command or its function) still accepts."""
+    fn = getattr(command, "callback", command)
+    return dict(getattr(fn, _ALIASES_ATTR, {}))
+
+
+class Command(TyperCommand):
+    """A Typer command that accepts the old option names declared with :func:`renamed`."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        aliases = deprecated_aliases(self)
+        if aliases and not ctx.resilient_parsing:
+            args = self._rename(aliases, args, ctx)
+        return super().parse_args(ctx, args)
+
+    def _rename(self, aliases: dict[str, str], args: list[str], ctx: Any = None) -> list[str]:
+        """``args`` with old option names replaced by the new ones (values left alone)."""
+        takes_value = {o for p in self.params if p.param_type_name == "option"
+                       and not getattr(p, "is_flag", False) and not getattr(p, "count", False)
+                       for o in (*p.opts, *p.secondary_opts)}
+        out: list[str] = []
+        given: dict[str, str] = {}  # new name -> the spelling used
+        it = iter(args)
+        for tok in it:
+            if tok == "--":
+                out.append(tok)
+                out.extend(it)
+                break
+            name, eq, value = tok.partition("=") if tok.startswith("--") else (tok, "", "")
+            spelled = name
+            if name in aliases:
+                name = aliases[name]
+                sys.stderr.write(f"note: {spelled} is deprecated and goes in the next release; "
+                                 f"use {name}\n")
+                tok = f"{name}{eq}{value}"
+            if name in aliases.values():
+                if name in given and given[name] != spelled:
+                    raise click_exceptions().UsageError(
+                        f"{given[name]} and {spelled} are the same option; give it once, as "
+                        f"{name}", ctx)
+                given[name] = spelled
+            out.append(tok)
+            if name in takes_value and not eq:
+                nxt = next(it, None)
+                if nxt is not None:
+                    out.append(nxt)
+        return out
+
+
+# -- options used by several commands ------------------------------------------------------------
+def data_option(help: str | None = None) -> Any:  # noqa: A002
+    return typer.Option(
+        None, "--data", metavar="PATH",
+        help=help or "Trial data to read: a trial store (.jsonl), a parquet file or a folder of "
+                     "them; default: the shipped datasets ($AUTOSYNC_DATASETS overrides).")
+
+
+def store_option(help: str) -> Any:  # noqa: A002
+    return typer.Option(None, "--store", metavar="PATH", help=help)
+
+
+def json_option(help: str = "Print JSON.") -> Any:  # noqa: A002
+    return typer.Option(False, "--json", help=help)
+
+
+def cluster_file_option() -> Any:
+    return typer.Option(None, "--cluster-file", metavar="YAML",
+                        help="Use this resource-spec YAML as the cluster.")
+
+
+def warmup_option(extra: str = "") -> Any:
+    return typer.Option(None, "--warmup", min=0, show_default=False,
+                        help=f"Untimed iterations per trial (default "
+                             f"{PROTOCOL_HELP_DEFAULTS['warmup']:g}, the library's protocol{extra}).")
+
+
+def iters_option(extra: str = "") -> Any:
+    return typer.Option(None, "--iters", min=1, show_default=False,
+                        help=f"Timed iterations per trial (default "
+                             f"{PROTOCOL_HELP_DEFAULTS['iters']:g}, the library's protocol{extra}).")
+
+
+def timeout_option(extra: str = "") -> Any:
+    return typer.Option(None, "--timeout", min=1.0, show_default=False,
+                        help=f"Watchdog per trial, seconds (default "
+                             f"{PROTOCOL_HELP_DEFAULTS['timeout_s']:g}, the library's protocol"
+                             f"{extra}).")
+
+
+def protocol(warmup: int | None, iters: int | None, timeout_s: float | None,
+             base: Any | None = None) -> Any:
+    """The measurement protocol: the given values over ``base`` (default: ``Protocol()``)."""
+    from autosync_transfer.runtime.trial import Protocol
+
+    given = {k: v for k, v in (("warmup", warmup), ("iters", iters), ("timeout_s", timeout_s))
+             if v is not None}
+    return Protocol(**{**(base or Protocol()).model_dump(), **given})
