@@ -11,7 +11,7 @@ import sys
 import typer
 
 from autosync_transfer.cli import (adapt, clusters, datasets, domains, measure, search, simulators,
-                                   strategies)
+                                   strategies, worker)
 
 __all__ = ["app", "main"]
 
@@ -35,6 +35,7 @@ app.add_typer(simulators.registry_app, name="registry")
 app.command("adapt")(adapt.adapt)
 app.command("search")(search.search)
 app.command("recommend")(search.recommend)
+app.command("worker", hidden=True)(worker.worker)
 
 
 def main(argv: list[str] | None = None) -> None:

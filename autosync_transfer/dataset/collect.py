@@ -28,7 +28,7 @@ from autosync_transfer.dataset.store import TrialRecord, TrialStore, machine_inf
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.runtime.trial import Protocol, TrialResult, WorkerPool
-from autosync_transfer.strategies.types import Strategy
+from autosync_transfer.strategies.types import TORCH_DDP, Strategy
 
 __all__ = ["CollectProgress", "planned_strategies", "record_for", "collect", "REFERENCE_BUILDER",
            "TORCH_DDP", "measure_undisturbed", "MAX_FOREIGN_CPU", "REMEASURE_REASONS",
@@ -38,8 +38,6 @@ log = logging.getLogger(__name__)
 
 #: the strategy re-measured periodically as a drift reference
 REFERENCE_BUILDER = "ddp"
-#: marker in the plan for torch's own DistributedDataParallel
-TORCH_DDP = "torch_ddp"
 
 
 @dataclass

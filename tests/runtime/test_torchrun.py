@@ -20,7 +20,7 @@ def test_torchrun_measures_and_resumes(tmp_path: Path):
     strategies.write_text(build("ps_lb", domain).to_json() + "\ntorch_ddp\n")
     store = tmp_path / "out.jsonl"
     torchrun = Path(sys.executable).with_name("torchrun")
-    argv = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "autosync_transfer.runtime.worker",
+    argv = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "autosync_transfer", "worker",
             "--torchrun", "--domain", "ncf", "--cluster-file", str(spec), "--strategies", str(strategies),
             "--store", str(store), "--warmup", "1", "--iters", "2"]
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
@@ -42,7 +42,7 @@ def _torchrun(tmp_path: Path, strategies: list[str], *extra: str) -> tuple[list[
     path.write_text("\n".join(strategies) + "\n")
     torchrun = Path(sys.executable).with_name("torchrun")
     argv = [str(torchrun), "--standalone", "--nproc_per_node=2", *extra,
-            "-m", "autosync_transfer.runtime.worker", "--torchrun", "--domain", "ncf",
+            "-m", "autosync_transfer", "worker", "--torchrun", "--domain", "ncf",
             "--cluster-file", str(spec), "--strategies", str(path),
             "--store", str(tmp_path / "out.jsonl")]
     return argv, dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
