@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["Workload", "ZooWorkload", "DEFAULT_BATCH_SIZE", "load_workload", "zoo_workload",
-           "call_model", "workload_name"]
+           "call_model", "workload_name", "absolute_spec"]
 
 #: per-worker batch size of a plain-convention module without ``BATCH_SIZE``
 DEFAULT_BATCH_SIZE = 8
@@ -278,8 +278,8 @@ def _import_path(spec: str, target: str) -> Any:
     if key in sys.modules:
         return sys.modules[key]
     folder = str(path.parent)
-    if folder not in sys.path:  # the file's own folder, for its sibling imports
-        sys.path.insert(0, folder)
+    if folder not in sys.path:  # the file's own folder, last, for its sibling imports
+        sys.path.append(folder)
     loader_spec = importlib.util.spec_from_file_location(key, path)
     if loader_spec is None or loader_spec.loader is None:
         raise WorkloadError(f"workload {spec!r}: cannot import {target!r} as Python")
@@ -383,6 +383,22 @@ def load_workload(spec: str | Workload) -> Workload:
     if attr:
         return _named(spec, target, module, attr)
     return _plain(spec, target, module, default_name)
+
+
+def absolute_spec(spec: str) -> str:
+    """``spec`` with a relative file path made absolute (workers may start in another folder);
+    other specs unchanged."""
+    if spec.startswith("zoo:"):
+        return spec
+    target, attr = spec, ""
+    if ":" in spec:
+        head, _, tail = spec.rpartition(":")
+        if tail.isidentifier() and head:
+            target, attr = head, tail
+    if not _is_path(target):
+        return spec
+    path = str(Path(target).expanduser().resolve())
+    return f"{path}:{attr}" if attr else path
 
 
 def _in_zoo(name: str) -> bool:

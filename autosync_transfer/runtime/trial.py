@@ -111,16 +111,18 @@ def workload_spec_of(domain: Domain, workload: Any = None) -> str:
     """The workload spec the workers of ``domain`` import: ``workload`` (a spec string, or a
     :class:`~autosync_transfer.domains.workload.Workload` with one), else the zoo model named
     like ``domain.model``."""
+    from autosync_transfer.domains.workload import absolute_spec
+
     if workload is None:
         return f"zoo:{domain.model.name}"
     if isinstance(workload, str):
-        return workload
+        return absolute_spec(workload)
     spec = getattr(workload, "spec", None)
     if not spec:
         raise ConfigError(
             f"workload {getattr(workload, 'name', workload)!r} has no spec the workers can import "
             f"(load it with load_workload('path/to/file.py'), or give the spec string)")
-    return str(spec)
+    return absolute_spec(str(spec))
 
 
 class WorkerPool(TrialPool):

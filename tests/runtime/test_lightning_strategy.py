@@ -231,3 +231,23 @@ def test_runtime_package_does_not_import_lightning() -> None:
     code = ("import sys, autosync_transfer.runtime as r; r.DistributedModel; "
             "assert 'lightning' not in sys.modules, 'lightning imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_runtime_strategy_takes_a_picker_or_runs_the_ddp_builder() -> None:
+    from autosync_transfer.runtime.lightning import AutoSyncStrategy
+
+    lit = _lit_module()
+    default = AutoSyncStrategy(None, _cluster()).resolve_strategy(lit)
+    assert default.kind == "ddp"  # lossless: all-reduce buckets, PS for the sparse embedding
+    calls = []
+
+    def picker(graph, cluster):  # noqa: ANN001, ANN202
+        calls.append((graph.name, cluster.name))
+        return _strategy("model.")
+
+    picked = AutoSyncStrategy(picker, _cluster()).resolve_strategy(lit)
+    assert picked == _strategy("model.") and calls == [("tinylit", "t")]
+    with pytest.raises(ConfigError, match="picker must return a Strategy, got int"):
+        AutoSyncStrategy(lambda g, c: 3, _cluster()).resolve_strategy(lit)
+    with pytest.raises(ConfigError, match="strategy must be an autosync_transfer Strategy, a picker"):
+        AutoSyncStrategy("s.json", _cluster())
