@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Optional
 
 import typer
+
+#: how long a rank other than 0 waits before exiting on an error rank 0 reports
+_QUIET_RANK_GRACE_S = 5.0
 
 
 def worker(
@@ -44,7 +48,10 @@ def worker(
              seed, timeout_s)
     except AutosyncError:
         if os.environ.get("RANK", "0") != "0":
-            raise typer.Exit(2) from None  # rank 0 says it, once
+            # rank 0 says it, once: the others leave after it (torchrun ends the job on the
+            # first exit, which would otherwise cut rank 0's line)
+            time.sleep(_QUIET_RANK_GRACE_S)
+            raise typer.Exit(2) from None
         raise
 
 
