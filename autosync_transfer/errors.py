@@ -12,6 +12,7 @@ __all__ = [
     "ConfigError",
     "UnknownNameError",
     "SpecError",
+    "WorkloadError",
     "StrategyValidationError",
     "NotFittedError",
     "format_pydantic_error",
@@ -35,6 +36,10 @@ class UnknownNameError(ConfigError, KeyError):
 
 class SpecError(ConfigError):
     """A cluster / resource-spec / strategy file cannot be read or parsed."""
+
+
+class WorkloadError(SpecError):
+    """A workload spec cannot be imported, lacks a piece, or its training step fails."""
 
 
 class StrategyValidationError(ConfigError):

@@ -134,7 +134,7 @@ def _train(args: argparse.Namespace) -> int:
     from lightning.pytorch.strategies import DDPStrategy
 
     from autosync_transfer.domains.catalog import get_cluster
-    from autosync_transfer.runtime import AutoSyncStrategy
+    from autosync_transfer.search.lightning import AutoSyncStrategy
 
     _quiet_lightning()
     torch.set_num_threads(1)

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from autosync_transfer.cli import (adapt, clusters, datasets, domains, measure, search, simulators,
-                                   strategies)
+                                   strategies, worker)
 from autosync_transfer.cli._params import Command
 
 __all__ = ["app", "main"]
@@ -44,6 +44,7 @@ app.add_typer(simulators.registry_app, name="registry")
 app.command("adapt", cls=Command)(adapt.adapt)
 app.command("search", cls=Command)(search.search)
 app.command("recommend", cls=Command)(search.recommend)
+app.command("worker", hidden=True, cls=Command)(worker.worker)
 
 
 def main(argv: list[str] | None = None) -> None:

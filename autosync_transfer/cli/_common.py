@@ -47,34 +47,10 @@ def print_json(data: Any) -> None:
 
 
 def resolve_domain(name: str, cluster_file: str | None = None):  # noqa: ANN201 - Domain
-    """A catalog domain, or a catalog model on a cluster read from a resource-spec YAML file.
+    """:func:`autosync_transfer.domains.catalog.resolve_domain` (errors name ``--cluster-file``)."""
+    from autosync_transfer.domains.catalog import resolve_domain as resolve
 
-    With ``cluster_file``, ``name`` may be a plain model name (``bert``) or a domain name whose
-    cluster part is replaced.
-    """
-    from autosync_transfer.domains.catalog import get_cluster, get_domain, get_model, model_names
-    from autosync_transfer.domains.cluster import Cluster
-    from autosync_transfer.domains.domain import Domain
-
-    if cluster_file is None:
-        return get_domain(name)
-    from autosync_transfer.domains.catalog import CLUSTERS
-    from autosync_transfer.errors import ConfigError
-
-    cluster = Cluster.from_file(cluster_file)
-    if "-" in cluster.name or cluster.name in CLUSTERS:
-        raise ConfigError(
-            f"--cluster-file {cluster_file!r}: the cluster is named after the file ({cluster.name!r}), "
-            f"which must not contain '-' nor be a catalog cluster ({', '.join(CLUSTERS)}); "
-            f"rename the file or set a top-level 'name:'"
-        )
-    model_name = name
-    if name not in model_names():
-        from autosync_transfer.domains.catalog import split_domain_name
-
-        model_name, cluster_name = split_domain_name(name)
-        get_cluster(cluster_name)  # the replaced part must still name a cluster
-    return Domain(name=f"{model_name}-{cluster.name}", model=get_model(model_name), cluster=cluster)
+    return resolve(name, cluster_file)
 
 
 def load_strategy(path: str, domain=None):  # noqa: ANN001, ANN201 - Strategy

@@ -27,8 +27,9 @@ from pathlib import Path
 from autosync_transfer.dataset.store import TrialRecord, TrialStore, machine_info
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import ConfigError
-from autosync_transfer.runtime.trial import Protocol, TrialResult, WorkerPool
-from autosync_transfer.strategies.types import Strategy
+from autosync_transfer.runtime.launch import Launcher, as_launcher
+from autosync_transfer.runtime.trial import Protocol, TrialPool, TrialResult
+from autosync_transfer.strategies.types import TORCH_DDP, Strategy
 
 __all__ = ["CollectProgress", "planned_strategies", "record_for", "collect", "REFERENCE_BUILDER",
            "TORCH_DDP", "measure_undisturbed", "MAX_FOREIGN_CPU", "REMEASURE_REASONS",
@@ -38,8 +39,6 @@ log = logging.getLogger(__name__)
 
 #: the strategy re-measured periodically as a drift reference
 REFERENCE_BUILDER = "ddp"
-#: marker in the plan for torch's own DistributedDataParallel
-TORCH_DDP = "torch_ddp"
 
 
 @dataclass
@@ -109,22 +108,31 @@ MAX_FOREIGN_CPU = 0.05
 QUIET_WAIT_S = 300.0
 
 
-def _run_with_retries(pool: WorkerPool, strategy: Strategy | None) -> TrialResult:
+def _run_with_retries(pool: TrialPool, strategy: Strategy | None, job_id: str | None = None
+                      ) -> TrialResult:
     """Measure; a failure of the environment is retried and, if it persists, stops the collection
     without recording anything against the strategy."""
     for _ in range(INFRASTRUCTURE_ATTEMPTS):
-        res = pool.run(strategy)
+        res = pool.run(strategy) if job_id is None else pool.run(strategy, job_id=job_id)
         if not res.infrastructure:
             return res
         log.warning("trial environment failed, retrying: %s", res.error)
     raise ConfigError(f"the trial workers fail to run ({INFRASTRUCTURE_ATTEMPTS} attempts): {res.error}")
 
 
-def measure_undisturbed(pool: WorkerPool, strategy: Strategy | None, max_foreign_cpu: float,
-                        ) -> tuple[TrialResult, dict, dict]:
+def measure_undisturbed(pool: TrialPool, strategy: Strategy | None, max_foreign_cpu: float,
+                        *, job_id: str | None = None) -> tuple[TrialResult, dict, dict]:
     """Measure ``strategy``; while foreign CPU load disturbs the measurement, wait for a quiet
-    machine and measure again. Returns (result, machine facts at the start, disturbance facts)."""
+    machine and measure again. Returns (result, machine facts at the start, disturbance facts).
+
+    On a launcher whose trials do not run on this machine only (``runs_here`` False: torchrun)
+    the CPU of this machine says nothing: the trial is measured once, as ``job_id``."""
     from autosync_transfer.runtime.cpuwatch import CpuWatch, wait_until_quiet
+
+    launcher = getattr(pool, "launcher", None)
+    if not getattr(launcher, "runs_here", True):
+        start = machine_info()
+        return _run_with_retries(pool, strategy, job_id), start, {}
 
     facts: dict = {}
     waited = 0.0
@@ -166,7 +174,7 @@ def collect(
     store_path: str | Path,
     *,
     trials: int,
-    launcher: str = "emulated",
+    launcher: str | Launcher = "emulated",
     sampler: str = "random",
     preset: str = "dataset",
     seed: int = 0,
@@ -175,8 +183,15 @@ def collect(
     on_trial: Callable[[CollectProgress], None] | None = None,
     log_dir: str | Path | None = None,
     max_foreign_cpu: float = MAX_FOREIGN_CPU,
+    workload: str | None = None,
 ) -> CollectProgress:
-    """Measure until the store holds ``trials`` (non-reference) trials of ``domain``."""
+    """Measure until the store holds ``trials`` (non-reference) trials of ``domain``.
+
+    ``launcher``: a name (``emulated``, ``local``, ``torchrun``) or a
+    :class:`~autosync_transfer.runtime.launch.Launcher`; ``workload``: the spec the workers
+    import (default: the zoo model named like ``domain.model``)."""
+    runner = as_launcher(launcher)
+    launcher = runner.name
     if not 0.0 < max_foreign_cpu <= 1.0:
         raise ConfigError(f"max_foreign_cpu must be in (0, 1], got {max_foreign_cpu}")
     if trials < 1:
@@ -213,7 +228,8 @@ def collect(
     reference = build(REFERENCE_BUILDER, domain)
     # sampled candidates needed: enough to reach the target even if every builder is already in
     plan = planned_strategies(domain, sampler, seed, max(trials, 1), preset)
-    with WorkerPool(domain, launcher, protocol, seed=seed, log_dir=log_dir) as pool:
+    with runner.pool(domain, protocol, seed=seed, log_dir=log_dir, workload=workload,
+                     state_path=store_path) as pool:
         since_ref = done % reference_every if reference_every else 0
         for item in plan:
             if done >= trials:
@@ -224,14 +240,16 @@ def collect(
             if rid in existing:
                 continue
             if reference_every and (since_ref >= reference_every or refs == 0):
-                res, start, facts = measure_undisturbed(pool, reference, max_foreign_cpu)
+                ref_id = f"{domain.name}/reference-{refs}"
+                res, start, facts = measure_undisturbed(pool, reference, max_foreign_cpu,
+                                                        job_id=ref_id)
                 ref_rec = record_for(domain, reference, res, protocol, launcher, seed=seed,
-                                     record_id=f"{domain.name}/reference-{refs}", reference=True,
+                                     record_id=ref_id, reference=True,
                                      machine_start=start, machine_extra=facts)
                 store.append(ref_rec)
                 refs += 1
                 since_ref = 0
-            res, start, facts = measure_undisturbed(pool, strategy, max_foreign_cpu)
+            res, start, facts = measure_undisturbed(pool, strategy, max_foreign_cpu, job_id=rid)
             rec = record_for(domain, strategy, res, protocol, launcher, seed=seed, record_id=rid,
                              machine_start=start, machine_extra=facts)
             if store.append(rec):
@@ -288,13 +306,14 @@ def remeasure(
     store_path: str | Path,
     *,
     reasons: set[str] | tuple[str, ...] = REMEASURE_REASONS,
-    launcher: str = "emulated",
+    launcher: str | Launcher = "emulated",
     seed: int = 0,
     protocol: Protocol | None = None,
     on_trial: Callable[[CollectProgress], None] | None = None,
     log_dir: str | Path | None = None,
     max_foreign_cpu: float = MAX_FOREIGN_CPU,
     limit: int | None = None,
+    workload: str | None = None,
 ) -> CollectProgress:
     """Measure again the stored trials of ``domain`` that need it (:func:`remeasure_candidates`,
     at most ``limit``), with the disturbance check, and append each new measurement with
@@ -306,6 +325,8 @@ def remeasure(
     from autosync_transfer.runtime.trial import Protocol as _Protocol
     from autosync_transfer.strategies.builders import build
 
+    runner = as_launcher(launcher)
+    launcher = runner.name
     if not 0.0 < max_foreign_cpu <= 1.0:
         raise ConfigError(f"max_foreign_cpu must be in (0, 1], got {max_foreign_cpu}")
     if limit is not None and limit < 0:
@@ -327,17 +348,20 @@ def remeasure(
         if r.supersedes:
             attempts[r.supersedes] = attempts.get(r.supersedes, 0) + 1
     reference = build(REFERENCE_BUILDER, domain)
-    with WorkerPool(domain, launcher, protocol, seed=seed, log_dir=log_dir) as pool:
-        res, start, facts = measure_undisturbed(pool, reference, max_foreign_cpu)
+    with runner.pool(domain, protocol, seed=seed, log_dir=log_dir, workload=workload,
+                     state_path=store_path) as pool:
+        ref_id = f"{domain.name}/reference-{refs}"
+        res, start, facts = measure_undisturbed(pool, reference, max_foreign_cpu, job_id=ref_id)
         store.append(record_for(domain, reference, res, protocol, launcher, seed=seed,
-                                record_id=f"{domain.name}/reference-{refs}", reference=True,
+                                record_id=ref_id, reference=True,
                                 machine_start=start, machine_extra=facts))
         for old in todo:
             strategy = (None if old.strategy is None
                         else strategy_from_record(old.strategy, domain.model))
-            res, start, facts = measure_undisturbed(pool, strategy, max_foreign_cpu)
             n = attempts.get(old.id, 0) + 1
             attempts[old.id] = n
+            res, start, facts = measure_undisturbed(pool, strategy, max_foreign_cpu,
+                                                    job_id=f"{old.id}@{n}")
             rec = record_for(domain, strategy, res, protocol, launcher, seed=old.seed,
                              record_id=f"{old.id}@{n}", machine_start=start, machine_extra=facts,
                              supersedes=old.id)

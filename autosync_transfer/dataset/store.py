@@ -210,8 +210,10 @@ class TrialRecord(BaseModel):
         supersedes: str | None = None,
     ) -> TrialRecord:
         """The record of one :class:`~autosync_transfer.runtime.trial.TrialResult`
-        (``strategy=None``: torch's own DDP, recorded with id and kind ``torch_ddp``)."""
+        (``strategy=None``: torch's own DDP, recorded with id and kind
+        :data:`~autosync_transfer.strategies.TORCH_DDP`)."""
         from autosync_transfer.strategies.compact import encode
+        from autosync_transfer.strategies.types import TORCH_DDP
 
         proto = protocol if isinstance(protocol, Mapping) else protocol.model_dump(mode="json")
         return cls(
@@ -221,8 +223,8 @@ class TrialRecord(BaseModel):
             cluster=domain.cluster.name,
             model_fingerprint=domain.model.fingerprint,
             cluster_fingerprint=domain.cluster.fingerprint,
-            strategy_id=strategy.id if strategy is not None else "torch_ddp",
-            strategy_kind=strategy.kind if strategy is not None else "torch_ddp",
+            strategy_id=strategy.id if strategy is not None else TORCH_DDP,
+            strategy_kind=strategy.kind if strategy is not None else TORCH_DDP,
             strategy=encode(strategy, domain.model) if strategy is not None else None,
             status=result.status,
             error=result.error,

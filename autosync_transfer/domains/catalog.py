@@ -22,6 +22,7 @@ __all__ = [
     "get_domain",
     "domain_names",
     "split_domain_name",
+    "resolve_domain",
 ]
 
 
@@ -118,3 +119,27 @@ def get_domain(name: str) -> Domain:
 
 def domain_names() -> list[str]:
     return [f"{m}-{c}" for m in model_names() for c in CLUSTERS]
+
+
+def resolve_domain(name: str, cluster_file: str | None = None) -> Domain:
+    """A catalog domain, or a catalog model on a cluster read from a resource-spec YAML file.
+
+    With ``cluster_file``, ``name`` may be a plain model name (``bert``) or a domain name whose
+    cluster part is replaced; the cluster is named after the file (or its top-level ``name:``).
+    """
+    if cluster_file is None:
+        return get_domain(name)
+    from autosync_transfer.errors import ConfigError
+
+    cluster = Cluster.from_file(cluster_file)
+    if "-" in cluster.name or cluster.name in CLUSTERS:
+        raise ConfigError(
+            f"cluster_file {cluster_file!r}: the cluster is named after the file ({cluster.name!r}), "
+            f"which must not contain '-' nor be a catalog cluster ({', '.join(CLUSTERS)}); "
+            f"rename the file or set a top-level 'name:'"
+        )
+    model_name = name
+    if name not in model_names():
+        model_name, cluster_name = split_domain_name(name)
+        get_cluster(cluster_name)  # the replaced part must still name a cluster
+    return Domain(name=f"{model_name}-{cluster.name}", model=get_model(model_name), cluster=cluster)

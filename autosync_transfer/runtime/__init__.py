@@ -1,5 +1,7 @@
 """Runtime: plan strategies, execute them on torch.distributed, measure trials, emulate clusters.
 
+Trials are measured by a :class:`TrialPool` that a :class:`Launcher` opens (``local``,
+``emulated``, ``torchrun``: :data:`LAUNCHERS`, :func:`get_launcher`, :func:`open_pool`).
 Names are imported lazily (torch is heavy): ``from autosync_transfer.runtime import WorkerPool``;
 ``AutoSyncStrategy`` (a Lightning strategy) is the only name that imports Lightning.
 """
@@ -17,7 +19,17 @@ _EXPORTS = {
     "CommGroups": "executor",
     "Protocol": "trial",
     "TrialResult": "trial",
+    "TrialPool": "trial",
     "WorkerPool": "trial",
+    "TorchrunPool": "torchrun",
+    "Launcher": "launch",
+    "LocalLauncher": "launch",
+    "EmulatedLauncher": "launch",
+    "TorchrunLauncher": "launch",
+    "LAUNCHERS": "launch",
+    "get_launcher": "launch",
+    "open_pool": "launch",
+    "TrialHarness": "worker",
     "EmulatedCluster": "emulation",
     "spawn_local": "launch",
     "init_from_env": "launch",

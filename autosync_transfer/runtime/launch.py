@@ -1,11 +1,20 @@
-"""Launchers: how worker processes are started and connected.
+"""Launchers: how trial workers are started and connected.
 
-- :func:`spawn_local` runs a Python function on W local processes joined in a gloo group over
-  loopback (tests, small experiments, the library API).
-- :class:`WorkerPool` (``runtime/trial.py``) starts persistent trial workers either locally or
-  inside the network namespaces of an emulated cluster (``runtime/emulation.py``).
-- torchrun: see ``docs/torchrun.md`` for the exact commands per node; workers started that way
-  read their rank and rendezvous from the environment (:func:`init_from_env`).
+A :class:`Launcher` is one way of running the workers of a cluster; each one opens a
+:class:`~autosync_transfer.runtime.trial.TrialPool` (``launcher.pool(domain, protocol)``) that
+measures strategy after strategy with the same interface, so the collector and the search have
+one path for all of them:
+
+- :class:`LocalLauncher` (``local``): one process per worker on this host, joined over loopback;
+- :class:`EmulatedLauncher` (``emulated``): one network namespace per node of the cluster spec,
+  NICs shaped to its bandwidths (``runtime/emulation.py``; needs root);
+- :class:`TorchrunLauncher` (``torchrun``): a real cluster; the workers are started by hand on
+  every node with torchrun (:meth:`TorchrunLauncher.worker_command`, ``docs/torchrun.md``) and
+  follow a job queue the pool writes.
+
+:data:`LAUNCHERS` maps the names to the classes once; :func:`get_launcher` resolves a name.
+Also here: :func:`spawn_local` runs a Python function on W local gloo processes (tests, the
+library API), and :func:`init_from_env` joins the process group torchrun describes.
 """
 
 from __future__ import annotations
@@ -14,12 +23,23 @@ import os
 import pickle
 import socket
 import traceback
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autosync_transfer.errors import AutosyncError, ConfigError
 
-__all__ = ["free_port", "spawn_local", "init_from_env", "WorkerFailed"]
+if TYPE_CHECKING:
+    from autosync_transfer.domains.cluster import Cluster
+    from autosync_transfer.domains.domain import Domain
+    from autosync_transfer.runtime.trial import Protocol, TrialPool
+
+__all__ = [
+    "free_port", "spawn_local", "init_from_env", "WorkerFailed", "Launcher", "ProcessLauncher",
+    "LocalLauncher", "EmulatedLauncher", "TorchrunLauncher", "LAUNCHERS", "get_launcher",
+    "as_launcher", "open_pool",
+]
 
 
 class WorkerFailed(AutosyncError, RuntimeError):
@@ -109,3 +129,201 @@ def init_from_env(backend: str | None = None) -> tuple[int, int]:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend)
     return dist.get_rank(), dist.get_world_size()
+
+
+# -- launchers -----------------------------------------------------------------------------------
+class Launcher(ABC):
+    """One way of starting the trial workers of a cluster (see the module docstring).
+
+    Subclasses set :attr:`name` (the word on the command line) and implement :meth:`pool`.
+    A launcher instance serves one pool at a time (an emulated launcher owns its namespaces).
+    """
+
+    #: the name in :data:`LAUNCHERS` and in trial records
+    name: ClassVar[str]
+    #: trials run on this machine only, so its foreign CPU load can disturb them
+    runs_here: ClassVar[bool] = True
+
+    def check(self) -> None:
+        """A :class:`ConfigError` unless trials can be measured with this launcher here."""
+
+    @abstractmethod
+    def pool(self, domain: Domain, protocol: Protocol | None = None, *, seed: int = 0,
+             log_dir: str | Path | None = None, workload: Any = None,
+             state_path: str | Path | None = None) -> TrialPool:
+        """A pool measuring strategies of ``domain`` (use it as a context manager).
+
+        ``workload``: the workload spec the workers import (default: the zoo model named like
+        ``domain.model``); ``state_path``: where a launcher keeps files next to a trial store
+        (the torchrun job queue)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class ProcessLauncher(Launcher):
+    """A launcher that starts the worker processes itself (one per rank) for a
+    :class:`~autosync_transfer.runtime.trial.WorkerPool`: :meth:`start` prepares the cluster and
+    returns the rendezvous address, :meth:`command` places rank ``rank``'s process, :meth:`stop`
+    tears down what :meth:`start` built."""
+
+    def pool(self, domain: Domain, protocol: Protocol | None = None, *, seed: int = 0,
+             log_dir: str | Path | None = None, workload: Any = None,
+             state_path: str | Path | None = None) -> TrialPool:
+        from autosync_transfer.runtime.trial import WorkerPool
+
+        return WorkerPool(domain, self, protocol, seed=seed, log_dir=log_dir, workload=workload)
+
+    @abstractmethod
+    def start(self, cluster: Cluster) -> str:
+        """Prepare ``cluster``'s nodes (idempotent); the address of rank 0 (the rendezvous)."""
+
+    @abstractmethod
+    def command(self, node: str, argv: list[str], env: dict[str, str], master_port: int
+                ) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment of a worker on node ``node``."""
+
+    def stop(self) -> None:
+        """Undo :meth:`start`."""
+
+
+class LocalLauncher(ProcessLauncher):
+    """Every worker a process on this host, joined over loopback (no bandwidth shaping)."""
+
+    name = "local"
+
+    def start(self, cluster: Cluster) -> str:
+        return "127.0.0.1"
+
+    def command(self, node: str, argv: list[str], env: dict[str, str], master_port: int
+                ) -> tuple[list[str], dict[str, str]]:
+        return argv, {**env, "GLOO_SOCKET_IFNAME": "lo"}
+
+
+class EmulatedLauncher(ProcessLauncher):
+    """Every node a network namespace with its NIC shaped to the cluster's bandwidth
+    (:class:`~autosync_transfer.runtime.emulation.EmulatedCluster`; needs root and ``tc``)."""
+
+    name = "emulated"
+
+    def __init__(self) -> None:
+        self._emu: Any = None
+
+    def check(self) -> None:
+        geteuid = getattr(os, "geteuid", None)
+        if geteuid is None or geteuid() != 0:
+            raise ConfigError("launcher 'emulated' needs root (network namespaces and tc); run "
+                              "as root, or use launcher 'local'")
+        from autosync_transfer.runtime.emulation import available
+
+        ok, reason = available()
+        if not ok:
+            raise ConfigError(f"launcher 'emulated' is unavailable here: {reason}")
+
+    def start(self, cluster: Cluster) -> str:
+        if self._emu is None:
+            from autosync_transfer.runtime.emulation import EmulatedCluster
+
+            self._emu = EmulatedCluster(cluster)
+            self._emu.start()
+        return self._emu.address_of(cluster.rank_nodes()[0])
+
+    def command(self, node: str, argv: list[str], env: dict[str, str], master_port: int
+                ) -> tuple[list[str], dict[str, str]]:
+        return (self._emu.exec_prefix(node) + argv,
+                {**env, **self._emu.env_for(node, master_port=master_port)})
+
+    def stop(self) -> None:
+        if self._emu is not None:
+            self._emu.stop()
+            self._emu = None
+
+
+class TorchrunLauncher(Launcher):
+    """A real cluster: torchrun workers, started by hand on every node
+    (:meth:`worker_command`), follow a job queue that the pool appends to and write one result
+    per job (:class:`~autosync_transfer.runtime.torchrun.TorchrunPool`).
+
+    ``queue`` and ``results`` default to ``<state_path>.queue.jsonl`` and
+    ``<state_path>.results.jsonl`` of the pool's ``state_path`` (a trial store); ``wait_s`` is
+    the longest wait for one result (default: the protocol's watchdog plus 10 minutes).
+    """
+
+    name = "torchrun"
+    runs_here = False
+
+    def __init__(self, queue: str | Path | None = None, results: str | Path | None = None, *,
+                 wait_s: float | None = None, poll_s: float = 0.2) -> None:
+        self.queue = Path(queue) if queue is not None else None
+        self.results = Path(results) if results is not None else None
+        self.wait_s = wait_s
+        self.poll_s = poll_s
+
+    def paths(self, state_path: str | Path | None = None) -> tuple[Path, Path]:
+        """``(queue, results)``: the given ones, or those next to ``state_path``."""
+        if self.queue is not None and self.results is not None:
+            return self.queue, self.results
+        if state_path is None:
+            raise ConfigError("launcher 'torchrun' needs queue and results paths, or a "
+                              "state_path (a trial store) to put them next to")
+        return (self.queue or Path(f"{state_path}.queue.jsonl"),
+                self.results or Path(f"{state_path}.results.jsonl"))
+
+    def pool(self, domain: Domain, protocol: Protocol | None = None, *, seed: int = 0,
+             log_dir: str | Path | None = None, workload: Any = None,
+             state_path: str | Path | None = None) -> TrialPool:
+        from autosync_transfer.runtime.torchrun import TorchrunPool
+
+        queue, results = self.paths(state_path)
+        return TorchrunPool(domain, queue, results, protocol, wait_s=self.wait_s,
+                            poll_s=self.poll_s)
+
+    def worker_command(self, domain: Domain, protocol: Protocol | None = None, *,
+                       state_path: str | Path | None = None, cluster_file: str | None = None,
+                       workload: str | None = None, seed: int = 0) -> str:
+        """The command to start on every node for a pool of ``domain`` (``<i>`` and the other
+        ``<...>`` are the node's values)."""
+        from autosync_transfer.runtime.trial import Protocol as _Protocol
+
+        proto = protocol or _Protocol()
+        queue, results = self.paths(state_path)
+        if workload is not None:
+            what = f"--model {workload}"
+        else:
+            what = f"--domain {domain.model.name if cluster_file else domain.name}"
+        spec = f" --cluster-file {cluster_file}" if cluster_file else ""
+        seed_opt = f" --seed {seed}" if seed else ""
+        return (f"torchrun --nnodes {domain.cluster.num_nodes} --node_rank <i> "
+                f"--nproc_per_node <workers of node i> --master_addr <node 0> --master_port 29500 "
+                f"-m autosync_transfer worker --torchrun --follow {what}{spec} "
+                f"--strategies {queue} --results {results} "
+                f"--warmup {proto.warmup} --iters {proto.iters} --timeout {proto.timeout_s:g}"
+                f"{seed_opt}")
+
+
+#: the launchers by name (the word on the command line and in trial records)
+LAUNCHERS: dict[str, type[Launcher]] = {
+    cls.name: cls for cls in (LocalLauncher, EmulatedLauncher, TorchrunLauncher)
+}
+
+
+def get_launcher(name: str) -> type[Launcher]:
+    """The launcher class named ``name``."""
+    try:
+        return LAUNCHERS[name]
+    except (KeyError, TypeError):
+        raise ConfigError(
+            f"launcher must be one of {', '.join(LAUNCHERS)}, got {name!r}") from None
+
+
+def as_launcher(launcher: str | Launcher) -> Launcher:
+    """``launcher`` itself, or a new instance of the launcher it names."""
+    if isinstance(launcher, Launcher):
+        return launcher
+    return get_launcher(launcher)()
+
+
+def open_pool(domain: Domain, launcher: str | Launcher = "local", protocol: Protocol | None = None,
+              **kwargs: Any) -> TrialPool:
+    """``as_launcher(launcher).pool(domain, protocol, **kwargs)``."""
+    return as_launcher(launcher).pool(domain, protocol, **kwargs)

@@ -8,10 +8,12 @@ Lightning launches (or joins) the processes and initializes the process group ex
 (all-reduce buckets, compression, parameter servers, partitions).
 
 The strategy is either given (a :class:`Strategy` object, or a JSON / AutoDist file with
-:meth:`AutoSyncStrategy.from_file`), or chosen at setup time, once the model is known, by
-:func:`~autosync_transfer.search.recommend.recommend` with the analytical cost model or a
-simulator from the registry (:meth:`AutoSyncStrategy.from_registry`). Rank 0 chooses and
-broadcasts the choice, so every rank runs the same plan.
+:meth:`AutoSyncStrategy.from_file`), or chosen at setup time, once the model is known, by a
+*picker*: a callable ``picker(graph, cluster) -> Strategy`` (rank 0 calls it and broadcasts the
+choice, so every rank runs the same plan). ``None`` runs the DDP-equivalent builder (all
+all-reduce, 25 MB buckets, lossless). The search room's
+:class:`autosync_transfer.search.lightning.AutoSyncStrategy` adds the simulator's choice
+(``simulator=``, :meth:`~autosync_transfer.search.lightning.AutoSyncStrategy.from_registry`).
 
 Variable names are the ``LightningModule``'s parameter names (``model.fc.weight`` for a module
 that holds its network as ``self.model``). A strategy written for the inner network
@@ -24,6 +26,7 @@ This module imports Lightning; it is only imported on demand
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +41,21 @@ from autosync_transfer.errors import ConfigError, NotFittedError
 from autosync_transfer.runtime.ddp import DistributedModel
 from autosync_transfer.strategies.types import Strategy, VarConfig
 
-__all__ = ["AutoSyncStrategy"]
+__all__ = ["AutoSyncStrategy", "Picker", "match_names", "ddp_equivalent"]
 
 log = logging.getLogger(__name__)
+
+#: chooses the strategy once the model is known: ``picker(graph, cluster) -> Strategy``
+Picker = Callable[[ModelGraph, Cluster], Strategy]
+
+
+def ddp_equivalent(graph: ModelGraph, cluster: Cluster) -> Strategy:
+    """The picker of ``strategy=None``: the DDP-equivalent builder (all-reduce of every
+    variable in 25 MB buckets, reverse order, no compression)."""
+    from autosync_transfer.domains.domain import Domain
+    from autosync_transfer.strategies.builders import build
+
+    return build("ddp", Domain(name=f"{graph.name}-{cluster.name}", model=graph, cluster=cluster))
 
 #: ``DDPStrategy`` arguments that keep their meaning here (everything about processes and devices)
 _PASSED_ON = frozenset({
@@ -59,15 +74,12 @@ class AutoSyncStrategy(DDPStrategy):
                           strategy=AutoSyncStrategy(strategy, cluster))
 
     Args:
-        strategy: the synchronization strategy; ``None`` chooses one at setup time with
-            :func:`~autosync_transfer.search.recommend.recommend` (see ``simulator``).
+        strategy: the synchronization strategy; or a picker ``picker(graph, cluster) ->
+            Strategy`` called on rank 0 at setup time, once the model is known; ``None``: the
+            DDP-equivalent builder (:func:`ddp_equivalent`). To let a simulator choose, use
+            :class:`autosync_transfer.search.lightning.AutoSyncStrategy`.
         cluster: the cluster the strategy is for (a :class:`Cluster`, or a catalog name such as
             ``"A"``); its number of workers must equal the Trainer's number of processes.
-        simulator: only when ``strategy`` is ``None``: the ranker that picks the strategy — a
-            :class:`~autosync_transfer.rankers.simulator.Simulator`, a registry URI or name
-            (``"models:/autosync-bert-B@champion"``, loaded by rank 0), or ``None`` for the
-            analytical cost model.
-        candidates, seed: sampled candidates scored by ``recommend`` and its sampler's seed.
         batch_size, seq_len: per-worker batch size and sequence length, which size the sparse
             traffic of embeddings in the model graph.
         process_group_backend: ``"gloo"`` unless given.
@@ -83,12 +95,9 @@ class AutoSyncStrategy(DDPStrategy):
 
     def __init__(
         self,
-        strategy: Strategy | None,
+        strategy: Strategy | Picker | None,
         cluster: Cluster | str,
         *,
-        simulator: Any = None,
-        candidates: int = 2000,
-        seed: int = 0,
         batch_size: int = 1,
         seq_len: int = 1,
         process_group_backend: str | None = "gloo",
@@ -101,39 +110,25 @@ class AutoSyncStrategy(DDPStrategy):
                 f"synchronized by the AutoSync strategy's plan, not by DistributedDataParallel "
                 f"(accepted: {', '.join(sorted(_PASSED_ON))})"
             )
-        if strategy is not None and not isinstance(strategy, Strategy):
+        if strategy is not None and not isinstance(strategy, Strategy) and not callable(strategy):
             raise ConfigError(
-                f"strategy must be an autosync_transfer Strategy or None, got "
-                f"{type(strategy).__name__} (use AutoSyncStrategy.from_file for a file)"
+                f"strategy must be an autosync_transfer Strategy, a picker(graph, cluster) "
+                f"returning one, or None, got {type(strategy).__name__} (use "
+                f"AutoSyncStrategy.from_file for a file)"
             )
-        if strategy is not None and simulator is not None:
-            raise ConfigError("give either a strategy or a simulator to choose one, not both")
-        if candidates < 0:
-            raise ConfigError(f"candidates must be >= 0, got {candidates}")
         if batch_size < 1 or seq_len < 1:
             raise ConfigError(f"batch_size and seq_len must be >= 1, got {batch_size} and {seq_len}")
         super().__init__(process_group_backend=process_group_backend, **ddp_kwargs)
         self.cluster = _as_cluster(cluster)
-        self.simulator = simulator
-        self.candidates = candidates
-        self.seed = seed
         self.batch_size = batch_size
         self.seq_len = seq_len
-        self._given = strategy
-        self._sync_strategy: Strategy | None = strategy
+        given = isinstance(strategy, Strategy)
+        self._given: Strategy | None = strategy if given else None
+        self._picker: Picker = (strategy if strategy is not None and not given  # type: ignore[assignment]
+                                else ddp_equivalent)
+        self._sync_strategy: Strategy | None = strategy if given else None
 
     # -- constructors -------------------------------------------------------------------------
-    @classmethod
-    def from_registry(cls, uri_or_name: str, cluster: Cluster | str, *, candidates: int = 2000,
-                      **kwargs: Any) -> AutoSyncStrategy:
-        """Choose the strategy at setup time with the registered simulator ``uri_or_name``
-        (``"models:/autosync-bert-B@champion"``, or a registered model name for its champion)."""
-        if not isinstance(uri_or_name, str) or not uri_or_name:
-            raise ConfigError(
-                f"registry URI or model name must be a non-empty string, got {uri_or_name!r}"
-            )
-        return cls(None, cluster, simulator=uri_or_name, candidates=candidates, **kwargs)
-
     @classmethod
     def from_file(cls, path: str | Path, cluster: Cluster | str, **kwargs: Any) -> AutoSyncStrategy:
         """Use the strategy of a JSON file or an AutoDist (protobuf) strategy file."""
@@ -168,12 +163,12 @@ class AutoSyncStrategy(DDPStrategy):
         if self._given is not None:
             strategy = match_names(self._given, module)
         else:
-            strategy = self._recommend(graph)
+            strategy = self._pick(graph)
         validate(strategy, Domain(name=f"{graph.name}-{self.cluster.name}", model=graph,
                                   cluster=self.cluster))
         return strategy
 
-    def _recommend(self, graph: ModelGraph) -> Strategy:
+    def _pick(self, graph: ModelGraph) -> Strategy:
         distributed = dist.is_available() and dist.is_initialized()
         payload: list[Any] = [None]
         if not distributed or dist.get_rank() == 0:
@@ -189,11 +184,11 @@ class AutoSyncStrategy(DDPStrategy):
         return Strategy.from_json(body)
 
     def _choose(self, graph: ModelGraph) -> Strategy:
-        from autosync_transfer.search.recommend import recommend
-
-        strategy = recommend(graph, self.cluster, self.simulator, candidates=self.candidates,
-                             seed=self.seed)
-        log.info("recommended strategy %s (%s) for %s on cluster %s", strategy.id, strategy.kind,
+        strategy = self._picker(graph, self.cluster)
+        if not isinstance(strategy, Strategy):
+            raise ConfigError(f"the strategy picker must return a Strategy, got "
+                              f"{type(strategy).__name__}")
+        log.info("picked strategy %s (%s) for %s on cluster %s", strategy.id, strategy.kind,
                  graph.name, self.cluster.name)
         return strategy
 

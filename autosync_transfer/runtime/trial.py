@@ -3,9 +3,12 @@
 Protocol (AutoSync's): ``warmup`` untimed iterations, then ``iters`` timed ones; the time of an
 iteration is the maximum over ranks; a trial keeps every iteration time and their median.
 
-:class:`WorkerPool` keeps one process group per (model, cluster) alive and runs many strategies
-in a row, so a trial costs its iterations, not process start-up. A watchdog turns a hang, a crash
-or an error into a failed :class:`TrialResult` (recorded, never fatal) and restarts the workers.
+A :class:`TrialPool` measures strategy after strategy of one domain (``run(strategy) ->
+TrialResult``); every :class:`~autosync_transfer.runtime.launch.Launcher` opens one.
+:class:`WorkerPool` (the local and emulated launchers) keeps one process group per (model,
+cluster) alive and runs many strategies in a row, so a trial costs its iterations, not process
+start-up. A watchdog turns a hang, a crash or an error into a failed :class:`TrialResult`
+(recorded, never fatal) and restarts the workers.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -26,11 +30,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import ConfigError
-from autosync_transfer.runtime.launch import free_port
+from autosync_transfer.runtime.launch import Launcher, ProcessLauncher, as_launcher, free_port
 from autosync_transfer.runtime.worker import REPLY_PREFIX
 from autosync_transfer.strategies.types import Strategy
 
-__all__ = ["Protocol", "TrialResult", "WorkerPool", "ERROR_GRACE_S"]
+__all__ = ["Protocol", "TrialResult", "TrialPool", "WorkerPool", "ERROR_GRACE_S",
+           "workload_spec_of"]
 
 #: after one rank reports an error, how long the others get to report before the trial fails
 ERROR_GRACE_S = 5.0
@@ -69,24 +74,82 @@ class TrialResult:
         return self.status == "ok"
 
 
-class WorkerPool:
-    """Persistent workers for one domain, on ``launcher`` ``local`` (loopback) or ``emulated``
-    (one network namespace per node, NICs shaped to the cluster's bandwidths).
+class TrialPool(ABC):
+    """Measures strategies of one domain, one :meth:`run` at a time; a context manager.
 
-    Use as a context manager; :meth:`run` measures one strategy (``None`` = torch DDP).
+    :meth:`run` never raises for a failed measurement: the result says ``failed`` or
+    ``timeout`` (``infrastructure=True`` when the environment, not the strategy, failed).
     """
 
-    def __init__(self, domain: Domain, launcher: str = "local", protocol: Protocol | None = None,
-                 *, seed: int = 0, log_dir: str | Path | None = None):
-        if launcher not in ("local", "emulated"):
-            raise ConfigError(f"launcher must be 'local' or 'emulated', got {launcher!r}")
+    domain: Domain
+    protocol: Protocol
+    launcher: Launcher
+
+    @property
+    def launcher_name(self) -> str:
+        """The launcher's name, as trial records store it."""
+        return self.launcher.name
+
+    @abstractmethod
+    def run(self, strategy: Strategy | None, protocol: Protocol | None = None, *,
+            job_id: str | None = None) -> TrialResult:
+        """Measure ``strategy`` (``None``: torch DDP with default buckets) with ``protocol``
+        (default: the pool's). ``job_id`` names the measurement where the launcher keeps
+        results across restarts (torchrun's job queue); others ignore it."""
+
+    def close(self) -> None:
+        """Stop the workers (a closed pool starts them again on the next :meth:`run`)."""
+
+    def __enter__(self) -> TrialPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def workload_spec_of(domain: Domain, workload: Any = None) -> str:
+    """The workload spec the workers of ``domain`` import: ``workload`` (a spec string, or a
+    :class:`~autosync_transfer.domains.workload.Workload` with one), else the zoo model named
+    like ``domain.model``."""
+    from autosync_transfer.domains.workload import absolute_spec
+
+    if workload is None:
+        return f"zoo:{domain.model.name}"
+    if isinstance(workload, str):
+        return absolute_spec(workload)
+    spec = getattr(workload, "spec", None)
+    if not spec:
+        raise ConfigError(
+            f"workload {getattr(workload, 'name', workload)!r} has no spec the workers can import "
+            f"(load it with load_workload('path/to/file.py'), or give the spec string)")
+    return absolute_spec(str(spec))
+
+
+class WorkerPool(TrialPool):
+    """Persistent workers for one domain, started by a process launcher: ``local`` (loopback)
+    or ``emulated`` (one network namespace per node, NICs shaped to the cluster's bandwidths),
+    given as a name or a :class:`~autosync_transfer.runtime.launch.ProcessLauncher`.
+
+    Every worker imports ``workload`` (a spec string; default the zoo model named like
+    ``domain.model``). Use as a context manager; :meth:`run` measures one strategy
+    (``None`` = torch DDP).
+    """
+
+    def __init__(self, domain: Domain, launcher: str | Launcher = "local",
+                 protocol: Protocol | None = None, *, seed: int = 0,
+                 log_dir: str | Path | None = None, workload: Any = None):
+        resolved = as_launcher(launcher)
+        if not isinstance(resolved, ProcessLauncher):
+            raise ConfigError(
+                f"launcher {resolved.name!r} does not start worker processes itself: open its "
+                f"pool with get_launcher({resolved.name!r})(...).pool(domain, protocol)")
         self.domain = domain
-        self.launcher = launcher
+        self.launcher = resolved
         self.protocol = protocol or Protocol()
         self.seed = seed
         self.log_dir = Path(log_dir) if log_dir else None
+        self.workload = workload_spec_of(domain, workload)
         self._procs: list[subprocess.Popen] = []
-        self._emu: Any = None
         self.restarts = 0
         self._trial_no = 0
 
@@ -94,14 +157,9 @@ class WorkerPool:
     def __enter__(self) -> WorkerPool:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def close(self) -> None:
         self._stop_workers(graceful=True)
-        if self._emu is not None:
-            self._emu.stop()
-            self._emu = None
+        self.launcher.stop()
 
     def _ensure(self) -> None:
         if self._procs and all(p.poll() is None for p in self._procs):
@@ -114,21 +172,13 @@ class WorkerPool:
         world = cluster.world_size
         port = free_port()
         rank_nodes = cluster.rank_nodes()
-        if self.launcher == "emulated":
-            if self._emu is None:
-                from autosync_transfer.runtime.emulation import EmulatedCluster
-
-                self._emu = EmulatedCluster(cluster)
-                self._emu.start()
-            master = self._emu.address_of(rank_nodes[0])  # rank 0 hosts the rendezvous store
-        else:
-            master = "127.0.0.1"
+        master = self.launcher.start(cluster)  # rank 0 hosts the rendezvous store
         if self.log_dir:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         for rank in range(world):
             cfg = {
                 "rank": rank, "world_size": world, "master_addr": master, "master_port": port,
-                "model": self.domain.model.name, "cluster": cluster.model_dump_json(),
+                "workload": self.workload, "cluster": cluster.model_dump_json(),
                 "graph": self.domain.model.model_dump_json(),
                 "seed": self.seed,
             }
@@ -136,14 +186,7 @@ class WorkerPool:
             stderr: Any = subprocess.DEVNULL
             if self.log_dir:
                 stderr = open(self.log_dir / f"worker-{rank}.log", "ab")  # noqa: SIM115
-            env = dict(os.environ)
-            env.update({"OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR",
-                        "PYTHONUNBUFFERED": "1"})
-            if self.launcher == "emulated":
-                env.update(self._emu.env_for(rank_nodes[rank], master_port=port))
-                argv = self._emu.exec_prefix(rank_nodes[rank]) + argv
-            else:
-                env["GLOO_SOCKET_IFNAME"] = "lo"
+            argv, env = self.launcher.command(rank_nodes[rank], argv, _worker_env(), port)
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=stderr, env=env)
@@ -237,7 +280,7 @@ class WorkerPool:
         return [replies[i] for i in range(len(self._procs))]
 
     def run(self, strategy: Strategy | None, protocol: Protocol | None = None, *,
-            fault: dict[str, Any] | None = None) -> TrialResult:
+            job_id: str | None = None, fault: dict[str, Any] | None = None) -> TrialResult:
         """Measure ``strategy`` (``None``: torch DDP with default buckets). Never raises for a
         failed measurement: the result says ``failed`` / ``timeout`` and the workers restart."""
         proto = protocol or self.protocol
@@ -304,3 +347,18 @@ class WorkerPool:
     def _restart(self) -> None:
         self.restarts += 1
         self._stop_workers(graceful=False)
+
+
+def _worker_env() -> dict[str, str]:
+    """A worker's environment: this one, one thread, and no implicit import path: the workers
+    run ``python -m`` (which would put the working folder first on ``sys.path``) with
+    ``PYTHONSAFEPATH``, and find this package where the controller found it."""
+    import autosync_transfer
+
+    env = dict(os.environ)
+    root = str(Path(autosync_transfer.__file__).resolve().parents[1])
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env.update({"OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR", "PYTHONUNBUFFERED": "1",
+                "PYTHONSAFEPATH": "1",
+                "PYTHONPATH": os.pathsep.join([root, *[p for p in paths if p != root]])})
+    return env

@@ -1,15 +1,21 @@
-"""A persistent trial worker: joins the process group once, then measures strategy after strategy.
+"""Trial workers: the harness that measures strategies on one rank, and the loops that feed it.
 
-Started by :class:`autosync_transfer.runtime.trial.WorkerPool` (locally or inside an emulated
+Started by a :class:`~autosync_transfer.runtime.trial.WorkerPool` (locally or inside an emulated
 node's network namespace) as ``python -m autosync_transfer.runtime.worker '<json config>'``.
 Commands arrive as JSON lines on stdin; every rank answers each with one line on stdout prefixed
 by ``@@AST`` (anything else on stdout is ignored). All output meant for people goes to stderr.
 
-Under torchrun (``--torchrun``) there is no controller: rank 0 reads strategies from a JSON Lines
-file, broadcasts each one, and appends the results to a trial store. A strategy that raises on
-any rank is stored as ``failed``; a trial that outlives ``--timeout`` (a hang, a rank that died)
-is stored as ``timeout`` by rank 0, which then exits with code 124 so that torchrun ends the job
+Under torchrun there is no controller on stdin: the workers are started with
+``autosync-transfer worker --torchrun ...`` (``docs/torchrun.md``), join the group with
+:func:`torchrun_harness` and either follow a job queue (:func:`follow_queue`, the torchrun
+launcher's pool) or measure a fixed list of strategies (:func:`run_jobs`, which the dataset's
+``collect_torchrun`` drives). Rank 0's :class:`Watchdog` turns a trial that outlives its timeout
+into a recorded ``timeout`` and exits with :data:`TIMEOUT_EXIT`, so that torchrun ends the job
 (``torchrun --max-restarts N`` restarts it, and the recorded trial is skipped).
+
+Every worker imports its workload from a spec string
+(:func:`~autosync_transfer.domains.workload.load_workload`: ``zoo:bert-3l``, a bare zoo name,
+``path/to/file.py``, ``package.module``, ``...:NAME``).
 """
 
 from __future__ import annotations
@@ -20,20 +26,42 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["REPLY_PREFIX", "TrialHarness", "main"]
+from autosync_transfer.strategies.types import TORCH_DDP
+
+if TYPE_CHECKING:
+    from autosync_transfer.domains.domain import Domain
+    from autosync_transfer.runtime.trial import TrialResult
+
+__all__ = ["REPLY_PREFIX", "TrialHarness", "main", "TIMEOUT_EXIT", "Watchdog", "STOP",
+           "measure_on_all_ranks", "torchrun_harness", "run_jobs", "follow_queue"]
 
 REPLY_PREFIX = "@@AST "
 
 
-class TrialHarness:
-    """Model, data and process groups of one worker; measures one strategy per call."""
+def _to_device(obj: Any, device: str) -> Any:
+    """Tensors (alone, or in tuples, lists and dicts) moved to ``device``."""
+    if hasattr(obj, "to") and callable(obj.to):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_to_device(v, device) for v in obj)
+    return obj
 
-    def __init__(self, model_name: str, cluster_json: str, graph_json: str | None = None,
+
+class TrialHarness:
+    """Model, data and process groups of one worker; measures one strategy per call.
+
+    ``workload`` is a workload spec (a zoo model name stays valid); the graph the plans are
+    made on is ``graph_json`` (the controller's) or the workload's own.
+    """
+
+    def __init__(self, workload: str, cluster_json: str, graph_json: str | None = None,
                  seed: int = 0, lr: float = 1e-3, device: str = "cpu"):
         self.device = device
-        self.model_name = model_name
+        self.workload_spec = workload
         self.cluster_json = cluster_json
         self.graph_json = graph_json
         self.seed = seed
@@ -45,21 +73,23 @@ class TrialHarness:
 
         from autosync_transfer.domains.cluster import Cluster
         from autosync_transfer.domains.graph import ModelGraph
-        from autosync_transfer.domains.zoo import build_module, example_batch, loss_fn, model_graph
+        from autosync_transfer.domains.workload import call_model, load_workload
         from autosync_transfer.runtime.executor import CommGroups
 
         torch.set_num_threads(1)
         self.rank = dist.get_rank()
         self.world = dist.get_world_size()
         self.cluster = Cluster.model_validate_json(self.cluster_json)
-        # the controller's graph (it may mark variables differently from the zoo's default)
+        self.workload = load_workload(self.workload_spec)
+        # the controller's graph (it may mark variables differently from the workload's)
         self.graph = (ModelGraph.model_validate_json(self.graph_json) if self.graph_json
-                      else model_graph(self.model_name))
-        self.module = build_module(self.model_name, self.device, seed=self.seed)
-        self.loss = loss_fn(self.model_name)
+                      else self.workload.graph())
+        self.module = self.workload.build(self.device, seed=self.seed)
+        self.loss = self.workload.loss_fn
+        self._call = call_model
         g = torch.Generator().manual_seed(self.seed * 1000 + self.rank)
-        self.batches = [example_batch(self.model_name, None, g, device=self.device)
-                        for _ in range(4)]
+        self.batches = [_to_device(self.workload.example_batch(self.workload.batch_size, g),
+                                   self.device) for _ in range(4)]
         self.groups = CommGroups.create()
         self.opt = torch.optim.SGD(self.module.parameters(), lr=self.lr)
         # every trial starts from the same weights, whatever ran before it in this process
@@ -70,11 +100,26 @@ class TrialHarness:
         inputs, targets = self.batches[k % len(self.batches)]
         self.opt.zero_grad(set_to_none=False)
         model = sync if sync is not None and not hasattr(sync, "finish") else self.module
-        out = model(**inputs)
+        out = self._call(model, inputs)
         self.loss(out, targets).backward()
         if sync is not None and hasattr(sync, "finish"):
             sync.finish()
         self.opt.step()
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def close(self) -> None:
+        """Leave the process group."""
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
     def measure(self, strategy_json: str | None, warmup: int, iters: int) -> list[float]:
         """Per-iteration seconds on this rank; ``strategy_json=None`` measures torch DDP."""
@@ -140,19 +185,18 @@ def _serve(harness: TrialHarness) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """A :class:`~autosync_transfer.runtime.trial.WorkerPool` worker: ``argv[0]`` is its JSON
+    config (rank, world size, rendezvous, workload spec, cluster, graph, seed)."""
     import faulthandler
     import signal
+
+    import torch.distributed as dist
 
     args = sys.argv[1:] if argv is None else argv
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     # SIGUSR1 dumps every thread's stack to stderr (the worker log): the watchdog sends it
     # before killing a hung trial, so the log says where it hung
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    if args and args[0] == "--torchrun":
-        _torchrun_main(args[1:])
-        return
-    import torch.distributed as dist
-
     cfg = json.loads(args[0])
     dist.init_process_group(
         "gloo",
@@ -161,7 +205,8 @@ def main(argv: list[str] | None = None) -> None:
         world_size=cfg["world_size"],
     )
     try:
-        harness = TrialHarness(cfg["model"], cfg["cluster"], cfg.get("graph"),
+        workload = cfg.get("workload") or f"zoo:{cfg['model']}"
+        harness = TrialHarness(workload, cfg["cluster"], cfg.get("graph"),
                                seed=cfg.get("seed", 0)).setup()
         _reply({"op": "ready", "ok": True, "rank": harness.rank})
         _serve(harness)
@@ -173,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
 TIMEOUT_EXIT = 124
 
 
-class _Watchdog:
+class Watchdog:
     """Rank 0's per-trial timer under torchrun.
 
     :meth:`start` arms it for one trial (its measurement and the gathering of every rank's
@@ -220,42 +265,9 @@ class _Watchdog:
         return True
 
 
-def _read_strategies(path: str, domain: Any, done: set[str]) -> list[str] | str:
-    """The lines of ``path`` (strategies as JSON, or ``torch_ddp``) not measured yet, each
-    checked against ``domain``; or a one-line description of the first bad line."""
-    from autosync_transfer.dataset.collect import TORCH_DDP
-    from autosync_transfer.errors import StrategyValidationError
-    from autosync_transfer.strategies.types import Strategy
-    from autosync_transfer.strategies.validate import validate
-
-    todo = []
-    try:
-        f = open(path)  # noqa: SIM115 - closed below
-    except OSError as e:
-        return f"--strategies {path}: {e.strerror}"
-    with f:
-        for no, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            if line == TORCH_DDP:
-                sid = TORCH_DDP
-            else:
-                try:
-                    strategy = Strategy.from_json(line)
-                    validate(strategy, domain)
-                except (ValueError, StrategyValidationError) as e:
-                    why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                    return f"--strategies {path} line {no}: {why}"
-                sid = strategy.id
-            if f"{domain.name}/{sid}" not in done:
-                todo.append(line)
-    return todo
-
-
-def _measure_all(harness: Any, line: str | None, warmup: int, iters: int, world: int
-                 ) -> tuple[str, list[float]]:
-    """Measure on every rank; ``(first error of any rank, "")`` or ``("", max over ranks of
+def measure_on_all_ranks(harness: TrialHarness, strategy_json: str | None, warmup: int,
+                         iters: int) -> tuple[str, list[float]]:
+    """Measure on every rank; ``(first error of any rank, [])`` or ``("", max over ranks of
     every iteration's time)``. A strategy that raises on some rank is a failed trial."""
     import torch.distributed as dist
 
@@ -266,10 +278,10 @@ def _measure_all(harness: Any, line: str | None, warmup: int, iters: int, world:
         # collective: the watchdog's case)
         if os.environ.get("AUTOSYNC_TEST_FAULT") in ("error", f"error:{dist.get_rank()}"):
             raise RuntimeError("injected error")
-        times = harness.measure(line, warmup, iters)
+        times = harness.measure(strategy_json, warmup, iters)
     except Exception as e:  # noqa: BLE001 - a failed trial is a result
         error = f"{type(e).__name__}: {e}"[:2000]
-    gathered: list[Any] = [None] * world
+    gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, (error, times))
     errors = [g[0] for g in gathered if g[0]]
     if errors:
@@ -277,99 +289,121 @@ def _measure_all(harness: Any, line: str | None, warmup: int, iters: int, world:
     return "", [max(ts) for ts in zip(*[g[1] for g in gathered])]
 
 
-def _torchrun_main(argv: list[str]) -> None:
-    """Real multi-node measurement under torchrun: rank 0 reads the strategies and broadcasts
-    them; every trial's per-iteration times (max over ranks) are appended by rank 0 to a trial
-    store, and trials already in the store are skipped (restart torchrun to resume)."""
-    import argparse
-
+def torchrun_harness(domain: Domain, workload: str | None = None, *, seed: int = 0
+                     ) -> TrialHarness:
+    """Join the process group torchrun describes and set up this rank's harness for
+    ``domain`` (its workers import ``workload``, default the zoo model named like
+    ``domain.model``); NCCL and this rank's GPU when CUDA is available, else gloo on CPU."""
     import torch
     import torch.distributed as dist
 
+    from autosync_transfer.errors import ConfigError
     from autosync_transfer.runtime.launch import init_from_env
 
-    ap = argparse.ArgumentParser(prog="python -m autosync_transfer.runtime.worker --torchrun")
-    ap.add_argument("--domain", required=True, help="catalog domain, or a model name with --cluster-file")
-    ap.add_argument("--cluster-file", default=None, help="AutoDist resource-spec YAML of this cluster")
-    ap.add_argument("--strategies", required=True, help="JSON Lines of strategies; a line 'torch_ddp' measures DDP")
-    ap.add_argument("--store", default=None, help="trial store (JSON Lines) written by rank 0")
-    ap.add_argument("--follow", action="store_true",
-                    help="serve a search: keep reading jobs appended to --strategies until a line "
-                         "'stop', write one result per job to --results")
-    ap.add_argument("--results", default=None, help="with --follow: results (JSON Lines) written by rank 0")
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--iters", type=int, default=40)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--timeout", type=float, default=300.0,
-                    help="seconds a trial may take before rank 0 records it as timed out and "
-                         f"exits with code {TIMEOUT_EXIT} (default 300)")
-    a = ap.parse_args(argv)
-    if not a.timeout > 0:
-        raise SystemExit(f"--timeout must be > 0, got {a.timeout}")
-
-    from autosync_transfer.cli._common import resolve_domain
-    from autosync_transfer.dataset.collect import TORCH_DDP, record_for
-    from autosync_transfer.dataset.store import TrialStore
-    from autosync_transfer.runtime.trial import Protocol, TrialResult
-    from autosync_transfer.strategies.types import Strategy
-
-    if a.follow != (a.results is not None) or a.follow == (a.store is not None):
-        raise SystemExit("--torchrun needs --store, or --follow with --results")
-    rank, world = init_from_env()
-    domain = resolve_domain(a.domain, a.cluster_file)
+    _, world = init_from_env()
     if world != domain.cluster.world_size:
-        raise SystemExit(f"WORLD_SIZE={world} but cluster {domain.cluster.name!r} has "
-                         f"{domain.cluster.world_size} workers")
+        dist.destroy_process_group()
+        raise ConfigError(f"WORLD_SIZE={world} but cluster {domain.cluster.name!r} has "
+                          f"{domain.cluster.world_size} workers")
     device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if dist.get_backend() == "nccl" else "cpu"
     if device != "cpu":
         torch.cuda.set_device(device)
-    harness = TrialHarness(domain.model.name, domain.cluster.model_dump_json(),
-                           domain.model.model_dump_json(), seed=a.seed, device=device).setup()
-    if a.follow:
-        _follow(harness, a.strategies, a.results, a.warmup, a.iters, rank, world, a.timeout)
-        dist.destroy_process_group()
-        return
-    lines: list[Any] = [None]
-    store = TrialStore(a.store)
-    if rank == 0:
-        lines = [_read_strategies(a.strategies, domain, store.ids())]
-    dist.broadcast_object_list(lines, src=0)
-    if isinstance(lines[0], str):  # a bad strategies file: nothing is measured or written
-        if rank == 0:
-            print(f"error: {lines[0]}", file=sys.stderr, flush=True)
-        dist.destroy_process_group()
-        raise SystemExit(2)
-    proto = Protocol(warmup=a.warmup, iters=a.iters, timeout_s=a.timeout)
-    watchdog = _Watchdog(a.timeout)
-    for line in lines[0]:
-        strategy = None if line == TORCH_DDP else Strategy.from_json(line)
-        sid = TORCH_DDP if strategy is None else strategy.id
-        t0 = time.monotonic()
-
-        def store_result(result: TrialResult, strategy: Strategy | None = strategy,
-                         sid: str = sid) -> None:
-            store.append(record_for(domain, strategy, result, proto, "torchrun", seed=a.seed,
-                                    record_id=f"{domain.name}/{sid}"))
-
-        if rank == 0:
-            watchdog.start(lambda: store_result(TrialResult(
-                "timeout", error=f"timeout after {a.timeout:g} s (torchrun watchdog)",
-                wall_s=time.monotonic() - t0)))
-        error, times = _measure_all(harness, None if strategy is None else line, a.warmup,
-                                    a.iters, world)
-        if rank == 0 and watchdog.finish():
-            wall = time.monotonic() - t0
-            result = (TrialResult("failed", error=error, wall_s=wall) if error
-                      else TrialResult("ok", times, wall_s=wall))
-            store_result(result)
-            what = (f"failed: {error}" if error
-                    else f"median {result.median_s * 1000:.1f} ms/iter")
-            print(f"{sid}: {what}", file=sys.stderr, flush=True)
-    dist.destroy_process_group()
+    spec = workload or f"zoo:{domain.model.name}"
+    return TrialHarness(spec, domain.cluster.model_dump_json(), domain.model.model_dump_json(),
+                        seed=seed, device=device).setup()
 
 
-#: the line that ends a --follow job queue
+def _result(error: str, times: list[float], wall_s: float) -> TrialResult:
+    from autosync_transfer.runtime.trial import TrialResult
+
+    return (TrialResult("failed", error=error, wall_s=wall_s) if error
+            else TrialResult("ok", times, wall_s=wall_s))
+
+
+def _timeout(timeout_s: float, wall_s: float) -> TrialResult:
+    from autosync_transfer.runtime.trial import TrialResult
+
+    return TrialResult("timeout", error=f"timeout after {timeout_s:g} s (torchrun watchdog)",
+                       wall_s=wall_s)
+
+
+def _measure_job(harness: TrialHarness, line: str, warmup: int, iters: int,
+                 watchdog: Watchdog, on_result: Callable[[TrialResult], None]) -> None:
+    """One job on every rank; rank 0 hands its result (or its timeout) to ``on_result``."""
+    t0 = time.monotonic()
+    if harness.rank == 0:
+        watchdog.start(lambda: on_result(_timeout(watchdog.timeout_s, time.monotonic() - t0)))
+    error, times = measure_on_all_ranks(harness, None if line == TORCH_DDP else line, warmup,
+                                        iters)
+    if harness.rank == 0 and watchdog.finish():
+        on_result(_result(error, times, time.monotonic() - t0))
+
+
+def run_jobs(harness: TrialHarness, lines: list[str], *, warmup: int, iters: int,
+             timeout_s: float, on_result: Callable[[str, TrialResult], None]) -> None:
+    """Measure every line of ``lines`` (a strategy as JSON, or ``torch_ddp``; the same list on
+    every rank) with every rank; rank 0 calls ``on_result(line, result)`` for each. A trial
+    past ``timeout_s`` is handed over as ``timeout``, then the process exits with
+    :data:`TIMEOUT_EXIT` (see :class:`Watchdog`)."""
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    watchdog = Watchdog(timeout_s)
+    for line in lines:
+        _measure_job(harness, line, warmup, iters, watchdog,
+                     lambda result, line=line: on_result(line, result))
+
+
+#: the line that ends a job queue
 STOP = "stop"
+
+
+def follow_queue(harness: TrialHarness, queue: str, results: str, *, warmup: int, iters: int,
+                 timeout_s: float = 300.0,
+                 on_result: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Serve a job queue (the torchrun launcher's pool,
+    :class:`~autosync_transfer.runtime.torchrun.TorchrunPool`): every line ``{"record_id",
+    "strategy"[, "warmup", "iters"]}`` (a strategy object or ``"torch_ddp"``) is measured by
+    every rank; rank 0 appends ``{"record_id", "status", "iteration_times_s", "wall_s",
+    "error"}`` to ``results`` (fsynced) and passes the row to ``on_result``. Jobs whose record
+    id is in ``results`` already are skipped; a line ``stop`` ends the loop. A job that outlives
+    ``timeout_s`` gets a ``timeout`` row, then the worker exits (see :class:`Watchdog`)."""
+    offset = 0
+    done: set[str] = set()
+    watchdog = Watchdog(timeout_s)
+    if harness.rank == 0 and os.path.exists(results):
+        with open(results) as f:
+            for line in f:
+                try:
+                    done.add(json.loads(line)["record_id"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+    while True:
+        jobs: list[Any] = []
+        if harness.rank == 0:
+            lines, offset = _new_lines(queue, offset)
+            for line in lines:
+                if line == STOP:
+                    jobs.append(STOP)
+                    break
+                job = json.loads(line)
+                if job["record_id"] not in done:
+                    jobs.append(job)
+        for job in harness.broadcast(jobs):
+            if job == STOP:
+                return
+            strategy = job["strategy"]
+            line = TORCH_DDP if strategy == TORCH_DDP else json.dumps(strategy)
+
+            def record(result: TrialResult, rid: str = job["record_id"]) -> None:
+                row = {"record_id": rid, "status": result.status, "error": result.error,
+                       "iteration_times_s": result.iteration_times_s, "wall_s": result.wall_s}
+                _append_row(results, row)
+                done.add(rid)
+                if on_result is not None:
+                    on_result(row)
+
+            _measure_job(harness, line, int(job.get("warmup", warmup)),
+                         int(job.get("iters", iters)), watchdog, record)
 
 
 def _new_lines(path: str, offset: int, poll_s: float = 0.2) -> tuple[list[str], int]:
@@ -389,62 +423,6 @@ def _new_lines(path: str, offset: int, poll_s: float = 0.2) -> tuple[list[str], 
                 return lines, offset + len(chunk)
             offset += len(chunk)
         time.sleep(poll_s)
-
-
-def _follow(harness: Any, queue: str, results: str, warmup: int, iters: int, rank: int,
-            world: int, timeout_s: float = 300.0) -> None:
-    """Serve a search's job queue: every line ``{"record_id", "strategy"}`` (a strategy object
-    or ``"torch_ddp"``) is measured by every rank; rank 0 appends ``{"record_id", "status",
-    "iteration_times_s", "wall_s", "error"}`` to ``results`` (fsynced). Jobs whose record id is
-    in ``results`` already are skipped; a line ``stop`` ends the job. A job that outlives
-    ``timeout_s`` gets a ``timeout`` row, then the worker exits (see :class:`_Watchdog`)."""
-    import json
-
-    import torch.distributed as dist
-
-    offset = 0
-    done: set[str] = set()
-    watchdog = _Watchdog(timeout_s)
-    if rank == 0 and os.path.exists(results):
-        with open(results) as f:
-            for line in f:
-                try:
-                    done.add(json.loads(line)["record_id"])
-                except (ValueError, KeyError, TypeError):
-                    continue
-    while True:
-        batch: list[Any] = [None]
-        if rank == 0:
-            lines, offset = _new_lines(queue, offset)
-            jobs: list[Any] = []
-            for line in lines:
-                if line == STOP:
-                    jobs.append(STOP)
-                    break
-                job = json.loads(line)
-                if job["record_id"] not in done:
-                    jobs.append(job)
-            batch = [jobs]
-        dist.broadcast_object_list(batch, src=0)
-        for job in batch[0]:
-            if job == STOP:
-                return
-            strategy = job["strategy"]
-            line = None if strategy == "torch_ddp" else json.dumps(strategy)
-            t0 = time.monotonic()
-            if rank == 0:
-                watchdog.start(lambda job=job, t0=t0: _append_row(results, {
-                    "record_id": job["record_id"], "status": "timeout",
-                    "error": f"timeout after {timeout_s:g} s (torchrun watchdog)",
-                    "iteration_times_s": [], "wall_s": time.monotonic() - t0}))
-            error, times = _measure_all(harness, line, warmup, iters, world)
-            if rank == 0 and watchdog.finish():
-                row = {"record_id": job["record_id"], "status": "failed" if error else "ok",
-                       "error": error, "iteration_times_s": times,
-                       "wall_s": time.monotonic() - t0}
-                _append_row(results, row)
-                done.add(job["record_id"])
-                print(f"{job['record_id']}: {row['status']}", file=sys.stderr, flush=True)
 
 
 def _append_row(path: str, row: dict[str, Any]) -> None:

@@ -642,7 +642,7 @@ class Searcher:
         domain = self.domain.model.name if cluster_file else self.domain.name
         return (f"torchrun --nnodes {self.domain.cluster.num_nodes} --node_rank <i> "
                 f"--nproc_per_node <workers of node i> --master_addr <node 0> --master_port 29500 "
-                f"-m autosync_transfer.runtime.worker --torchrun --follow --domain {domain}{spec} "
+                f"-m autosync_transfer worker --torchrun --follow --domain {domain}{spec} "
                 f"--strategies {self.queue_path} --results {self.results_path} "
                 f"--warmup {proto.warmup} --iters {proto.iters} --timeout {proto.timeout_s:g}")
 

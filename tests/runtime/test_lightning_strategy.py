@@ -97,7 +97,7 @@ def _fit(rank: int, strategy) -> tuple[dict, list[float]]:  # noqa: ANN001
 def _worker(rank: int, world: int) -> dict:
     from lightning.pytorch.strategies import DDPStrategy
 
-    from autosync_transfer.runtime.lightning import AutoSyncStrategy
+    from autosync_transfer.search.lightning import AutoSyncStrategy
 
     # the process group exists already: Lightning joins it (processes created externally)
     os.environ.update({"LOCAL_RANK": str(rank), "NODE_RANK": "0", "WORLD_SIZE": str(world),
@@ -168,7 +168,8 @@ def test_bad_strategy_is_a_clear_error_on_every_rank(runs: list[dict]) -> None:
 
 # -- without processes ------------------------------------------------------------------------------
 def test_names_relative_to_a_submodule_are_matched_and_others_refused() -> None:
-    from autosync_transfer.runtime.lightning import AutoSyncStrategy, match_names
+    from autosync_transfer.runtime.lightning import match_names
+    from autosync_transfer.search.lightning import AutoSyncStrategy
 
     lit = _lit_module()
     assert match_names(_strategy("model."), lit) == _strategy("model.")
@@ -184,7 +185,7 @@ def test_names_relative_to_a_submodule_are_matched_and_others_refused() -> None:
 
 
 def test_constructor_checks_and_stores() -> None:
-    from autosync_transfer.runtime.lightning import AutoSyncStrategy
+    from autosync_transfer.search.lightning import AutoSyncStrategy
 
     with pytest.raises(ConfigError, match="DDP option 'bucket_cap_mb'"):
         AutoSyncStrategy(_strategy(), _cluster(), bucket_cap_mb=25)
@@ -199,7 +200,7 @@ def test_constructor_checks_and_stores() -> None:
 
 
 def test_world_size_must_match_the_cluster() -> None:
-    from autosync_transfer.runtime.lightning import AutoSyncStrategy
+    from autosync_transfer.search.lightning import AutoSyncStrategy
 
     s = AutoSyncStrategy(_strategy(), _cluster(), parallel_devices=[torch.device("cpu")] * 3)
     with pytest.raises(ConfigError, match=r"runs 3 processes .* cluster 't' has 2 workers"):
@@ -209,7 +210,7 @@ def test_world_size_must_match_the_cluster() -> None:
 def test_from_registry_loads_the_simulator_and_recommends(registry, tmp_path) -> None:
     from autosync_transfer.rankers.simulator import Simulator
     from autosync_transfer.registry import models
-    from autosync_transfer.runtime.lightning import AutoSyncStrategy
+    from autosync_transfer.search.lightning import AutoSyncStrategy
 
     # a real (temporary) MLflow registry holding a simulator of bert-B as its champion
     info = models.log_simulator(Simulator("analytical", {}, 1), domain="bert-B", metrics={})
@@ -230,3 +231,23 @@ def test_runtime_package_does_not_import_lightning() -> None:
     code = ("import sys, autosync_transfer.runtime as r; r.DistributedModel; "
             "assert 'lightning' not in sys.modules, 'lightning imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_runtime_strategy_takes_a_picker_or_runs_the_ddp_builder() -> None:
+    from autosync_transfer.runtime.lightning import AutoSyncStrategy
+
+    lit = _lit_module()
+    default = AutoSyncStrategy(None, _cluster()).resolve_strategy(lit)
+    assert default.kind == "ddp"  # lossless: all-reduce buckets, PS for the sparse embedding
+    calls = []
+
+    def picker(graph, cluster):  # noqa: ANN001, ANN202
+        calls.append((graph.name, cluster.name))
+        return _strategy("model.")
+
+    picked = AutoSyncStrategy(picker, _cluster()).resolve_strategy(lit)
+    assert picked == _strategy("model.") and calls == [("tinylit", "t")]
+    with pytest.raises(ConfigError, match="picker must return a Strategy, got int"):
+        AutoSyncStrategy(lambda g, c: 3, _cluster()).resolve_strategy(lit)
+    with pytest.raises(ConfigError, match="strategy must be an autosync_transfer Strategy, a picker"):
+        AutoSyncStrategy("s.json", _cluster())

@@ -20,7 +20,7 @@ def test_torchrun_measures_and_resumes(tmp_path: Path):
     strategies.write_text(build("ps_lb", domain).to_json() + "\ntorch_ddp\n")
     store = tmp_path / "out.jsonl"
     torchrun = Path(sys.executable).with_name("torchrun")
-    argv = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "autosync_transfer.runtime.worker",
+    argv = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "autosync_transfer", "worker",
             "--torchrun", "--domain", "ncf", "--cluster-file", str(spec), "--strategies", str(strategies),
             "--store", str(store), "--warmup", "1", "--iters", "2"]
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
@@ -42,7 +42,7 @@ def _torchrun(tmp_path: Path, strategies: list[str], *extra: str) -> tuple[list[
     path.write_text("\n".join(strategies) + "\n")
     torchrun = Path(sys.executable).with_name("torchrun")
     argv = [str(torchrun), "--standalone", "--nproc_per_node=2", *extra,
-            "-m", "autosync_transfer.runtime.worker", "--torchrun", "--domain", "ncf",
+            "-m", "autosync_transfer", "worker", "--torchrun", "--domain", "ncf",
             "--cluster-file", str(spec), "--strategies", str(path),
             "--store", str(tmp_path / "out.jsonl")]
     return argv, dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
@@ -120,3 +120,36 @@ def test_a_trial_past_the_timeout_is_recorded_and_torchrun_restarts_past_it(tmp_
     records = _records(tmp_path)
     assert [(r["strategy_kind"], r["status"]) for r in records] == [
         ("ps_lb", "timeout"), ("torch_ddp", "timeout")]
+
+
+def test_torchrun_measures_a_workload_spec(tmp_path: Path):
+    """A user's workload (not in the zoo) under torchrun: every rank imports it from its spec."""
+    from autosync_transfer.domains.cluster import Cluster
+    from autosync_transfer.domains.workload import load_workload
+    from autosync_transfer.strategies.builders import build
+
+    spec = tmp_path / "duo.yml"
+    spec.write_text("nodes:\n  - address: localhost\n    cpus: [0, 1]\n")
+    gpt = Path(__file__).resolve().parents[2] / "examples" / "workloads" / "tiny_gpt.py"
+    domain = load_workload(str(gpt)).domain(Cluster.from_file(spec))
+    strategies = tmp_path / "s.jsonl"
+    strategies.write_text(build("ps_lb", domain).to_json() + "\ntorch_ddp\n")
+    store = tmp_path / "out.jsonl"
+    torchrun = Path(sys.executable).with_name("torchrun")
+    argv = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "autosync_transfer", "worker",
+            "--torchrun", "--model", str(gpt), "--cluster-file", str(spec), "--strategies",
+            str(strategies), "--store", str(store), "--warmup", "1", "--iters", "2"]
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = [json.loads(line) for line in store.read_text().splitlines()]
+    assert [(r["domain"], r["strategy_kind"], r["status"]) for r in records] == [
+        ("tiny_gpt-duo", "ps_lb", "ok"), ("tiny_gpt-duo", "torch_ddp", "ok")]
+    assert records[0]["model_fingerprint"] == domain.model.fingerprint
+    # a workload that cannot be imported: one line, exit 2, nothing measured
+    bad = [*argv[:argv.index("--model") + 1], str(tmp_path / "missing.py"),
+           *argv[argv.index("--model") + 2:]]
+    failed = subprocess.run(bad, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    errors = [ln for ln in failed.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and "no such file" in errors[0], failed.stderr[-2000:]
+    assert "exitcode  : 2" in failed.stderr

@@ -23,7 +23,7 @@ def test_search_through_torchrun_workers(tmp_path: Path) -> None:
               "--confirm", "1", "--no-log", "--store", str(store), "--json"]
     torchrun = Path(sys.executable).with_name("torchrun")
     workers = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m",
-               "autosync_transfer.runtime.worker", "--torchrun", "--follow", "--domain", "ncf",
+               "autosync_transfer", "worker", "--torchrun", "--follow", "--domain", "ncf",
                "--cluster-file", str(spec), "--strategies", f"{store}.queue.jsonl",
                "--results", f"{store}.results.jsonl", "--warmup", "1", "--iters", "2"]
     w = subprocess.Popen(workers, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
