@@ -214,12 +214,9 @@ def adapt_and_register(
 
     say = on_status or (lambda _line: None)
     src_dom, tgt_dom = get_domain(source), get_domain(target)
-    _check_arguments(source, src_dom, tgt_dom, method, shots, curve_seeds, max_epochs)
+    _check_arguments(source, src_dom, tgt_dom, method, shots, curve_seeds, max_epochs, collect)
     store_path: Path | None = None
     if collect:
-        if method == "zero-shot" or shots == 0:
-            raise ConfigError("collect=True measures the target trials to adapt on; "
-                              "method='zero-shot' and shots=0 use none")
         check_collect(launcher)
         store_path = collect_store_path(trials, tgt_dom.name)
     training = ShotTraining(max_epochs=max_epochs) if max_epochs is not None else None
@@ -237,19 +234,8 @@ def adapt_and_register(
         df = load_trials(trials)
 
     tgt_df = _ok_trials(df, tgt_dom.name)
-    if not len(tgt_df):
-        raise UnknownNameError(
-            f"no ok trials of the target {tgt_dom.name!r} in {_where(trials)}: adaptation is "
-            f"evaluated on held-out target trials (measure some with `autosync-transfer collect "
-            f"{tgt_dom.name}`, or pass collect=True)")
-    split = split_target(tgt_dom, tgt_df, split_seed=split_seed,
-                         holdout_fraction=holdout_fraction, reserved=collected)
-    if collect:
-        n, shot_ids = len(collected), collected
-    else:
-        default = 0 if method == "zero-shot" else min(DEFAULT_SHOTS, split.available)
-        n, shot_ids = (shots if shots is not None else default), None
-        split.check_shots(n)
+    split, n, shot_ids = _target_split(tgt_dom, tgt_df, trials, split_seed, holdout_fraction,
+                                       collected if collect else None, method, shots)
     resolved = _check_method(method, n, df, tgt_dom, src, trials)
 
     source_sim, src_version = src.simulator(source_ranker, seed, max_epochs, trials, say)
@@ -270,8 +256,29 @@ def adapt_and_register(
                        tracking_uri=store.tracking_uri(), experiment=store.EXPERIMENT_NAME)
 
 
+def _target_split(tgt_dom: Domain, tgt_df: pandas.DataFrame, trials: str | Path | None,
+                  split_seed: int, holdout_fraction: float, collected: tuple[str, ...] | None,
+                  method: str, shots: int | None
+                  ) -> tuple[TargetSplit, int, tuple[str, ...] | None]:
+    """(the target's held-out split, the number of shots, the shot ids when ``collected``)."""
+    if not len(tgt_df):
+        raise UnknownNameError(
+            f"no ok trials of the target {tgt_dom.name!r} in {_where(trials)}: adaptation is "
+            f"evaluated on held-out target trials (measure some with `autosync-transfer collect "
+            f"{tgt_dom.name}`, or pass collect=True)")
+    split = split_target(tgt_dom, tgt_df, split_seed=split_seed,
+                         holdout_fraction=holdout_fraction, reserved=collected or ())
+    if collected is not None:
+        return split, len(collected), collected
+    default = 0 if method == "zero-shot" else min(DEFAULT_SHOTS, split.available)
+    n = shots if shots is not None else default
+    split.check_shots(n)
+    return split, n, None
+
+
 def _check_arguments(source: str, src_dom: Domain, tgt_dom: Domain, method: str,
-                     shots: int | None, curve_seeds: int, max_epochs: int | None) -> None:
+                     shots: int | None, curve_seeds: int, max_epochs: int | None,
+                     collect: bool) -> None:
     if src_dom.name == tgt_dom.name:
         raise ConfigError(f"source and target are the same domain ({source!r})")
     if shots is not None and shots < 0:
@@ -281,6 +288,9 @@ def _check_arguments(source: str, src_dom: Domain, tgt_dom: Domain, method: str,
         raise ConfigError(f"the learning curve needs at least 1 seed, got {curve_seeds}")
     if max_epochs is not None and max_epochs < 1:
         raise ConfigError(f"max_epochs must be >= 1, got {max_epochs}")
+    if collect and (method == "zero-shot" or shots == 0):
+        raise ConfigError("collect=True measures the target trials to adapt on; "
+                          "method='zero-shot' and shots=0 use none")
 
 
 class _Source:
