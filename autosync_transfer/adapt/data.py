@@ -162,10 +162,10 @@ class TargetSplit:
     def check_shots(self, n: int) -> None:
         """A :class:`ConfigError` unless ``0 <= n <=`` :attr:`available`."""
         if n < 0:
-            raise ConfigError(f"--shots must be >= 0, got {n}")
+            raise ConfigError(f"shots must be >= 0, got {n}")
         if n > self.available:
             raise ConfigError(
-                f"--shots {n} is more than the {self.available} target trials available for "
+                f"shots={n} is more than the {self.available} target trials available for "
                 f"adaptation ({self.domain.name!r} has {len(self.data)} measured strategies, "
                 f"{len(self.holdout_ids)} of them held out for evaluation)")
 

@@ -84,7 +84,7 @@ class FineTune(Adapter):
             return Adapted(src, self.method, 0, {"epochs": 0, "mode": self.mode})
         if len(shots) < 2:
             raise ConfigError(f"fine-tuning needs at least 2 target trials, got {len(shots)} "
-                              f"(use --shots 0 for zero-shot)")
+                              f"(use shots=0 for zero-shot)")
         train = self._train_fn(src)
         sim, details = fit_on_shots(train, shots, self.training, seed=seed,
                                     costmodel_config=src.costmodel_config, source=src)
@@ -195,6 +195,7 @@ class MultiSource(Adapter):
         return out
 
     def fit(self, source: Simulator | None, shots: TargetData, *, seed: int = 0) -> Adapted:
+        from autosync_transfer.dataset.loader import strategy_table
         from autosync_transfer.rankers.datamodule import TrialDataModule
         from autosync_transfer.rankers.simulator import train_simulator
 
@@ -210,7 +211,7 @@ class MultiSource(Adapter):
             df = self.pretrain_trials
             df = df[df["domain"].isin(names)].reset_index(drop=True)
             cm = source.costmodel_config if source is not None else None
-            dm = TrialDataModule(df, split_seed=seed, seed=seed,
+            dm = TrialDataModule(strategy_table(df), split_seed=seed, seed=seed,
                                  domains={d.name: d for d in domains}, costmodel_config=cm)
             self._pretrained[key] = train_simulator(
                 kind, dm, hparams=self.hparams, seed=seed, max_epochs=self.pretrain_epochs,

@@ -20,24 +20,28 @@ and whether to keep the source, noisily; cross-validation ranks every shot once,
 the training (``benchmarks/transfer_table.py --cv-below`` compares the two; see
 ``benchmarks/results/transfer_table.txt``).
 
-:func:`finetune_full` is a plain torch loop on the source's network (``train_simulator`` builds
-its own module and has no way to add a term to the loss): the ranker's own loss
+:func:`finetune_full` trains the source's network with a Lightning ``Trainer`` on
+:class:`L2SPFineTuning`, which wraps the ranker (``train_simulator`` trains the ranker module
+itself and has no way to add a term to the loss): the ranker's own loss
 (:func:`~autosync_transfer.rankers.losses.combined_loss` with the ranker's hyper-parameters) plus
 ``l2sp * sum ||w - w_source||^2`` over every parameter (the "L2-SP" regularizer, which keeps the
 fine-tuned weights near the source's instead of near zero: no weight decay), Adam, the same
-learning-rate schedule and gradient clipping as ``train_simulator``, the input statistics of the
-source kept.
+learning-rate schedule, gradient clipping and early stopping as ``train_simulator``, the input
+statistics of the source kept.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import lightning as L  # already imported with the rankers' data module
 import numpy as np
 
 from autosync_transfer.adapt.data import ShotDataModule, TargetData
@@ -47,7 +51,7 @@ if TYPE_CHECKING:
     from autosync_transfer.rankers.costmodel import CostModelConfig
     from autosync_transfer.rankers.simulator import Simulator
 
-__all__ = ["ShotTraining", "TrainFn", "fit_on_shots", "finetune_full"]
+__all__ = ["ShotTraining", "TrainFn", "fit_on_shots", "finetune_full", "L2SPFineTuning"]
 
 #: ``(datamodule, max_epochs, patience, seed) -> (simulator, train_simulator-like output)``;
 #: the output has ``epochs``, ``best_epoch``, ``best_val_pairwise_acc`` and ``history``
@@ -192,15 +196,15 @@ def finetune_full(
     lr: float | None = None,
     gradient_clip_val: float = 0.25,
 ) -> tuple[Simulator, dict[str, Any]]:
-    """Fine-tune every parameter of ``source``'s network on ``dm``'s train split (see the module
-    docstring); with a validation split, keep the weights of the best validation pairwise
-    accuracy and stop after ``patience`` epochs without improvement. ``lr``: Adam's learning
-    rate (default: the source's). Returns the simulator and ``{"epochs", "best_epoch",
-    "best_val_pairwise_acc", "fit_s", "history"}`` (history: ``train_loss``,
-    ``val_pairwise_acc``, ``epoch_s`` per epoch)."""
+    """Fine-tune every parameter of ``source``'s network on ``dm``'s train split with a Lightning
+    ``Trainer`` (see the module docstring); with a validation split, keep the weights of the
+    best validation pairwise accuracy and stop after ``patience`` epochs without improvement.
+    ``lr``: Adam's learning rate (default: the source's). Returns the simulator and
+    ``{"epochs", "best_epoch", "best_val_pairwise_acc", "fit_s", "history"}`` (history:
+    ``train_loss``, ``val_pairwise_acc``, ``epoch_s`` per epoch)."""
     import torch
+    from lightning.pytorch.callbacks import EarlyStopping
 
-    from autosync_transfer.rankers import losses, metrics
     from autosync_transfer.rankers.modules import build_ranker
     from autosync_transfer.rankers.simulator import Simulator
 
@@ -213,59 +217,152 @@ def finetune_full(
         raise ConfigError(f"need at least 2 training strategies, got {dm.split_size('train')}")
     hp = dict(source.config()["hparams"])
     has_val = dm.split_size("val") > 0
-    history: dict[str, list[float]] = {"train_loss": [], "val_pairwise_acc": [], "epoch_s": []}
-    best, best_epoch, best_state = -math.inf, -1, None
+    tracker = _BestAndHistory()
+    callbacks: list[Any] = [tracker]
+    if has_val and patience is not None:
+        callbacks.append(EarlyStopping(monitor="val_pairwise_acc", mode="max", patience=patience,
+                                       check_finite=False))
     t0 = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):
+    with _quiet_lightning(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        module = build_ranker(source.kind, hp)
-        module.load_state_dict(source.state_dict(), strict=True)
-        params = [p for p in module.parameters()]
-        anchor = [p.detach().clone() for p in params]
-        opt = torch.optim.Adam(params, lr=float(lr if lr is not None else hp["lr"]),
-                               weight_decay=0.0)
+        ranker = build_ranker(source.kind, hp)
+        ranker.load_state_dict(source.state_dict(), strict=True)
+        task = L2SPFineTuning(ranker, l2sp=l2sp, lr=float(lr if lr is not None else hp["lr"]))
+        trainer = L.Trainer(
+            accelerator="cpu", devices=1, max_epochs=max_epochs,
+            gradient_clip_val=gradient_clip_val if gradient_clip_val > 0 else None,
+            gradient_clip_algorithm="norm", logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+            limit_val_batches=1.0 if has_val else 0, callbacks=callbacks)
+        trainer.fit(task, datamodule=dm)
+    if tracker.best_state is not None:
+        ranker.load_state_dict(tracker.best_state)
+    ranker.eval()
+    sim = Simulator.from_module(ranker, source.costmodel_config)
+    return sim, {"epochs": len(tracker.history["train_loss"]), "best_epoch": tracker.best_epoch,
+                 "best_val_pairwise_acc": tracker.best if tracker.best_state is not None
+                 else math.nan, "fit_s": time.perf_counter() - t0, "history": tracker.history}
+
+
+class L2SPFineTuning(L.LightningModule):
+    """Fine-tuning of a ranker (a :class:`~autosync_transfer.rankers.modules.RankerModule`, held
+    as ``ranker``) with the ranker's own loss plus ``l2sp * sum ||w - w_start||^2`` over every
+    parameter (the weights it starts from are the anchor), Adam at ``lr`` without weight decay
+    and the ranker's learning-rate schedule. Validation records the mean per-domain pairwise
+    accuracy (logged as ``val_pairwise_acc``; the exact value in :attr:`val_pairwise_acc`) and
+    training the mean loss of the epoch (:attr:`train_loss`)."""
+
+    def __init__(self, ranker: Any, *, l2sp: float, lr: float) -> None:
+        super().__init__()
+        self.ranker = ranker
+        self.l2sp = float(l2sp)
+        self.lr = float(lr)
+        self.anchor = [p.detach().clone() for p in ranker.parameters()]
+        self.val_pairwise_acc = math.nan
+        self._loss_sum, self._loss_count = 0.0, 0
+        self._val_outputs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    @property
+    def train_loss(self) -> float:
+        """Mean loss (without the penalty) over the strategies of this epoch's training."""
+        return self._loss_sum / max(self._loss_count, 1)
+
+    def forward(self, batch: dict[str, Any]) -> Any:  # type: ignore[override]
+        return self.ranker(batch)
+
+    def on_train_epoch_start(self) -> None:
+        self._loss_sum, self._loss_count = 0.0, 0
+        self.val_pairwise_acc = math.nan
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Any:
+        from autosync_transfer.rankers import losses
+
+        hp = self.ranker.hparams
+        scores = self.ranker(batch)
+        loss = losses.combined_loss(
+            scores, batch["runtime"], domain_ids=batch["domain_id"],
+            margin=float(hp["margin"]), listwise_weight=float(hp["listwise_weight"]),
+            temperature=float(hp["temperature"]))
+        penalty = sum(((p - a) ** 2).sum() for p, a in zip(self.ranker.parameters(), self.anchor))
+        self._loss_sum += float(loss.detach()) * scores.numel()
+        self._loss_count += scores.numel()
+        return loss + self.l2sp * penalty
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_outputs = []
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._val_outputs.append((self.ranker(batch).double().numpy(),
+                                  batch["runtime"].double().numpy(), batch["domain_id"].numpy()))
+
+    def on_validation_epoch_end(self) -> None:
+        from autosync_transfer.rankers import metrics
+
+        if not self._val_outputs:
+            return
+        o, y, d = (np.concatenate(t) for t in zip(*self._val_outputs))
+        self._val_outputs = []
+        self.val_pairwise_acc = float(metrics.per_domain(metrics.pairwise_accuracy, o, y, d))
+        self.log("val_pairwise_acc", self.val_pairwise_acc)
+
+    def configure_optimizers(self) -> Any:
+        import torch
+
+        hp = self.ranker.hparams
+        opt = torch.optim.Adam(self.ranker.parameters(), lr=self.lr, weight_decay=0.0)
+        max_epochs = int(self.trainer.max_epochs or 1)
         milestones = sorted({max(1, int(round(f * max_epochs))) for f in hp["lr_milestones"]})
         sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=milestones,
                                                      gamma=float(hp["lr_gamma"]))
-        loader = dm.train_dataloader()  # its generator reshuffles every epoch
-        since_best = 0
-        for epoch in range(max_epochs):
-            e0 = time.perf_counter()
-            module.train()
-            total, count = 0.0, 0
-            for batch in loader:
-                opt.zero_grad()
-                scores = module(batch)
-                loss = losses.combined_loss(
-                    scores, batch["runtime"], domain_ids=batch["domain_id"],
-                    margin=float(hp["margin"]), listwise_weight=float(hp["listwise_weight"]),
-                    temperature=float(hp["temperature"]))
-                penalty = sum(((p - a) ** 2).sum() for p, a in zip(params, anchor))
-                (loss + l2sp * penalty).backward()
-                if gradient_clip_val > 0:
-                    torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
-                opt.step()
-                total += float(loss.detach()) * scores.numel()
-                count += scores.numel()
-            sched.step()
-            history["train_loss"].append(total / max(count, 1))
-            acc = _val_accuracy(module, dm, metrics) if has_val else math.nan
-            history["val_pairwise_acc"].append(acc)
-            history["epoch_s"].append(time.perf_counter() - e0)
-            if math.isfinite(acc) and acc > best:
-                best, best_epoch, since_best = acc, epoch, 0
-                best_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
-            elif has_val:
-                since_best += 1
-                if patience is not None and since_best >= patience:
-                    break
-    if best_state is not None:
-        module.load_state_dict(best_state)
-    module.eval()
-    sim = Simulator.from_module(module, source.costmodel_config)
-    return sim, {"epochs": len(history["train_loss"]), "best_epoch": best_epoch,
-                 "best_val_pairwise_acc": best if best_state is not None else math.nan,
-                 "fit_s": time.perf_counter() - t0, "history": history}
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
+
+
+class _BestAndHistory(L.Callback):
+    """Per epoch of an :class:`L2SPFineTuning` fit: the history (``train_loss``,
+    ``val_pairwise_acc``, ``epoch_s``) and the weights of the best validation accuracy."""
+
+    def __init__(self) -> None:
+        self.best, self.best_epoch = -math.inf, -1
+        self.best_state: dict[str, Any] | None = None
+        self.history: dict[str, list[float]] = {"train_loss": [], "val_pairwise_acc": [],
+                                                "epoch_s": []}
+        self._t0 = 0.0
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        acc = pl_module.val_pairwise_acc
+        self.history["train_loss"].append(pl_module.train_loss)
+        self.history["val_pairwise_acc"].append(acc)
+        self.history["epoch_s"].append(time.perf_counter() - self._t0)
+        if math.isfinite(acc) and acc > self.best:
+            self.best, self.best_epoch = acc, int(trainer.current_epoch)
+            self.best_state = {k: v.detach().clone()
+                               for k, v in pl_module.ranker.state_dict().items()}
+
+
+#: Lightning's loggers, set to WARNING while fine-tuning (its start-up lines are not news)
+_LIGHTNING_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning",
+                      "lightning_fabric")
+#: Lightning warnings that say nothing about a CPU fine-tuning on an in-memory data module
+_QUIET_WARNINGS = (r".*does not have many workers.*", r".*GPU available but not used.*",
+                   r".*LeafSpec.*")
+
+
+@contextmanager
+def _quiet_lightning() -> Iterator[None]:
+    levels = {n: logging.getLogger(n).level for n in _LIGHTNING_LOGGERS}
+    try:
+        for n in _LIGHTNING_LOGGERS:
+            logging.getLogger(n).setLevel(logging.WARNING)
+        with warnings.catch_warnings():
+            for pattern in _QUIET_WARNINGS:
+                warnings.filterwarnings("ignore", message=pattern)
+            yield
+    finally:
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)
 
 
 def _val_accuracy(module: Any, dm: ShotDataModule, metrics: Any) -> float:

@@ -32,7 +32,7 @@ from autosync_transfer.adapt.core import (
     learning_curve,
     resolve_method,
 )
-from autosync_transfer.adapt.data import DEFAULT_HOLDOUT_FRACTION, split_target
+from autosync_transfer.adapt.data import DEFAULT_HOLDOUT_FRACTION, TargetSplit, split_target
 from autosync_transfer.adapt.training import ShotTraining
 from autosync_transfer.errors import ConfigError, UnknownNameError
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     import pandas
 
     from autosync_transfer.domains.domain import Domain
-    from autosync_transfer.registry.models import ModelVersionInfo
+    from autosync_transfer.registry.versions import ModelVersionInfo
     from autosync_transfer.rankers.simulator import Simulator
 
 __all__ = ["DEFAULT_SHOTS", "AdaptReport", "adapt_and_register", "check_collect",
@@ -93,14 +93,14 @@ def check_collect(launcher: str = "emulated") -> None:
         return
     geteuid = getattr(os, "geteuid", None)
     if geteuid is None or geteuid() != 0:
-        raise ConfigError("--collect measures trials on an emulated cluster, which needs root "
+        raise ConfigError("collect=True measures trials on an emulated cluster, which needs root "
                           "(network namespaces and tc); run as root, or measure with "
                           "`autosync-transfer collect` where that works")
     from autosync_transfer.runtime.emulation import available
 
     ok, reason = available()
     if not ok:
-        raise ConfigError(f"--collect: the emulated launcher is unavailable here: {reason}")
+        raise ConfigError(f"collect=True: the emulated launcher is unavailable here: {reason}")
 
 
 def collect_store_path(trials: str | Path | None, domain: str) -> Path:
@@ -116,8 +116,9 @@ def collect_store_path(trials: str | Path | None, domain: str) -> Path:
         sub = path / "trials"
         return (sub if sub.is_dir() else path) / f"{domain}.jsonl"
     if path.suffix != ".jsonl":
-        raise ConfigError(f"--collect appends to a JSON Lines trial store; {str(path)!r} is "
-                          f"not one (pass a .jsonl store or a datasets folder)")
+        raise ConfigError(f"collect=True appends to a JSON Lines trial store; "
+                          f"trials={str(path)!r} is not one (pass a .jsonl store or a datasets "
+                          f"folder)")
     return path
 
 
@@ -131,7 +132,7 @@ def collect_target(domain: Domain, store_path: str | Path, n: int, *, seed: int 
     from autosync_transfer.dataset.store import TrialStore
 
     if n < 1:
-        raise ConfigError(f"--collect needs --shots >= 1, got {n}")
+        raise ConfigError(f"n (trials to collect) must be >= 1, got {n}")
     path = Path(store_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     store = TrialStore(path)
@@ -150,10 +151,10 @@ def collect_target(domain: Domain, store_path: str | Path, n: int, *, seed: int 
 
 
 def _source_champion(name: str) -> str | None:
-    from autosync_transfer.registry import models
+    from autosync_transfer.registry.versions import champion
 
     try:
-        return models.champion(name)
+        return champion(name)
     except UnknownNameError:
         return None
 
@@ -198,52 +199,32 @@ def adapt_and_register(
 
     ``trials``: a trial store, parquet file or folder (default: the shipped datasets);
     ``shots``: target trials to adapt on (default :data:`DEFAULT_SHOTS`, or all available when
-    fewer; none for zero-shot); ``collect``: measure them first on the emulated target cluster and append them to
-    the target's store (they become the shots); ``max_epochs``: cap on the training epochs of
-    the source (when it has to be trained) and of the adaptation; ``source_ranker``: the ranker
-    kind trained when the source has no champion; ``curve``: also run
-    :func:`~autosync_transfer.adapt.core.learning_curve` over ``curve_shots`` x ``curve_seeds``
-    and log its plot with the new version. ``on_status`` receives short progress lines.
+    fewer; none for zero-shot); ``collect``: measure them first on the emulated target cluster
+    and append them to the target's store (they become the shots); ``max_epochs``: cap on the
+    training epochs of the source (when it has to be trained) and of the adaptation;
+    ``source_ranker``: the ranker kind trained when the source has no champion; ``curve``: also
+    run :func:`~autosync_transfer.adapt.core.learning_curve` over ``curve_shots`` x
+    ``curve_seeds`` and log its plot with the new version. ``on_status`` receives short progress
+    lines.
     """
     from autosync_transfer.dataset.loader import load_trials
     from autosync_transfer.domains.catalog import get_domain
-    from autosync_transfer.registry import models, store
+    from autosync_transfer.registry import store
+    from autosync_transfer.registry.versions import champion, registered_name
 
     say = on_status or (lambda _line: None)
     src_dom, tgt_dom = get_domain(source), get_domain(target)
-    if src_dom.name == tgt_dom.name:
-        raise ConfigError(f"--source and --target are the same domain ({source!r})")
-    if shots is not None and shots < 0:
-        raise ConfigError(f"--shots must be >= 0, got {shots}")
-    resolve_method(method, 1)  # the name, before anything runs
-    if curve_seeds < 1:
-        raise ConfigError(f"the learning curve needs at least 1 seed, got {curve_seeds}")
-    if max_epochs is not None and max_epochs < 1:
-        raise ConfigError(f"--epochs must be >= 1, got {max_epochs}")
+    _check_arguments(source, src_dom, tgt_dom, method, shots, curve_seeds, max_epochs, collect)
     store_path: Path | None = None
     if collect:
-        if method == "zero-shot" or shots == 0:
-            raise ConfigError("--collect measures the target trials to adapt on; zero-shot "
-                              "and --shots 0 use none")
         check_collect(launcher)
         store_path = collect_store_path(trials, tgt_dom.name)
     training = ShotTraining(max_epochs=max_epochs) if max_epochs is not None else None
 
     say("reading trials")
     df = load_trials(trials)
-    src_name, tgt_name = models.registered_name(src_dom.name), models.registered_name(tgt_dom.name)
-    src_version = _source_champion(src_name)
-    source_sim: Simulator | None = None
-    src_df = _ok_trials(df, src_dom.name)
-    if src_version is not None:
-        say(f"loading {src_name}@champion (version {src_version})")
-        source_sim = models.load_simulator(src_name, src_version)  # schema checked here
-    elif not len(src_df):
-        raise ConfigError(
-            f"no simulator of the source {src_dom.name!r}: {src_name} has no champion in the "
-            f"registry and {_where(trials)} has no trials of {src_dom.name!r} to train one "
-            f"(train one with `autosync-transfer train {src_dom.name}` or measure it with "
-            f"`autosync-transfer collect {src_dom.name}`)")
+    src_name, tgt_name = registered_name(src_dom.name), registered_name(tgt_dom.name)
+    src = _Source.find(src_name, src_dom, _ok_trials(df, src_dom.name), trials, say)
 
     collected: tuple[str, ...] = ()
     if store_path is not None:
@@ -253,54 +234,148 @@ def adapt_and_register(
         df = load_trials(trials)
 
     tgt_df = _ok_trials(df, tgt_dom.name)
+    split, n, shot_ids = _target_split(tgt_dom, tgt_df, trials, split_seed, holdout_fraction,
+                                       collected if collect else None, method, shots)
+    resolved = _check_method(method, n, df, tgt_dom, src, trials)
+
+    source_sim, src_version = src.simulator(source_ranker, seed, max_epochs, trials, say)
+    say(f"adapting {src_dom.name} -> {tgt_dom.name}: {resolved}, {n} target trials")
+    result = adapt(source_sim, tgt_dom, split, method=resolved, shots=n, seed=seed,
+                   shot_ids=shot_ids, pretrain_trials=df, training=training,
+                   source_name=f"{src_name}/{src_version}")
+    lc, info = _register(result, source_sim, split, tgt_df, df, resolved=resolved, n=n,
+                         seed=seed, curve=curve, curve_shots=curve_shots,
+                         curve_seeds=curve_seeds, training=training, collected=collected,
+                         source_domain=src_dom.name,
+                         lineage={"source_model": src_name, "source_version": src_version},
+                         trials=trials, say=say)
+    promoted = _promote(info, tgt_name, split)
+    return AdaptReport(result=result, source_model=src_name, source_version=str(src_version),
+                       source_trained=src.trained, version=info, promoted=promoted,
+                       champion=champion(tgt_name), curve=lc, collected=collected,
+                       tracking_uri=store.tracking_uri(), experiment=store.EXPERIMENT_NAME)
+
+
+def _target_split(tgt_dom: Domain, tgt_df: pandas.DataFrame, trials: str | Path | None,
+                  split_seed: int, holdout_fraction: float, collected: tuple[str, ...] | None,
+                  method: str, shots: int | None
+                  ) -> tuple[TargetSplit, int, tuple[str, ...] | None]:
+    """(the target's held-out split, the number of shots, the shot ids when ``collected``)."""
     if not len(tgt_df):
         raise UnknownNameError(
             f"no ok trials of the target {tgt_dom.name!r} in {_where(trials)}: adaptation is "
             f"evaluated on held-out target trials (measure some with `autosync-transfer collect "
-            f"{tgt_dom.name}`, or pass --collect)")
+            f"{tgt_dom.name}`, or pass collect=True)")
     split = split_target(tgt_dom, tgt_df, split_seed=split_seed,
-                         holdout_fraction=holdout_fraction, reserved=collected)
-    if collect:
-        n = len(collected)
-        shot_ids: tuple[str, ...] | None = collected
-    else:
-        default = 0 if method == "zero-shot" else min(DEFAULT_SHOTS, split.available)
-        n = shots if shots is not None else default
-        split.check_shots(n)
-        shot_ids = None
+                         holdout_fraction=holdout_fraction, reserved=collected or ())
+    if collected is not None:
+        return split, len(collected), collected
+    default = 0 if method == "zero-shot" else min(DEFAULT_SHOTS, split.available)
+    n = shots if shots is not None else default
+    split.check_shots(n)
+    return split, n, None
+
+
+def _check_arguments(source: str, src_dom: Domain, tgt_dom: Domain, method: str,
+                     shots: int | None, curve_seeds: int, max_epochs: int | None,
+                     collect: bool) -> None:
+    if src_dom.name == tgt_dom.name:
+        raise ConfigError(f"source and target are the same domain ({source!r})")
+    if shots is not None and shots < 0:
+        raise ConfigError(f"shots must be >= 0, got {shots}")
+    resolve_method(method, 1)  # the name, before anything runs
+    if curve_seeds < 1:
+        raise ConfigError(f"the learning curve needs at least 1 seed, got {curve_seeds}")
+    if max_epochs is not None and max_epochs < 1:
+        raise ConfigError(f"max_epochs must be >= 1, got {max_epochs}")
+    if collect and (method == "zero-shot" or shots == 0):
+        raise ConfigError("collect=True measures the target trials to adapt on; "
+                          "method='zero-shot' and shots=0 use none")
+
+
+class _Source:
+    """The source simulator: the champion of ``name`` when there is one (loaded at once, so an
+    incompatible feature schema fails before anything runs), else trained and registered from
+    the source's ok trials when :meth:`simulator` is first called."""
+
+    def __init__(self, name: str, domain: Domain, ok_trials: pandas.DataFrame,
+                 version: str | None, sim: Simulator | None) -> None:
+        self.name, self.domain, self.ok_trials = name, domain, ok_trials
+        self.version, self.sim, self.trained = version, sim, False
+
+    @classmethod
+    def find(cls, name: str, domain: Domain, ok_trials: pandas.DataFrame,
+             trials: str | Path | None, say: Callable[[str], None]) -> _Source:
+        from autosync_transfer.registry.flavor import load_simulator
+
+        version = _source_champion(name)
+        if version is not None:
+            say(f"loading {name}@champion (version {version})")
+            return cls(name, domain, ok_trials, version, load_simulator(name, version))
+        if not len(ok_trials):
+            raise ConfigError(
+                f"no simulator of the source {domain.name!r}: {name} has no champion in the "
+                f"registry and {_where(trials)} has no trials of {domain.name!r} to train one "
+                f"(train one with `autosync-transfer train {domain.name}` or measure it with "
+                f"`autosync-transfer collect {domain.name}`)")
+        return cls(name, domain, ok_trials, None, None)
+
+    def simulator(self, ranker: str, seed: int, max_epochs: int | None,
+                  trials: str | Path | None, say: Callable[[str], None]
+                  ) -> tuple[Simulator, str]:
+        """(the source simulator, its version), training and registering it if needed."""
+        if self.sim is None:
+            from autosync_transfer.dataset.loader import strategy_table
+            from autosync_transfer.registry.flavor import load_simulator
+            from autosync_transfer.registry.workflows import train_and_register
+
+            say(f"training a {ranker} simulator of {self.domain.name} (no champion yet)")
+            report = train_and_register(ranker, self.domain, strategy_table(self.ok_trials),
+                                        seeds=(seed,), max_epochs=max_epochs,
+                                        trials_source=_where(trials),
+                                        trial_count=len(self.ok_trials))
+            self.version = report.champion or report.best.version.version
+            self.sim = load_simulator(self.name, self.version)
+            self.trained = True
+        assert self.version is not None
+        return self.sim, self.version
+
+
+def _check_method(method: str, n: int, df: pandas.DataFrame, tgt_dom: Domain, src: _Source,
+                  trials: str | Path | None) -> str:
+    """The adaptation method ``method`` names for ``n`` shots, checked against the data."""
     resolved = resolve_method(method, n)
     if resolved == "zero-shot" and n > 0:
-        raise ConfigError(f"zero-shot uses no target trials, got {n} (drop --shots, or use "
-                          f"--method finetune)")
+        raise ConfigError(f"method='zero-shot' uses no target trials, got shots={n} (use "
+                          f"shots=0, or method='finetune')")
     if n == 1 and resolved != "zero-shot":
-        raise ConfigError(f"{resolved} needs at least 2 target trials, got --shots 1 "
-                          f"(use --shots 0 for zero-shot)")
+        raise ConfigError(f"{resolved} needs at least 2 target trials, got shots=1 "
+                          f"(use shots=0 for zero-shot)")
     if resolved == "multi-source":
         from autosync_transfer.adapt.methods import MultiSource
 
         if not MultiSource(df).pretrain_domains(tgt_dom.name):
             raise ConfigError(f"multi-source needs trials of at least one domain other than "
                               f"{tgt_dom.name!r} to pretrain on; {_where(trials)} has none")
-    if source_sim is not None and resolved in ("finetune", "finetune-head") \
-            and source_sim.kind == "analytical":
-        raise ConfigError(f"{src_name} version {src_version} is the analytical cost model (no "
-                          f"weights to fine-tune); use --method zero-shot or multi-source")
+    if src.sim is not None and resolved in ("finetune", "finetune-head") \
+            and src.sim.kind == "analytical":
+        raise ConfigError(f"{src.name} version {src.version} is the analytical cost model (no "
+                          f"weights to fine-tune); use method='zero-shot' or 'multi-source'")
+    return resolved
 
-    source_trained = False
-    if source_sim is None:
-        say(f"training a {source_ranker} simulator of {src_dom.name} (no champion yet)")
-        report = models.train_and_register(source_ranker, src_dom, src_df, seeds=(seed,),
-                                           max_epochs=max_epochs, trials_source=_where(trials))
-        src_version = report.champion or report.best.version.version
-        source_sim = models.load_simulator(src_name, src_version)
-        source_trained = True
-    assert src_version is not None
 
-    say(f"adapting {src_dom.name} -> {tgt_dom.name}: {resolved}, {n} target trials")
-    result = adapt(source_sim, tgt_dom, split, method=resolved, shots=n, seed=seed,
-                   shot_ids=shot_ids, pretrain_trials=df, training=training,
-                   source_name=f"{src_name}/{src_version}")
+def _register(result: AdaptResult, source_sim: Simulator, split: TargetSplit,
+              tgt_df: pandas.DataFrame, df: pandas.DataFrame, *, resolved: str, n: int,
+              seed: int, curve: bool, curve_shots: Iterable[int], curve_seeds: int,
+              training: ShotTraining | None, collected: tuple[str, ...], source_domain: str,
+              lineage: dict[str, Any], trials: str | Path | None, say: Callable[[str], None]
+              ) -> tuple[LearningCurve | None, ModelVersionInfo]:
+    """Log the adapted simulator (held-out scatter plot, learning curve when ``curve``) as a new
+    version of the target's model, with its metrics, tags and lineage."""
+    from autosync_transfer.registry.flavor import log_simulator
+    from autosync_transfer.registry.versions import registered_name
 
+    tgt_dom, src_dom = split.domain, source_domain
     lc: LearningCurve | None = None
     with tempfile.TemporaryDirectory(prefix="autosync-adapt-") as tmp:
         plots: list[Path] = []
@@ -311,7 +386,7 @@ def adapt_and_register(
             plots.append(registry_plots.rank_scatter(
                 result.simulator.score(list(holdout.strategies), tgt_dom),
                 list(holdout.runtimes_s), Path(tmp) / "rank_scatter_heldout.png",
-                title=f"{resolved} {src_dom.name} -> {tgt_dom.name}, {n} trials: held-out"))
+                title=f"{resolved} {src_dom} -> {tgt_dom.name}, {n} trials: held-out"))
         if curve:
             from autosync_transfer.adapt.plots import learning_curve_plot
 
@@ -321,42 +396,51 @@ def adapt_and_register(
                                 method=curve_method, pretrain_trials=df, training=training)
             plots.append(learning_curve_plot(
                 lc, Path(tmp) / "learning_curve.png",
-                title=f"{src_dom.name} -> {tgt_dom.name}: held-out pairwise accuracy"))
-        metrics: dict[str, Any] = {
-            f"test_{k}": v for k, v in _finite(result.metrics["adapted"]).items()}
-        metrics["zero_shot"] = _finite(result.metrics["zero-shot"])
-        metrics["from_scratch"] = _finite(result.metrics["from-scratch"])
-        if lc is not None:
-            metrics["curve"] = {
-                f"{key}_n{r['shots']}": r[f"{key}_mean"] for r in lc.table()
-                for key in ("adapted", "scratch") if math.isfinite(r[f"{key}_mean"])}
+                title=f"{src_dom} -> {tgt_dom.name}: held-out pairwise accuracy"))
         shot_set = set(result.shot_ids)
-        trial_count = int(tgt_df["strategy_id"].isin(shot_set).sum()) if shot_set else 0
         details = result.details.get("adapted", {})
-        tags = {"trial_count": trial_count, "strategies": n, "test_split": result.test_split,
+        tags = {"trial_count": int(tgt_df["strategy_id"].isin(shot_set).sum()) if shot_set else 0,
+                "strategies": n, "test_split": result.test_split,
                 "split_seed": result.split_seed, "seed": seed,
                 "holdout_strategies": len(result.holdout_ids), "trials_source": _where(trials),
                 "epochs": details.get("epochs", ""), "selection": details.get("selection", ""),
                 "collected": len(collected)}
         if details.get("pretrain_domains"):
             tags["pretrain_domains"] = ",".join(details["pretrain_domains"])
-        lineage = {"source_model": src_name, "source_version": src_version, "method": resolved,
-                   "shots": n, "dataset_fingerprint": result.dataset_fingerprint}
-        say(f"registering a version of {tgt_name}")
-        info = models.log_simulator(
-            result.simulator, domain=tgt_dom, metrics=metrics, tags=tags, lineage=lineage,
-            plots=plots, run_name=f"adapt-{src_dom.name}-to-{tgt_dom.name}-{resolved}-{n}-"
-                                  f"seed{seed}")
+        say(f"registering a version of {registered_name(tgt_dom.name)}")
+        info = log_simulator(
+            result.simulator, domain=tgt_dom, metrics=_metrics(result, lc), tags=tags,
+            lineage={**lineage, "method": resolved, "shots": n,
+                     "dataset_fingerprint": result.dataset_fingerprint},
+            plots=plots, run_name=f"adapt-{src_dom}-to-{tgt_dom.name}-{resolved}-{n}-seed{seed}")
+    return lc, info
 
-    promoted = False
-    if _METRIC in info.metrics and math.isfinite(info.metrics[_METRIC]):
-        def rescore(champion_sim: Simulator) -> float:
-            from autosync_transfer.adapt.data import evaluate_on
 
-            return evaluate_on(champion_sim, holdout)["pairwise_accuracy"]
+def _metrics(result: AdaptResult, lc: LearningCurve | None) -> dict[str, Any]:
+    """The metrics logged with an adapted simulator: held-out ``test_*``, the zero-shot and
+    from-scratch comparisons and the learning curve's means."""
+    metrics: dict[str, Any] = {
+        f"test_{k}": v for k, v in _finite(result.metrics["adapted"]).items()}
+    metrics["zero_shot"] = _finite(result.metrics["zero-shot"])
+    metrics["from_scratch"] = _finite(result.metrics["from-scratch"])
+    if lc is not None:
+        metrics["curve"] = {
+            f"{key}_n{r['shots']}": r[f"{key}_mean"] for r in lc.table()
+            for key in ("adapted", "scratch") if math.isfinite(r[f"{key}_mean"])}
+    return metrics
 
-        promoted = models.promote_if_better(tgt_name, info.version, _METRIC, rescore=rescore)
-    return AdaptReport(result=result, source_model=src_name, source_version=str(src_version),
-                       source_trained=source_trained, version=info, promoted=promoted,
-                       champion=models.champion(tgt_name), curve=lc, collected=collected,
-                       tracking_uri=store.tracking_uri(), experiment=store.EXPERIMENT_NAME)
+
+def _promote(info: ModelVersionInfo, tgt_name: str, split: TargetSplit) -> bool:
+    """Promote the adapted version if it beats the target's champion on the held-out split."""
+    from autosync_transfer.registry.workflows import promote_if_better
+
+    if _METRIC not in info.metrics or not math.isfinite(info.metrics[_METRIC]):
+        return False
+    holdout = split.holdout()
+
+    def rescore(champion_sim: Simulator) -> float:
+        from autosync_transfer.adapt.data import evaluate_on
+
+        return evaluate_on(champion_sim, holdout)["pairwise_accuracy"]
+
+    return promote_if_better(tgt_name, info.version, _METRIC, rescore=rescore)

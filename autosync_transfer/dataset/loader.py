@@ -33,6 +33,7 @@ __all__ = [
     "list_datasets",
     "describe_domain",
     "strategy_runtimes",
+    "strategy_table",
     "strategies_and_runtimes",
     "reference_noise",
     "superseded_ids",
@@ -327,22 +328,53 @@ def describe_domain(
     }
 
 
-def strategies_and_runtimes(df: pandas.DataFrame) -> list[tuple[Strategy, float]]:
-    """(strategy, runtime in s) for every distinct (domain, strategy_id) with an ok measurement,
-    runtime = median of its trials' medians (reference re-measurements included). Trials without
-    a strategy (torch's own DDP) are left out. Fastest first within each domain."""
-    from autosync_transfer.strategies.types import Strategy
+def strategy_table(df: pandas.DataFrame) -> pandas.DataFrame:
+    """The measured strategies of a trials table as the rankers' data module takes them: one row
+    per distinct (domain, strategy_id) with an ok measurement, columns ``domain``,
+    ``cluster_fingerprint`` (the first non-empty one of its trials), ``strategy_id``,
+    ``strategy`` (a :class:`~autosync_transfer.strategies.types.Strategy`), ``runtime_s`` (median
+    of its trials' medians, reference re-measurements included) and ``measurements``. Trials
+    without a strategy (torch's own DDP) are left out. Fastest first within each domain."""
+    pd = require("pandas")
 
+    cols = ["domain", "cluster_fingerprint", "strategy_id", "strategy", "runtime_s",
+            "measurements"]
     missing = {"domain", "strategy_id", "strategy", "status", "median_s"} - set(df.columns)
     if missing:
         raise ConfigError(f"not a trial table: no column {sorted(missing)[0]!r}")
     graphs = _graphs_by_domain(df)
-    out: list[tuple[Strategy, float]] = []
+    fingerprints = _cluster_fingerprints(df)
+    rows = []
     for r in strategy_runtimes(df).itertuples():
         if r.strategy is None or (isinstance(r.strategy, float) and math.isnan(r.strategy)):
             continue
         data = json.loads(r.strategy) if isinstance(r.strategy, str) else r.strategy
-        out.append((strategy_from_record(data, graphs.get(r.domain)), float(r.median_s)))
+        rows.append({"domain": r.domain,
+                     "cluster_fingerprint": fingerprints.get((r.domain, r.strategy_id), ""),
+                     "strategy_id": r.strategy_id,
+                     "strategy": strategy_from_record(data, graphs.get(r.domain)),
+                     "runtime_s": float(r.median_s), "measurements": int(r.measurements)})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def strategies_and_runtimes(df: pandas.DataFrame) -> list[tuple[Strategy, float]]:
+    """(strategy, runtime in s) for every distinct (domain, strategy_id) with an ok measurement,
+    runtime = median of its trials' medians (reference re-measurements included). Trials without
+    a strategy (torch's own DDP) are left out. Fastest first within each domain
+    (:func:`strategy_table` as pairs)."""
+    table = strategy_table(df)
+    return list(zip(table["strategy"], (float(r) for r in table["runtime_s"])))
+
+
+def _cluster_fingerprints(df: pandas.DataFrame) -> dict[tuple[str, str], str]:
+    """(domain, strategy_id) -> the first non-empty cluster fingerprint of its ok trials."""
+    if "cluster_fingerprint" not in df.columns or not len(df):
+        return {}
+    ok = df[(df["status"] == "ok") & df["median_s"].notna()]
+    out: dict[tuple[str, str], str] = {}
+    for d, sid, fp in zip(ok["domain"], ok["strategy_id"], ok["cluster_fingerprint"]):
+        if fp and (d, sid) not in out:
+            out[(str(d), str(sid))] = str(fp)
     return out
 
 

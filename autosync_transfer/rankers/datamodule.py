@@ -1,8 +1,8 @@
 """Training data for learned rankers: measured strategies of several domains, featurized and split.
 
-:class:`TrialDataModule` takes either a trials table (the format of
-:func:`~autosync_transfer.dataset.loader.load_trials`) or ``(domain, strategies, runtimes)``
-triples. ``setup()`` featurizes every domain once (features are kept per domain), and splits
+:class:`TrialDataModule` takes either ``(domain, strategies, runtimes)`` triples or a table of
+measured strategies (one row per strategy: ``domain``, ``strategy``, ``runtime_s``), the table
+:func:`~autosync_transfer.dataset.loader.strategy_table` makes of a trials table. ``setup()`` featurizes every domain once (features are kept per domain), and splits
 each domain's strategies 70/15/15 (``fractions``) with a generator seeded by ``split_seed`` and
 the domain's name, after sorting them by id, so a domain's split does not depend on the input
 order or on which other domains are present.
@@ -35,16 +35,18 @@ from autosync_transfer.rankers.features import (
     StrategyFeatures,
     collate,
 )
+from autosync_transfer.strategies.types import Strategy
 
 if TYPE_CHECKING:
     import pandas
 
     from autosync_transfer.domains.domain import Domain
-    from autosync_transfer.strategies.types import Strategy
 
-__all__ = ["TrialDataModule", "DomainData", "SPLITS", "collate_items"]
+__all__ = ["TrialDataModule", "DomainData", "SPLITS", "TABLE_COLUMNS", "collate_items"]
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
+#: the columns a table of measured strategies needs (``cluster_fingerprint`` is optional)
+TABLE_COLUMNS: tuple[str, ...] = ("domain", "strategy", "runtime_s")
 
 Triple = tuple["Domain", Sequence["Strategy"], Sequence[float]]
 
@@ -125,13 +127,14 @@ class _DomainBatchSampler(Sampler[list[int]]):
 class TrialDataModule(L.LightningDataModule):
     """Featurized, split measurements of strategies on one or more domains.
 
-    ``data``: a trials table (columns of :func:`~autosync_transfer.dataset.loader.load_trials`;
-    ok trials are aggregated per strategy with
-    :func:`~autosync_transfer.dataset.loader.strategies_and_runtimes`) or a sequence of
-    ``(domain, strategies, runtimes_s)`` triples. Strategies measured several times (same id in
-    one domain) are merged with the median runtime. ``domains`` resolves the domain names of a
-    table (a mapping or a function; default: the catalog's ``get_domain``); a table whose cluster
-    fingerprint differs from the resolved domain's is a :class:`ConfigError`.
+    ``data``: a sequence of ``(domain, strategies, runtimes_s)`` triples, or a table of measured
+    strategies with the columns ``domain`` (a name), ``strategy``
+    (:class:`~autosync_transfer.strategies.types.Strategy` objects), ``runtime_s`` and optionally
+    ``cluster_fingerprint`` (what :func:`~autosync_transfer.dataset.loader.strategy_table` makes
+    of a trials table). Strategies measured several times (same id in one domain) are merged
+    with the median runtime. ``domains`` resolves the domain names of a table (a mapping or a
+    function; default: the catalog's ``get_domain``); a table whose cluster fingerprint differs
+    from the resolved domain's is a :class:`ConfigError`.
 
     ``batch_size`` strategies of one domain per training batch (``domains_per_batch`` domains
     joined); ``eval_batch_size`` for validation/test (default ``batch_size``); ``fractions`` the
@@ -231,8 +234,11 @@ class TrialDataModule(L.LightningDataModule):
                               f"(domains: {', '.join(sorted(self.domains))})") from None
 
     def _triples_from_table(self, df: pandas.DataFrame) -> list[Triple]:
-        from autosync_transfer.dataset.loader import strategies_and_runtimes
-
+        missing = [c for c in TABLE_COLUMNS if c not in df.columns]
+        if missing:
+            raise ConfigError(f"data is a table without column {missing[0]!r}: a table of measured "
+                              f"strategies has the columns {', '.join(TABLE_COLUMNS)} (make one "
+                              f"of a trials table with dataset.loader.strategy_table)")
         out: list[Triple] = []
         for name in sorted(set(df["domain"])):
             sub = df[df["domain"] == name]
@@ -245,9 +251,14 @@ class TrialDataModule(L.LightningDataModule):
                         f"{sorted(fps)[0]!r}, but the resolved domain's cluster has "
                         f"{domain.cluster.fingerprint!r} (pass domains= with the cluster "
                         f"that was measured)")
-            pairs = strategies_and_runtimes(sub)
-            if pairs:
-                out.append((domain, [s for s, _ in pairs], [r for _, r in pairs]))
+            strategies = list(sub["strategy"])
+            bad = next((s for s in strategies if not isinstance(s, Strategy)), None)
+            if bad is not None:
+                raise ConfigError(f"column 'strategy' of domain {name!r} holds a "
+                                  f"{type(bad).__name__}, not a Strategy (make the table of a "
+                                  f"trials table with dataset.loader.strategy_table)")
+            if strategies:
+                out.append((domain, strategies, [float(r) for r in sub["runtime_s"]]))
         return out
 
     def _domain_data(self, domain: Domain, strategies: Sequence[Strategy],

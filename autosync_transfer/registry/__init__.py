@@ -1,6 +1,11 @@
 """Registry: the only package that imports mlflow. Simulators are logged, versioned (one
 registered model per domain, ``autosync-<domain>``), aliased (``champion``) and loaded by URI.
 
+Modules, one job each: :mod:`~.store` (where the MLflow store lives), :mod:`~.versions` (names,
+versions, aliases, listings), :mod:`~.flavor` (a simulator's save -> log -> load),
+:mod:`~.workflows` (train and register, evaluate, promote the champion), :mod:`~.pyfunc` (the
+MLflow pyfunc face), :mod:`~.searches` (search runs), :mod:`~.plots` (the PNG figures).
+
 Names are imported lazily (mlflow is heavy): ``from autosync_transfer.registry import load_simulator``.
 """
 
@@ -11,16 +16,32 @@ from autosync_transfer._lazy import lazy_exports
 _EXPORTS = {
     "tracking_uri": "store",
     "client": "store",
-    "registered_name": "models",
-    "log_simulator": "models",
-    "load_simulator": "models",
-    "promote": "models",
-    "promote_if_better": "models",
-    "champion": "models",
-    "list_models": "models",
-    "describe_model": "models",
-    "train_and_register": "models",
-    "evaluate_registered": "models",
+    "CHAMPION": "versions",
+    "REGISTERED_PREFIX": "versions",
+    "CONFIG_FILE": "flavor",
+    "WEIGHTS_FILE": "flavor",
+    "ModelVersionInfo": "versions",
+    "registered_name": "versions",
+    "resolve": "versions",
+    "promote": "versions",
+    "champion": "versions",
+    "list_models": "versions",
+    "describe_model": "versions",
+    "compare_links": "versions",
+    "STANDARD_TAGS": "flavor",
+    "LINEAGE_KEYS": "flavor",
+    "write_simulator_files": "flavor",
+    "read_simulator_files": "flavor",
+    "flat_metrics": "flavor",
+    "log_simulator": "flavor",
+    "load_simulator": "flavor",
+    "LOWER_IS_BETTER": "workflows",
+    "TrainReport": "workflows",
+    "TrainedVersion": "workflows",
+    "promote_if_better": "workflows",
+    "train_and_register": "workflows",
+    "evaluate_registered": "workflows",
+    "log_search": "searches",
 }
 
 __all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -85,7 +85,7 @@ class SimulatorPyfunc(mlflow.pyfunc.PythonModel):
         self._sim: Any = None
 
     def load_context(self, context: Any) -> None:
-        from autosync_transfer.registry.models import read_simulator_files
+        from autosync_transfer.registry.flavor import read_simulator_files
 
         self._sim = read_simulator_files(context.artifacts["config"], context.artifacts["weights"])
 

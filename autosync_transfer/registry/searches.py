@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from autosync_transfer.registry.models import ModelVersionInfo
+from autosync_transfer.registry.versions import ModelVersionInfo
 
 __all__ = ["log_search"]
 
@@ -33,7 +33,8 @@ def log_search(*, domain: str, run: str, summary: Mapping[str, Any], config: Map
     simulator in the same run. Returns (run id, the new model version or None)."""
     import mlflow
 
-    from autosync_transfer.registry import models, store
+    from autosync_transfer.registry import store
+    from autosync_transfer.registry.flavor import log_chart_images, log_simulator
     from autosync_transfer.registry.plots import search_curves
 
     c = store.client()
@@ -58,7 +59,7 @@ def log_search(*, domain: str, run: str, summary: Mapping[str, Any], config: Map
             mlflow.log_metrics({f"search.{k}": _num(summary.get(k)) for k in _FIGURES  # type: ignore[misc]
                                 if _num(summary.get(k)) is not None})
             mlflow.log_artifact(str(plot), artifact_path="plots")
-            models.log_chart_images([plot])
+            log_chart_images([plot])
             mlflow.log_artifact(str(table), artifact_path="search")
             if best_strategy is not None:
                 best = Path(tmp) / "best_strategy.json"
@@ -67,7 +68,7 @@ def log_search(*, domain: str, run: str, summary: Mapping[str, Any], config: Map
         version = None
         if simulator is not None:
             figures = {f"search_{k.replace('.', '_')}": _num(summary.get(k)) for k in _FIGURES}
-            version = models.log_simulator(
+            version = log_simulator(
                 simulator, domain=domain,
                 metrics={k: v for k, v in figures.items() if v is not None},
                 tags={"trial_count": summary.get("trials", 0), "test_split": "none (search)",

@@ -45,13 +45,14 @@ def target_df(domains: Any) -> Any:
 @pytest.fixture(scope="module")
 def source_sim(source_df: Any) -> Any:
     """A linear simulator of ncf-A (a few epochs)."""
+    from autosync_transfer.dataset.loader import strategy_table
     from autosync_transfer.rankers.simulator import train_simulator
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        sim, _ = train_simulator("linear", source_df, seed=0, max_epochs=5, patience=None,
-                                 batch_size=16)
+        sim, _ = train_simulator("linear", strategy_table(source_df), seed=0, max_epochs=5,
+                                 patience=None, batch_size=16)
     finally:
         torch.set_num_threads(threads)
     return sim
@@ -84,9 +85,10 @@ def tiny_rnn_source() -> Any:
 
 def test_holdout_is_the_registry_test_split_and_disjoint_from_the_pool(
         split: Any, domains: Any, target_df: Any) -> None:
+    from autosync_transfer.dataset.loader import strategy_table
     from autosync_transfer.rankers.datamodule import TrialDataModule
 
-    dm = TrialDataModule(target_df, split_seed=0)  # train_and_register's 70/15/15 split
+    dm = TrialDataModule(strategy_table(target_df), split_seed=0)  # train_and_register's 70/15/15 split
     dm.setup()
     assert sorted(split.holdout_ids) == dm.splits()["test"][TARGET]
     assert not set(split.holdout_ids) & set(split.pool_ids)
@@ -101,7 +103,7 @@ def test_shots_are_seeded_nested_and_never_held_out(split: Any) -> None:
     assert split.shots(5, seed=3).strategy_ids == five.strategy_ids
     assert split.shots(5, seed=4).strategy_ids != five.strategy_ids
     assert not set(ten.strategy_ids) & set(split.holdout_ids)
-    with pytest.raises(ConfigError, match=r"--shots 500 is more than the \d+ target trials"):
+    with pytest.raises(ConfigError, match=r"shots=500 is more than the \d+ target trials"):
         split.shots(500, seed=0)
     with pytest.raises(ConfigError, match="held out for evaluation"):
         split.chosen([split.holdout_ids[0]])
@@ -293,7 +295,7 @@ def test_from_scratch_needs_two_shots(split: Any) -> None:
 @pytest.mark.parametrize("kwargs,needle", [
     ({"method": "transfer", "shots": 5}, "unknown method 'transfer'"),
     ({"method": "finetune", "shots": 1}, "fine-tuning needs at least 2 target trials"),
-    ({"method": "finetune", "shots": 999}, "--shots 999 is more than"),
+    ({"method": "finetune", "shots": 999}, "shots=999 is more than"),
 ])
 def test_bad_arguments(source_sim: Any, split: Any, domains: Any, kwargs: dict[str, Any],
                        needle: str) -> None:

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from autosync_transfer.dataset.loader import strategy_table
 from autosync_transfer.errors import ConfigError, NotFittedError
 from autosync_transfer.rankers.datamodule import TrialDataModule
 from autosync_transfer.rankers.features import FEATURE_SCHEMA_VERSION
@@ -124,13 +125,14 @@ def _table(triples: list[Any], fingerprint: str | None = None) -> pd.DataFrame:
 
 def test_datamodule_reads_a_trials_table(triples: list[Any]) -> None:
     domains = {d.name: d for d, _, _ in triples}
-    from_table = TrialDataModule(_table(triples), domains=domains)
+    from_table = TrialDataModule(strategy_table(_table(triples)), domains=domains)
     from_table.setup()
     direct = TrialDataModule(triples)
     direct.setup()
     assert from_table.splits() == direct.splits()
     np.testing.assert_allclose(from_table.domain_data[0].runtimes, direct.domain_data[0].runtimes)
-    bad = TrialDataModule(_table(triples, fingerprint="0123456789abcdef"), domains=domains)
+    bad = TrialDataModule(strategy_table(_table(triples, fingerprint="0123456789abcdef")),
+                          domains=domains)
     with pytest.raises(ConfigError, match="cluster fingerprint"):
         bad.setup()
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from autosync_transfer.dataset.loader import strategy_table
 from autosync_transfer.testing.synthetic import synthetic_trials
 
 pytest.importorskip("mlflow")
@@ -55,8 +56,8 @@ def trained_linear(domain: Any) -> tuple[Any, dict[str, Any]]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return train_simulator("linear", synthetic_trials(domain), seed=0, max_epochs=3,
-                               patience=None, batch_size=16)
+        return train_simulator("linear", strategy_table(synthetic_trials(domain)), seed=0,
+                               max_epochs=3, patience=None, batch_size=16)
     finally:
         torch.set_num_threads(threads)
 
@@ -68,7 +69,7 @@ def analytical() -> Any:
 
 
 def log(sim: Any, pairwise_acc: float = 0.8, split: str = "split-a", **kw: Any) -> Any:
-    from autosync_transfer.registry import models
+    from autosync_transfer import registry as models
 
     tags = {"trial_count": 40, "test_split": split, **kw.pop("tags", {})}
     return models.log_simulator(sim, domain=DOMAIN,
@@ -109,7 +110,7 @@ def test_experiment_has_an_explicit_artifact_location(registry: Path) -> None:
 
 
 def test_registered_name() -> None:
-    from autosync_transfer.registry.models import registered_name
+    from autosync_transfer.registry import registered_name
 
     assert registered_name("bert-B") == "autosync-bert-B"
     assert registered_name("autosync-bert-B") == "autosync-bert-B"
@@ -122,7 +123,7 @@ def test_registered_name() -> None:
 
 def test_analytical_round_trip_and_version_tags(registry: Path, domain: Any,
                                                 strategies: list[Any]) -> None:
-    from autosync_transfer.registry import models
+    from autosync_transfer import registry as models
 
     sim = analytical()
     t0 = time.perf_counter()
@@ -150,7 +151,7 @@ def test_analytical_round_trip_and_version_tags(registry: Path, domain: Any,
 
 def test_trained_linear_round_trip(registry: Path, domain: Any, strategies: list[Any],
                                    trained_linear: tuple[Any, dict[str, Any]]) -> None:
-    from autosync_transfer.registry import models
+    from autosync_transfer import registry as models
 
     sim, metrics = trained_linear
     info = models.log_simulator(sim, domain=domain,
@@ -170,7 +171,7 @@ def test_weights_are_a_plain_state_dict_read_with_weights_only(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from mlflow import MlflowClient
 
-    from autosync_transfer.registry import models
+    from autosync_transfer import registry as models
 
     info = log(trained_linear[0])
     calls: list[dict[str, Any]] = []
@@ -200,7 +201,7 @@ class _Boom:
 
 def test_pickled_code_in_weights_is_refused(tmp_path: Path,
                                             trained_linear: tuple[Any, dict[str, Any]]) -> None:
-    from autosync_transfer.registry.models import read_simulator_files, write_simulator_files
+    from autosync_transfer.registry import read_simulator_files, write_simulator_files
 
     config, weights = write_simulator_files(trained_linear[0], tmp_path)
     with open(weights, "wb") as f:
@@ -213,7 +214,7 @@ def test_pickled_code_in_weights_is_refused(tmp_path: Path,
 
 
 def test_champion_and_promote_if_better(registry: Path) -> None:
-    from autosync_transfer.registry import models
+    from autosync_transfer import registry as models
 
     sim = analytical()
     v1 = log(sim, 0.70)
@@ -248,7 +249,7 @@ def test_champion_and_promote_if_better(registry: Path) -> None:
 
 
 def test_unknown_names_are_one_line_errors(registry: Path) -> None:
-    from autosync_transfer.registry import models
+    from autosync_transfer import registry as models
 
     with pytest.raises(UnknownNameError, match="no registered model 'autosync-nope'"):
         models.load_simulator("autosync-nope")
@@ -266,7 +267,7 @@ def test_unknown_names_are_one_line_errors(registry: Path) -> None:
 
 
 def test_bad_input_registers_nothing(registry: Path, tmp_path: Path) -> None:
-    from autosync_transfer.registry import models
+    from autosync_transfer import registry as models
 
     with pytest.raises(ConfigError, match="unknown lineage key"):
         log(analytical(), lineage={"parent": "x"})
@@ -312,7 +313,7 @@ def test_compare_links(registry: Path) -> None:
     import urllib.parse
 
     from autosync_transfer.errors import ConfigError, UnknownNameError
-    from autosync_transfer.registry import models
+    from autosync_transfer import registry as models
 
     first = log(analytical())
     with pytest.raises(ConfigError, match="comparing needs two"):
@@ -342,7 +343,8 @@ def test_pyfunc_scores_strategies_from_the_champion(registry: Path, domain: Any,
     import mlflow.pyfunc
     import pandas as pd
 
-    from autosync_transfer.registry import models, store
+    from autosync_transfer import registry as models
+    from autosync_transfer.registry import store
 
     sim = analytical()
     info = log(sim)
@@ -361,12 +363,13 @@ def test_pyfunc_scores_strategies_from_the_champion(registry: Path, domain: Any,
 
 def test_train_and_register_rescores_a_champion_of_another_split(registry: Path,
                                                                  domain: Any) -> None:
-    from autosync_transfer.registry import models
+    from autosync_transfer import registry as models
 
     champ = log(analytical(), 0.1, split="an-older-split")  # a low number on another split
     models.promote(NAME, champ.version)
     seen: list[int] = []
-    report = models.train_and_register("linear", domain, synthetic_trials(domain), seeds=[0, 1],
+    measured = strategy_table(synthetic_trials(domain))
+    report = models.train_and_register("linear", domain, measured, seeds=[0, 1],
                                        max_epochs=2, on_seed=lambda s, i, o: seen.append(s))
     assert seen == [0, 1] and [r.version.version for r in report.runs] == ["2", "3"]
     assert len({r.version.tags["test_split"] for r in report.runs}) == 1
@@ -376,7 +379,7 @@ def test_train_and_register_rescores_a_champion_of_another_split(registry: Path,
     summary = report.summary()
     assert summary["pairwise_acc"]["n"] == 2 and "kendall_tau" in summary
     with pytest.raises(UnknownNameError, match="no ok trials for domain 'ncf-B'"):
-        models.train_and_register("linear", "ncf-B", synthetic_trials(domain), seeds=[0])
+        models.train_and_register("linear", "ncf-B", measured, seeds=[0])
     with pytest.raises(UnknownNameError, match="unknown ranker 'forest'"):
-        models.train_and_register("forest", domain, synthetic_trials(domain), seeds=[0])
+        models.train_and_register("forest", domain, measured, seeds=[0])
     assert [v["version"] for v in models.describe_model(NAME)["versions"]] == ["3", "2", "1"]
