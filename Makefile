@@ -43,3 +43,11 @@ test: venv-test
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# regenerate the protobuf modules of the vendored AutoDist schema (needs grpcio-tools; its protoc
+# must not be newer than the protobuf runtime that pyproject.toml asks for)
+.PHONY: proto
+proto:
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. \
+		autosync_transfer/strategies/proto/synchronizers.proto \
+		autosync_transfer/strategies/proto/strategy.proto

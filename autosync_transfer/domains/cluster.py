@@ -6,13 +6,14 @@ import hashlib
 import ipaddress
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from autosync_transfer.errors import SpecError, UnknownNameError, format_pydantic_error
 
-__all__ = ["Node", "SSHConfig", "Cluster"]
+__all__ = ["Cluster", "Node", "ResourceSpec", "ResourceSpecNode", "SSHConfig"]
 
 
 class SSHConfig(BaseModel):
@@ -179,82 +180,23 @@ class Cluster(BaseModel):
 
     @classmethod
     def from_resource_spec(cls, data: Any, name: str = "custom") -> Cluster:
-        """Parse an AutoDist resource-spec mapping; errors name the node and the field."""
-        if not isinstance(data, dict):
-            raise SpecError(
-                f"resource spec must be a mapping with a 'nodes' list, got {type(data).__name__}"
-            )
-        unknown_top = set(data) - {"nodes", "ssh", "name"}
-        if unknown_top:
-            raise SpecError(f"resource spec: unknown top-level key {sorted(unknown_top)[0]!r}")
-        raw_nodes = data.get("nodes")
-        if not isinstance(raw_nodes, list) or not raw_nodes:
-            raise SpecError(f"resource spec: 'nodes' must be a non-empty list, got {raw_nodes!r}")
-        known = {"address", "name", "gpus", "cpus", "chief", "network_bandwidth", "latency_ms",
-                 "ssh_config"}
-        nodes = []
-        for i, rn in enumerate(raw_nodes):
-            where = f"nodes[{i}]"
-            if not isinstance(rn, dict):
-                raise SpecError(f"resource spec: {where} must be a mapping, got {rn!r}")
-            extra = set(rn) - known
-            if extra:
-                raise SpecError(f"resource spec: {where}: unknown field {sorted(extra)[0]!r}")
-            if "address" not in rn or rn["address"] in (None, ""):
-                raise SpecError(f"resource spec: {where}: missing field 'address'")
-            where = f"{where} ({rn['address']})"
-            gpus, cpus = rn.get("gpus"), rn.get("cpus")
-            for key, val in (("gpus", gpus), ("cpus", cpus)):
-                if val is not None and (
-                    not isinstance(val, list) or not all(isinstance(x, int) and x >= 0 for x in val)
-                ):
-                    raise SpecError(
-                        f"resource spec: {where}: '{key}' must be a list of device indices, "
-                        f"got {val!r}"
-                    )
-            if gpus:
-                workers, device = len(gpus), "gpu"
-            elif cpus:
-                workers, device = len(cpus), "cpu"
-            else:
-                raise SpecError(
-                    f"resource spec: {where}: needs a non-empty 'gpus' or 'cpus' list"
-                )
-            bw = rn.get("network_bandwidth", 1)
-            if isinstance(bw, bool) or not isinstance(bw, (int, float)):
-                raise SpecError(
-                    f"resource spec: {where}: 'network_bandwidth' must be a number (Gbit/s), "
-                    f"got {bw!r}"
-                )
-            if bw <= 0:
-                raise SpecError(
-                    f"resource spec: {where}: 'network_bandwidth' must be > 0 Gbit/s, got {bw!r}"
-                )
-            chief = rn.get("chief", False)
-            if not isinstance(chief, bool):
-                raise SpecError(f"resource spec: {where}: 'chief' must be true/false, got {chief!r}")
-            lat = rn.get("latency_ms", 0.0)
-            if isinstance(lat, bool) or not isinstance(lat, (int, float)) or lat < 0:
-                raise SpecError(
-                    f"resource spec: {where}: 'latency_ms' must be a number >= 0, got {lat!r}"
-                )
-            nodes.append(
-                {
-                    "name": str(rn.get("name") or f"n{i}"),
-                    "address": str(rn["address"]),
-                    "workers": workers,
-                    "device": device,
-                    "bandwidth_gbps": float(bw),
-                    "latency_ms": float(lat),
-                    "chief": chief or len(raw_nodes) == 1,
-                    "ssh_config": rn.get("ssh_config"),
-                }
-            )
-        ssh = data.get("ssh") or {}
-        if not isinstance(ssh, dict):
-            raise SpecError(f"resource spec: 'ssh' must be a mapping of groups, got {ssh!r}")
+        """Parse an AutoDist resource-spec mapping; errors name the node, the field and the value."""
+        spec = ResourceSpec.parse(data)
+        nodes = [
+            {
+                "name": rn.name or f"n{i}",
+                "address": rn.address,
+                "workers": len(rn.gpus or rn.cpus or ()),
+                "device": "gpu" if rn.gpus else "cpu",
+                "bandwidth_gbps": float(rn.network_bandwidth),
+                "latency_ms": float(rn.latency_ms),
+                "chief": rn.chief or len(spec.nodes) == 1,
+                "ssh_config": rn.ssh_config,
+            }
+            for i, rn in enumerate(spec.nodes)
+        ]
         try:
-            return cls(name=str(data.get("name") or name), nodes=tuple(nodes), ssh=ssh)
+            return cls(name=spec.name or name, nodes=tuple(nodes), ssh=spec.ssh or {})
         except ValidationError as e:
             raise SpecError(format_pydantic_error(e, "resource spec")) from e
 
@@ -278,6 +220,100 @@ class Cluster(BaseModel):
             raise SpecError(f"cannot read resource spec {str(p)!r}: {e.strerror}") from e
         return cls.from_yaml(text, name=p.stem)
 
+
+# -- the AutoDist resource-spec file, as written -----------------------------------------------
+_DeviceIndices = Annotated[list[Annotated[int, Field(strict=True, ge=0)]], Field(strict=True)]
+
+
+class ResourceSpecNode(BaseModel):
+    """One entry of ``nodes:`` in an AutoDist resource spec (``network_bandwidth`` in Gbit/s).
+
+    Exactly as AutoDist writes it: ``gpus`` (or ``cpus``) lists device indices, one worker
+    each; ``name`` and ``latency_ms`` are this project's additions (AutoDist ignores them).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", coerce_numbers_to_str=True)
+
+    address: str = Field(min_length=1)
+    name: str | None = None
+    gpus: _DeviceIndices | None = None
+    cpus: _DeviceIndices | None = None
+    chief: bool = Field(default=False, strict=True)
+    network_bandwidth: float = Field(default=1.0, strict=True, gt=0)
+    latency_ms: float = Field(default=0.0, strict=True, ge=0)
+    ssh_config: str | None = None
+
+    @model_validator(mode="after")
+    def _has_workers(self) -> ResourceSpecNode:
+        if not (self.gpus or self.cpus):
+            raise ValueError("needs a non-empty 'gpus' or 'cpus' list")
+        return self
+
+
+class ResourceSpec(BaseModel):
+    """An AutoDist resource spec (``nodes: [{address, gpus | cpus, chief, network_bandwidth,
+    ssh_config}]``, ``ssh: {group: {...}}``), validated as written; :meth:`Cluster.
+    from_resource_spec` turns it into a :class:`Cluster`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nodes: list[ResourceSpecNode] = Field(min_length=1, strict=True)
+    ssh: dict[str, SSHConfig] | None = None
+    name: str | None = None
+
+    @classmethod
+    def parse(cls, data: Any) -> ResourceSpec:
+        """Validate ``data``; a mistake raises :class:`SpecError` in the spec's own words."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise SpecError(format_pydantic_error(_reworded(e), "resource spec")) from e
+
+
+#: the rule a field states when its value is wrong, by field (or by (field, error type) where
+#: the type and the bounds of one field read differently); other errors keep Pydantic's words
+_RULES: dict[str | tuple[str, str], str] = {
+    "": "must be a mapping with a 'nodes' list",
+    "nodes": "'nodes' must be a non-empty list",
+    "address": "missing field 'address'",
+    "gpus": "'gpus' must be a list of device indices",
+    "cpus": "'cpus' must be a list of device indices",
+    "chief": "'chief' must be true/false",
+    "network_bandwidth": "'network_bandwidth' must be a number (Gbit/s)",
+    ("network_bandwidth", "greater_than"): "'network_bandwidth' must be > 0 Gbit/s",
+    "latency_ms": "'latency_ms' must be a number >= 0",
+    "ssh": "'ssh' must be a mapping of groups",
+}
+
+
+def _reworded(exc: ValidationError) -> ValidationError:
+    """``exc`` with each error stated as the spec's rule, placed as a reader of the YAML names
+    it (``nodes[1]: 'chief' must be true/false``)."""
+    details: list[InitErrorDetails] = []
+    for err in exc.errors():
+        loc, kind = err["loc"], err["type"]
+        msg = err["msg"].removeprefix("Value error, ")
+        if kind == "extra_forbidden":
+            where, rule = loc[:-1], f"unknown {'field' if loc[:-1] else 'top-level key'} {loc[-1]!r}"
+        elif kind == "model_type":  # the spec, a node or an ssh group that is not a mapping
+            where, rule = (), f"{_place(loc)} must be a mapping" if loc else _RULES[""]
+        elif kind == "value_error":  # a rule checked across fields: the message states it
+            where, rule = loc, msg
+        else:
+            at = max(i for i, p in enumerate(loc) if isinstance(p, str))
+            field = str(loc[at])
+            where = loc[:at]
+            rule = _RULES.get((field, kind)) or _RULES.get(field) or f"{field!r}: {msg}"
+        text = f"{_place(where)}: {rule}" if where else rule
+        details.append({"type": PydanticCustomError("resource_spec", text.replace("{", "{{")
+                                                    .replace("}", "}}")),
+                        "loc": (), "input": err.get("input")})
+    return ValidationError.from_exception_data(exc.title, details)
+
+
+def _place(loc: tuple[str | int, ...]) -> str:
+    """``nodes[0]`` for ``("nodes", 0)``, ``ssh[grp]`` for ``("ssh", "grp")``."""
+    return "".join(f"[{p}]" if i else str(p) for i, p in enumerate(loc))
 
 def _is_loopback(address: str) -> bool:
     if address in ("localhost",):

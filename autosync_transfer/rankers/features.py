@@ -32,7 +32,8 @@ Performance
     Strategy objects are walked once with C-level iteration (synchronizer objects shared between
     strategies, as the sampler makes them, are resolved once, by identity); a
     :class:`~autosync_transfer.strategies.sampler.SampledBatch` is read from the sampler's arrays
-    instead, without building or walking any object. Everything else, including the cost model's
+    (its :class:`~autosync_transfer.strategies.sampler.StrategyBatch`) instead, without building
+    or walking any object. Everything else, including the cost model's
     per-row terms, runs vectorized over all rows of a batch (PS terms through per-(server,
     replication) tables: a PS row's time is linear in its bytes except for sparse rows with local
     replication). The per-row terms are the formulas of
@@ -58,7 +59,7 @@ import numpy as np
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import StrategyValidationError
 from autosync_transfer.rankers.costmodel import CostModelConfig, _Context
-from autosync_transfer.strategies.sampler import SampledBatch
+from autosync_transfer.strategies.sampler import SampledBatch, StrategyBatch
 from autosync_transfer.strategies.types import COMPRESSORS, PS, AllReduce, Partition, Strategy
 from autosync_transfer.strategies.validate import validate
 
@@ -501,7 +502,7 @@ class Featurizer:
         if n == 0:
             return
         if isinstance(strategies, SampledBatch):
-            est_rows = max(1, int(strategies.pieces[0].sum()))
+            est_rows = max(1, int(strategies.arrays.pieces[0].sum()))
         else:
             est_rows = max(1, sum(1 if c.partition is None else c.partition.shards
                                   for c in strategies[0].nodes))
@@ -594,16 +595,18 @@ class Featurizer:
                         codes, ctab)
 
     def _columns_of_sampled(self, batch: SampledBatch) -> _Columns:
-        """The same columns read off a sampler's arrays (no object is built)."""
-        B, V = batch.pieces.shape
-        part = batch.partitioned.reshape(-1)
-        pieces = batch.pieces.reshape(-1)
-        sc = batch.synchronizer_table()
-        ctab = np.stack([sc[k].astype(np.int64) for k in (
-            "is_ar", "node", "replication", "group", "compressor", "powersgd_rank")])
+        """The same columns read off a sampler's arrays (its :class:`StrategyBatch`; no object
+        is built)."""
+        arrays: StrategyBatch = batch.arrays
+        B, V = arrays.pieces.shape
+        part = arrays.partitioned.reshape(-1)
+        pieces = arrays.pieces.reshape(-1)
+        sc = arrays.synchronizers
+        ctab = np.stack([col.astype(np.int64) for col in (
+            sc.is_ar, sc.node, sc.replication, sc.group, sc.compressor, sc.powersgd_rank)])
         return _Columns(np.full(B, V, dtype=np.int64), np.tile(np.arange(V, dtype=np.int64), B),
-                        np.where(part, batch.axis.reshape(-1), -1), np.where(part, pieces, 1),
-                        pieces.astype(np.int64), batch.codes, ctab)
+                        np.where(part, arrays.axis.reshape(-1), -1), np.where(part, pieces, 1),
+                        pieces.astype(np.int64), arrays.codes, ctab)
 
     def _columns(self, strategies: Sequence[Strategy]) -> _Columns:
         if isinstance(strategies, SampledBatch) and (

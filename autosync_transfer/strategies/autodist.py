@@ -1,29 +1,18 @@
-"""AutoDist strategy files: the protobuf wire format of ``autodist.proto.Strategy``, by hand.
+"""AutoDist strategy files: ``autodist.proto.Strategy`` through the generated protobuf code.
 
 AutoDist (and every strategy file of the AutoSync dataset) stores a strategy as a serialized
-proto3 message. This module reads and writes exactly that schema without depending on
-``protobuf``::
-
-    Strategy      { id = 1: string; path = 2: string; node_config = 3: repeated Node;
-                    graph_config = 4: GraphConfig }
-    GraphConfig   { replicas = 1: repeated string }
-    Node          { var_name = 1: string;
-                    oneof synchronizer { ps_synchronizer = 2: PSSynchronizer;
-                                         all_reduce_synchronizer = 3: AllReduceSynchronizer }
-                    partitioner = 4: string; part_config = 5: repeated Node }
-    PSSynchronizer        { reduction_destination = 1: string; local_replication = 2: bool;
-                            sync = 3: bool; staleness = 4: int32 }
-    AllReduceSynchronizer { spec = 1: enum Spec; compressor = 2: enum Compressor; group = 3: int32 }
-
-Writing follows protobuf's canonical encoding (fields in number order, proto3 default values
-omitted, singular sub-messages always written so that the ``oneof`` is set), so the bytes are
-those ``SerializeToString`` would give. Reading follows protobuf's parsing rules: unknown fields
-of every wire type (groups included) are skipped, a singular scalar that appears twice keeps the
-last value, a sub-message that appears twice is merged, and the last ``oneof`` member wins.
-Deviations, each on purpose:
+proto3 message. The schema is AutoDist's own, vendored in :mod:`.proto` (``strategy.proto``,
+``synchronizers.proto``) with the generated ``*_pb2`` modules (``make proto`` regenerates them);
+this module maps those messages to and from :class:`~autosync_transfer.strategies.types.Strategy`.
+Writing is ``SerializeToString`` (canonical encoding: the bytes AutoDist writes). Reading is
+``ParseFromString`` (unknown fields skipped, repeated singular fields keep the last value,
+sub-messages merged, the last ``oneof`` member wins), preceded by a check of the wire structure
+that names the field and the byte offset of a mistake. Deviations from plain protobuf parsing,
+each on purpose:
 
 - PS field 1 keeps its *first* value: old records used ``repeated string
-  reduction_destinations`` there, whose first entry is the destination.
+  reduction_destinations`` there, whose first entry is the destination (reading uses the
+  vendored schema with that field repeated).
 - A known field with the wrong wire type is an error (protobuf would keep it as an unknown
   field and silently drop the value).
 - Strings must be valid UTF-8 (as proto3 requires); truncated or malformed input is an error.
@@ -63,10 +52,12 @@ rank 1) and ``kind`` reads back as ``"autodist"``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any
 
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import DecodeError, Message
 from pydantic import ValidationError
 
 from autosync_transfer.domains.cluster import Cluster
@@ -77,6 +68,7 @@ from autosync_transfer.errors import (
     UnknownNameError,
     format_pydantic_error,
 )
+from autosync_transfer.strategies.proto import strategy_pb2, synchronizers_pb2
 from autosync_transfer.strategies.types import (
     PS,
     AllReduce,
@@ -94,34 +86,20 @@ __all__ = [
     "write_autodist_file",
 ]
 
+_AR = synchronizers_pb2.AllReduceSynchronizer
 #: compressor name -> ``AllReduceSynchronizer.Compressor`` enum value
-COMPRESSOR_TO_AUTODIST: dict[str, int] = {"none": 0, "fp16": 1, "fp16_ef": 2, "powersgd": 3}
+COMPRESSOR_TO_AUTODIST: dict[str, int] = {
+    "none": _AR.NoneCompressor,
+    "fp16": _AR.HorovodCompressor,
+    "fp16_ef": _AR.HorovodCompressorEF,
+    "powersgd": _AR.PowerSGDCompressor,
+}
 #: ``AllReduceSynchronizer.Compressor`` enum value -> compressor name
 AUTODIST_TO_COMPRESSOR: dict[int, str] = {v: k for k, v in COMPRESSOR_TO_AUTODIST.items()}
 
 _PREFIX = "AutoDist strategy: "
 _TENSOR_SUFFIX = ":0"
 _INT32_MAX = 2**31 - 1
-_MASK64 = (1 << 64) - 1
-_MAX_FIELD_NUMBER = 2**29 - 1
-
-# wire types
-_VARINT, _I64, _LEN, _SGROUP, _EGROUP, _I32 = 0, 1, 2, 3, 4, 5
-_WIRE_NAMES = {
-    _VARINT: "varint",
-    _I64: "64-bit",
-    _LEN: "length-delimited",
-    _SGROUP: "start-group",
-    _EGROUP: "end-group",
-    _I32: "32-bit",
-}
-
-# field numbers
-_STRATEGY_ID, _STRATEGY_PATH, _STRATEGY_NODES, _STRATEGY_GRAPH = 1, 2, 3, 4
-_GRAPH_REPLICAS = 1
-_NODE_VAR, _NODE_PS, _NODE_AR, _NODE_PARTITIONER, _NODE_PARTS = 1, 2, 3, 4, 5
-_PS_DEST, _PS_LOCAL, _PS_SYNC, _PS_STALENESS = 1, 2, 3, 4
-_AR_SPEC, _AR_COMPRESSOR, _AR_GROUP = 1, 2, 3
 
 
 def _error(message: str) -> SpecError:
@@ -137,39 +115,6 @@ def _show(text: str, limit: int = 60) -> str:
 # ================================================================================================
 # writing
 # ================================================================================================
-def _varint(value: int) -> bytes:
-    if value < 0:  # int32/int64 negatives are sign-extended to 64 bits (10 bytes)
-        value &= _MASK64
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _tag(number: int, wire_type: int) -> bytes:
-    return _varint((number << 3) | wire_type)
-
-
-def _len_field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field; written even when empty (repeated elements, set sub-messages)."""
-    return _tag(number, _LEN) + _varint(len(payload)) + payload
-
-
-def _string_field(number: int, value: str) -> bytes:
-    """A singular proto3 string: omitted when empty."""
-    return _len_field(number, value.encode("utf-8")) if value else b""
-
-
-def _varint_field(number: int, value: int) -> bytes:
-    """A singular proto3 bool/int32/enum: omitted when zero."""
-    return _tag(number, _VARINT) + _varint(int(value)) if value else b""
-
-
 def _int32(value: int, what: str) -> int:
     if not 0 <= value <= _INT32_MAX:
         raise ConfigError(f"{_PREFIX}{what} must fit an int32 (0..{_INT32_MAX}), got {value}")
@@ -187,21 +132,23 @@ def _device_string(cluster: Cluster, node_name: str, var_name: str) -> str:
     return f"{node.address}:CPU:0"
 
 
-def _encode_synchronizer(sync: PS | AllReduce, cluster: Cluster, var_name: str) -> bytes:
+def _set_synchronizer(
+    node: strategy_pb2.Strategy.Node, sync: PS | AllReduce, cluster: Cluster, var_name: str
+) -> None:
+    """Set ``node``'s ``synchronizer`` (the ``oneof`` is set even when every field is default)."""
     if isinstance(sync, PS):
-        body = (
-            _string_field(_PS_DEST, _device_string(cluster, sync.destination, var_name))
-            + _varint_field(_PS_LOCAL, sync.local_replication)
-            + _varint_field(_PS_SYNC, sync.sync)
-            + _varint_field(_PS_STALENESS, _int32(sync.staleness, f"staleness of {var_name!r}"))
-        )
-        return _len_field(_NODE_PS, body)
-    body = (
-        _varint_field(_AR_SPEC, 0)  # AUTO
-        + _varint_field(_AR_COMPRESSOR, COMPRESSOR_TO_AUTODIST[sync.compressor])
-        + _varint_field(_AR_GROUP, _int32(sync.group, f"all-reduce group of {var_name!r}"))
-    )
-    return _len_field(_NODE_AR, body)
+        node.PSSynchronizer.SetInParent()
+        ps = node.PSSynchronizer
+        ps.reduction_destination = _device_string(cluster, sync.destination, var_name)
+        ps.local_replication = sync.local_replication
+        ps.sync = sync.sync
+        ps.staleness = _int32(sync.staleness, f"staleness of {var_name!r}")
+        return
+    node.AllReduceSynchronizer.SetInParent()
+    ar = node.AllReduceSynchronizer
+    ar.spec = _AR.AUTO
+    ar.compressor = COMPRESSOR_TO_AUTODIST[sync.compressor]  # type: ignore[assignment]
+    ar.group = _int32(sync.group, f"all-reduce group of {var_name!r}")
 
 
 def _partitioner_string(cfg: VarConfig, partition: Partition, graph: ModelGraph | None) -> str:
@@ -219,20 +166,18 @@ def _partitioner_string(cfg: VarConfig, partition: Partition, graph: ModelGraph 
     return ",".join(str(s) for s in splits)
 
 
-def _encode_node(cfg: VarConfig, cluster: Cluster, graph: ModelGraph | None) -> bytes:
-    out = _string_field(_NODE_VAR, cfg.var_name + _TENSOR_SUFFIX)
+def _set_node(
+    node: strategy_pb2.Strategy.Node, cfg: VarConfig, cluster: Cluster, graph: ModelGraph | None
+) -> None:
+    node.var_name = cfg.var_name + _TENSOR_SUFFIX
     if cfg.partition is None:
         assert cfg.synchronizer is not None  # VarConfig guarantees exactly one
-        return out + _encode_synchronizer(cfg.synchronizer, cluster, cfg.var_name)
-    p = cfg.partition
-    out += _string_field(_NODE_PARTITIONER, _partitioner_string(cfg, p, graph))
-    for i, sync in enumerate(p.synchronizers):
-        part_name = f"{cfg.var_name}/part_{i}{_TENSOR_SUFFIX}"
-        part = _string_field(_NODE_VAR, part_name) + _encode_synchronizer(
-            sync, cluster, cfg.var_name
-        )
-        out += _len_field(_NODE_PARTS, part)
-    return out
+        _set_synchronizer(node, cfg.synchronizer, cluster, cfg.var_name)
+        return
+    node.partitioner = _partitioner_string(cfg, cfg.partition, graph)
+    for i, sync in enumerate(cfg.partition.synchronizers):
+        part = node.part_config.add(var_name=f"{cfg.var_name}/part_{i}{_TENSOR_SUFFIX}")
+        _set_synchronizer(part, sync, cluster, cfg.var_name)
 
 
 def _replicas(cluster: Cluster) -> list[str]:
@@ -254,29 +199,36 @@ def strategy_to_autodist(
     ``cluster`` (or a partitioned variable missing from ``graph``) and :class:`ConfigError` for
     a value AutoDist cannot hold.
     """
-    out = bytearray(_string_field(_STRATEGY_ID, strategy.id))
+    message = strategy_pb2.Strategy(id=strategy.id)
     for cfg in strategy.nodes:
-        out += _len_field(_STRATEGY_NODES, _encode_node(cfg, cluster, graph))
-    graph_config = b"".join(
-        _len_field(_GRAPH_REPLICAS, r.encode("utf-8")) for r in _replicas(cluster)
-    )
-    out += _len_field(_STRATEGY_GRAPH, graph_config)
-    return bytes(out)
+        _set_node(message.node_config.add(), cfg, cluster, graph)
+    message.graph_config.SetInParent()
+    message.graph_config.replicas.extend(_replicas(cluster))
+    return message.SerializeToString()
 
 
 # ================================================================================================
-# reading: wire level
+# reading: the wire structure, checked against the schema for messages that name the mistake
 # ================================================================================================
-class _Field(NamedTuple):
-    """One field as found on the wire. ``value`` is the number for varint/fixed wire types;
-    ``start:end`` bounds the payload of a length-delimited field."""
-
-    number: int
-    wire_type: int
-    value: int
-    start: int
-    end: int
-    at: int  # byte offset of the tag
+_VARINT, _I64, _LEN, _SGROUP, _EGROUP, _I32 = 0, 1, 2, 3, 4, 5
+_WIRE_NAMES = {
+    _VARINT: "varint",
+    _I64: "64-bit",
+    _LEN: "length-delimited",
+    _SGROUP: "start-group",
+    _EGROUP: "end-group",
+    _I32: "32-bit",
+}
+#: the wire type of each field type the schema uses
+_WIRE_OF_TYPE = {
+    FieldDescriptor.TYPE_STRING: _LEN,
+    FieldDescriptor.TYPE_MESSAGE: _LEN,
+    FieldDescriptor.TYPE_BOOL: _VARINT,
+    FieldDescriptor.TYPE_INT32: _VARINT,
+    FieldDescriptor.TYPE_ENUM: _VARINT,
+}
+_MASK64 = (1 << 64) - 1
+_MAX_FIELD_NUMBER = 2**29 - 1
 
 
 def _read_varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -304,27 +256,24 @@ def _read_tag(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
     return number, wire_type, pos
 
 
-def _skip_scalar(
-    data: bytes, pos: int, end: int, wire_type: int, number: int
-) -> tuple[int, int, int]:
-    """Skip one non-group value; return (value, payload start, new position)."""
+def _skip_value(data: bytes, pos: int, end: int, wire_type: int, number: int) -> tuple[int, int]:
+    """Skip one non-group value at ``pos``; return (payload start, position after it)."""
     if wire_type == _VARINT:
-        value, pos = _read_varint(data, pos, end)
-        return value, pos, pos
+        _, pos = _read_varint(data, pos, end)
+        return pos, pos
     if wire_type in (_I64, _I32):
         size = 8 if wire_type == _I64 else 4
         if end - pos < size:
             raise _error(
                 f"truncated {_WIRE_NAMES[wire_type]} value of field {number} at byte {pos}"
             )
-        return int.from_bytes(data[pos : pos + size], "little"), pos, pos + size
-    # length-delimited
-    length, pos = _read_varint(data, pos, end)
+        return pos, pos + size
+    length, pos = _read_varint(data, pos, end)  # length-delimited
     if length > end - pos:
         raise _error(
             f"field {number} at byte {pos} has length {length} but only {end - pos} bytes remain"
         )
-    return length, pos, pos + length
+    return pos, pos + length
 
 
 def _skip_group(data: bytes, pos: int, end: int, number: int, at: int) -> int:
@@ -346,85 +295,72 @@ def _skip_group(data: bytes, pos: int, end: int, number: int, at: int) -> int:
             open_groups.pop()
             pos = tag_end
         else:
-            _, _, pos = _skip_scalar(data, tag_end, end, wire_type, inner)
+            pos = _skip_value(data, tag_end, end, wire_type, inner)[1]
     return pos
 
 
-def _fields(data: bytes, start: int, end: int) -> list[_Field]:
-    """Every field of the message in ``data[start:end]``, groups skipped but listed."""
-    out: list[_Field] = []
+def _check_wire(data: bytes, start: int, end: int, message: Descriptor, where: str) -> None:
+    """Walk the ``message`` in ``data[start:end]``: every value complete, every known field
+    with its schema's wire type, every string UTF-8; nested messages likewise. ``where`` names
+    the message in errors (``Strategy``, ``node_config[0]``, ``node_config[0].synchronizer``)."""
+    seen: dict[int, int] = {}
     pos = start
     while pos < end:
         at = pos
         number, wire_type, pos = _read_tag(data, pos, end)
-        if wire_type == _SGROUP:
-            pos = _skip_group(data, pos, end, number, at)
-            out.append(_Field(number, wire_type, 0, pos, pos, at))
-        elif wire_type == _EGROUP:
+        if wire_type == _EGROUP:
             raise _error(f"unexpected end-group (field {number}) at byte {at}")
+        if wire_type == _SGROUP:
+            payload = pos = _skip_group(data, pos, end, number, at)
         else:
-            value, payload, pos = _skip_scalar(data, pos, end, wire_type, number)
-            out.append(_Field(number, wire_type, value, payload, pos, at))
-    return out
+            payload, pos = _skip_value(data, pos, end, wire_type, number)
+        field = message.fields_by_number.get(number)
+        if field is None:  # unknown fields are skipped
+            continue
+        oneof = field.containing_oneof
+        label = oneof.name if oneof is not None else field.name
+        what = f"{label} of {where}"
+        expected = _WIRE_OF_TYPE[field.type]
+        if wire_type != expected:
+            raise _error(
+                f"{what} (field {number}) at byte {at} must be {_WIRE_NAMES[expected]}, "
+                f"got wire type {wire_type} ({_WIRE_NAMES[wire_type]})"
+            )
+        if field.type == FieldDescriptor.TYPE_STRING:
+            try:
+                data[payload:pos].decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise _error(f"{what} at byte {payload} is not valid UTF-8") from e
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            index = seen[number] = seen.get(number, -1) + 1
+            child = f"{field.name}[{index}]" if field.is_repeated else label
+            inner = child if message.name == "Strategy" else f"{where}.{child}"
+            _check_wire(data, payload, pos, field.message_type, inner)
 
 
-def _expect(f: _Field, wire_type: int, what: str) -> None:
-    if f.wire_type != wire_type:
-        raise _error(
-            f"{what} (field {f.number}) at byte {f.at} must be {_WIRE_NAMES[wire_type]}, "
-            f"got wire type {f.wire_type} ({_WIRE_NAMES[f.wire_type]})"
-        )
+@functools.cache
+def _reading_strategy() -> type[Message]:
+    """The ``Strategy`` class for reading: the vendored schema in a private pool, with
+    ``PSSynchronizer.reduction_destination`` repeated, as AutoDist wrote it before April 2020
+    (``repeated string reduction_destinations = 1``); the destination is the first entry."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-
-def _string(data: bytes, f: _Field, what: str) -> str:
-    _expect(f, _LEN, what)
-    try:
-        return data[f.start : f.end].decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise _error(f"{what} at byte {f.start} is not valid UTF-8") from e
-
-
-def _int32_value(f: _Field, what: str) -> int:
-    _expect(f, _VARINT, what)
-    v = f.value & 0xFFFFFFFF  # protobuf truncates int32 varints to 32 bits
-    return v - (1 << 32) if v >= 1 << 31 else v
-
-
-def _bool_value(f: _Field, what: str) -> bool:
-    _expect(f, _VARINT, what)
-    return f.value != 0
+    pool = descriptor_pool.DescriptorPool()
+    for module in (synchronizers_pb2, strategy_pb2):
+        proto = descriptor_pb2.FileDescriptorProto()
+        module.DESCRIPTOR.CopyToProto(proto)
+        for message in proto.message_type:
+            if message.name == "PSSynchronizer":
+                for field in message.field:
+                    if field.number == 1:
+                        field.label = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
+        pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("autodist.proto.Strategy"))
 
 
 # ================================================================================================
-# reading: messages
+# reading: messages -> Strategy
 # ================================================================================================
-@dataclass
-class _RawNode:
-    var_name: str = ""
-    sync_field: int = 0  # 0 = unset, _NODE_PS or _NODE_AR
-    sync_spans: list[_Field] = field(default_factory=list)
-    partitioner: str = ""
-    parts: list[_Field] = field(default_factory=list)
-
-
-def _raw_node(data: bytes, start: int, end: int, where: str) -> _RawNode:
-    node = _RawNode()
-    for f in _fields(data, start, end):
-        if f.number == _NODE_VAR:
-            node.var_name = _string(data, f, f"var_name of {where}")
-        elif f.number in (_NODE_PS, _NODE_AR):
-            _expect(f, _LEN, f"synchronizer of {where}")
-            if f.number != node.sync_field:  # a new oneof member replaces the previous one
-                node.sync_field, node.sync_spans = f.number, []
-            node.sync_spans.append(f)
-        elif f.number == _NODE_PARTITIONER:
-            node.partitioner = _string(data, f, f"partitioner of {where}")
-        elif f.number == _NODE_PARTS:
-            _expect(f, _LEN, f"part_config of {where}")
-            node.parts.append(f)
-    return node
-
-
 def _strip_suffix(name: str) -> str:
     return name[: -len(_TENSOR_SUFFIX)] if name.endswith(_TENSOR_SUFFIX) else name
 
@@ -452,60 +388,36 @@ def _destination_name(device: str, cluster: Cluster | None, where: str) -> str:
         ) from e
 
 
-def _decode_ps(data: bytes, spans: list[_Field], cluster: Cluster | None, where: str) -> PS:
-    destination: str | None = None
-    local_replication = sync = False
-    staleness = 0
-    for span in spans:
-        for f in _fields(data, span.start, span.end):
-            if f.number == _PS_DEST:
-                value = _string(data, f, f"reduction_destination of {where}")
-                if destination is None:  # legacy repeated reduction_destinations: keep the first
-                    destination = value
-            elif f.number == _PS_LOCAL:
-                local_replication = _bool_value(f, f"local_replication of {where}")
-            elif f.number == _PS_SYNC:
-                sync = _bool_value(f, f"sync of {where}")
-            elif f.number == _PS_STALENESS:
-                staleness = _int32_value(f, f"staleness of {where}")
-    if not destination:
+def _decode_ps(ps: Any, cluster: Cluster | None, where: str) -> PS:
+    destinations = list(ps.reduction_destination)
+    if not destinations or not destinations[0]:
         raise _error(f"{where}: PS synchronizer has no reduction_destination")
-    name = _destination_name(destination, cluster, where)
+    name = _destination_name(destinations[0], cluster, where)
     try:
-        return PS(
-            destination=name, local_replication=local_replication, sync=sync, staleness=staleness
-        )
+        return PS(destination=name, local_replication=ps.local_replication, sync=ps.sync,
+                  staleness=ps.staleness)
     except ValidationError as e:
         raise _error(format_pydantic_error(e, f"{where}: PS synchronizer")) from e
 
 
-def _decode_ar(data: bytes, spans: list[_Field], where: str) -> AllReduce:
-    compressor = group = 0
-    for span in spans:
-        for f in _fields(data, span.start, span.end):
-            if f.number == _AR_SPEC:
-                _int32_value(f, f"spec of {where}")  # a transport hint the types do not carry
-            elif f.number == _AR_COMPRESSOR:
-                compressor = _int32_value(f, f"compressor of {where}")
-            elif f.number == _AR_GROUP:
-                group = _int32_value(f, f"group of {where}")
-    if compressor not in AUTODIST_TO_COMPRESSOR:
+def _decode_ar(ar: Any, where: str) -> AllReduce:
+    # ``spec`` is a transport hint the types do not carry: accepted and dropped
+    if ar.compressor not in AUTODIST_TO_COMPRESSOR:
         known = ", ".join(f"{v}={k}" for k, v in AUTODIST_TO_COMPRESSOR.items())
-        raise _error(f"{where}: unknown all-reduce compressor {compressor} (known: {known})")
+        raise _error(f"{where}: unknown all-reduce compressor {ar.compressor} (known: {known})")
     try:
-        name = AUTODIST_TO_COMPRESSOR[compressor]
-        return AllReduce(group=group, compressor=name)  # type: ignore[arg-type]
+        name = AUTODIST_TO_COMPRESSOR[ar.compressor]
+        return AllReduce(group=ar.group, compressor=name)  # type: ignore[arg-type]
     except ValidationError as e:
         raise _error(format_pydantic_error(e, f"{where}: all-reduce synchronizer")) from e
 
 
-def _decode_synchronizer(
-    data: bytes, node: _RawNode, cluster: Cluster | None, where: str
-) -> PS | AllReduce:
-    if node.sync_field == _NODE_PS:
-        return _decode_ps(data, node.sync_spans, cluster, where)
-    if node.sync_field == _NODE_AR:
-        return _decode_ar(data, node.sync_spans, where)
+def _decode_synchronizer(node: Any, cluster: Cluster | None, where: str) -> PS | AllReduce:
+    which = node.WhichOneof("synchronizer")
+    if which == "PSSynchronizer":
+        return _decode_ps(node.PSSynchronizer, cluster, where)
+    if which == "AllReduceSynchronizer":
+        return _decode_ar(node.AllReduceSynchronizer, where)
     raise _error(f"{where} has no synchronizer and no partitioner")
 
 
@@ -527,30 +439,27 @@ def _parse_partitioner(text: str, var: str) -> tuple[int, int]:
     return active[0], splits[active[0]]
 
 
-def _decode_node(data: bytes, span: _Field, cluster: Cluster | None, index: int) -> VarConfig:
-    raw = _raw_node(data, span.start, span.end, f"node_config[{index}]")
-    if not raw.var_name:
+def _decode_node(node: Any, cluster: Cluster | None, index: int) -> VarConfig:
+    if not node.var_name:
         raise _error(f"node_config[{index}] has no var_name")
-    var = _strip_suffix(raw.var_name)
+    var = _strip_suffix(node.var_name)
     where = f"variable {_show(var)}"
-    if not raw.partitioner:
-        if raw.parts:
+    if not node.partitioner:
+        if node.part_config:
             raise _error(f"{where} has part_config entries but no partitioner")
-        sync = _decode_synchronizer(data, raw, cluster, where)
-        return _var_config(var, synchronizer=sync)
-    axis, shards = _parse_partitioner(raw.partitioner, var)
-    if len(raw.parts) != shards:
+        return _var_config(var, synchronizer=_decode_synchronizer(node, cluster, where))
+    axis, shards = _parse_partitioner(node.partitioner, var)
+    if len(node.part_config) != shards:
         raise _error(
-            f"{where}: partitioner {_show(raw.partitioner)} asks for {shards} shards but "
-            f"part_config has {len(raw.parts)} entries"
+            f"{where}: partitioner {_show(node.partitioner)} asks for {shards} shards but "
+            f"part_config has {len(node.part_config)} entries"
         )
     syncs: list[PS | AllReduce] = []
-    for i, part_span in enumerate(raw.parts):
+    for i, part in enumerate(node.part_config):
         part_where = f"{where} shard {i}"
-        part = _raw_node(data, part_span.start, part_span.end, part_where)
-        if part.partitioner or part.parts:
+        if part.partitioner or part.part_config:
             raise _error(f"{part_where} is partitioned again (nested partitions are not supported)")
-        syncs.append(_decode_synchronizer(data, part, cluster, part_where))
+        syncs.append(_decode_synchronizer(part, cluster, part_where))
     try:
         partition = Partition(axis=axis, shards=shards, synchronizers=tuple(syncs))
     except ValidationError as e:
@@ -577,26 +486,18 @@ def strategy_from_autodist(data: bytes, cluster: Cluster | None = None) -> Strat
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise _error(f"expected bytes, got {type(data).__name__}")
     buf = bytes(data)
-    strategy_id = ""
-    node_spans: list[_Field] = []
-    for f in _fields(buf, 0, len(buf)):
-        if f.number == _STRATEGY_ID:
-            strategy_id = _string(buf, f, "id of Strategy")
-        elif f.number == _STRATEGY_PATH:
-            _string(buf, f, "path of Strategy")
-        elif f.number == _STRATEGY_NODES:
-            _expect(f, _LEN, "node_config of Strategy")
-            node_spans.append(f)
-        elif f.number == _STRATEGY_GRAPH:
-            _expect(f, _LEN, "graph_config of Strategy")
-            for r in _fields(buf, f.start, f.end):
-                if r.number == _GRAPH_REPLICAS:
-                    _string(buf, r, "replica of graph_config")
-    if not strategy_id:
-        raise _error("the message has no id (field 1)")
-    nodes = tuple(_decode_node(buf, span, cluster, i) for i, span in enumerate(node_spans))
+    message_type = _reading_strategy()
+    _check_wire(buf, 0, len(buf), message_type.DESCRIPTOR, "Strategy")
+    message = message_type()
     try:
-        return Strategy(id=strategy_id, kind="autodist", nodes=nodes)
+        message.ParseFromString(buf)
+    except DecodeError as e:  # beyond what the wire check names (e.g. nesting too deep)
+        raise _error(f"not a valid Strategy message ({str(e).splitlines()[0]})") from e
+    if not message.id:
+        raise _error("the message has no id (field 1)")
+    nodes = tuple(_decode_node(n, cluster, i) for i, n in enumerate(message.node_config))
+    try:
+        return Strategy(id=message.id, kind="autodist", nodes=nodes)
     except ValidationError as e:
         raise _error(format_pydantic_error(e)) from e
 

@@ -111,3 +111,32 @@ def test_bandwidth_defaults_to_one_gbit():
 def test_spec_error_is_config_error():
     with pytest.raises(SpecError, match="must be > 0"):
         Cluster.from_yaml("nodes: [{address: 10.0.0.1, cpus: [0], network_bandwidth: -1}]")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nodes: [{address: 10.0.0.1, cpus: [0], network_bandwidth: -5}]",
+         "resource spec: nodes[0]: 'network_bandwidth' must be > 0 Gbit/s (got -5)"),
+        ("nodes: [{address: 10.0.0.1, cpus: [0]}, {address: 10.0.0.2, cpus: [0], chief: maybe}]",
+         "resource spec: nodes[1]: 'chief' must be true/false (got 'maybe')"),
+        ("nodes: [{address: 10.0.0.1, cpus: [0], gpu_count: 4}]",
+         "resource spec: nodes[0]: unknown field 'gpu_count' (got 4)"),
+        ("nodes: [10.0.0.1]", "resource spec: nodes[0] must be a mapping (got '10.0.0.1')"),
+    ],
+)
+def test_resource_spec_errors_name_the_node_the_field_and_the_value(text, message):
+    with pytest.raises(SpecError) as info:
+        Cluster.from_yaml(text)
+    assert str(info.value) == message
+
+
+def test_resource_spec_model_keeps_autodist_defaults():
+    from autosync_transfer.domains.cluster import ResourceSpec
+
+    spec = ResourceSpec.parse({"nodes": [{"address": "10.0.0.1", "gpus": [0, 1]}]})
+    node = spec.nodes[0]
+    assert (node.network_bandwidth, node.latency_ms, node.chief) == (1.0, 0.0, False)
+    assert spec.ssh is None and spec.name is None
+    with pytest.raises(SpecError, match="'cpus' must be a list of device indices"):
+        ResourceSpec.parse({"nodes": [{"address": "a", "cpus": (0, 1)}]})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import pickle
 import subprocess
@@ -209,3 +211,67 @@ def test_unknown_names_and_bad_configs() -> None:
 def test_catalog_domain_uses_the_zoo() -> None:
     domain = get_domain("bert-large-B")
     assert domain.model.num_parameters == zoo.model_graph("bert-large").num_parameters
+
+
+# -- the layout and initialization of every model, pinned (computed before the zoo became a
+# package of one module per family; a change to any of these is a change of the models)
+#: name -> (graph fingerprint, sha256[:16] of the state dict's [(key, shape)] as JSON)
+LAYOUTS = {
+    "bert-3l": ("165814ad82f399c9", "831a4894ed044e3a"),
+    "bert": ("8e78c83611dcd298", "3568b63d7ad92bfd"),
+    "bert-12l": ("8af6a0c7a9588a80", "1122363367194959"),
+    "bert-base": ("cbd867eca468a6e3", "f7d5405fba4c0964"),
+    "bert-large": ("fd3f9ec29555cff4", "7f744d0038cbf87d"),
+    "ncf": ("739d0da484aba9d5", "527eedbf415d346c"),
+    "ncf-dense": ("362b54cd69225a10", "527eedbf415d346c"),
+    "vgg16": ("eccc6abb8f28588d", "1c1878f4fc61eff4"),
+    "resnet50": ("22bec596263a5384", "218340f9d3037dea"),
+    "resnet101": ("14eec2b762dca3e4", "55fe4f809238a5be"),
+    "densenet121": ("a3bc85e876f72db9", "e2fb3723651933b2"),
+    "inceptionv3": ("7ef7a7b9b4bd20e7", "6b55ab638db17a01"),
+    "vgg16-s": ("de6a648e352f3b67", "84f44cbe99fe1d47"),
+    "resnet50-s": ("867424c35d5fc111", "42629efd91416d6b"),
+}
+
+#: name -> (sum of parameters, sum of |parameters|, sums of the eval-mode forward outputs) for
+#: ``build_module(name, "cpu", seed=7)`` on ``example_batch(name, 2, Generator().manual_seed(1))``
+SEEDED = {
+    "bert-3l": (1959.655990969368, 202900.3618034044,
+                [134.6962011686992, 0.16022100299596786]),
+    "bert": (3373.925889030077, 266061.73652948753,
+                [127.17980969377095, 0.21158234030008316]),
+    "bert-12l": (6488.8778653740665, 392403.35106964724,
+                [-1126.09960658825, -0.2027842476963997]),
+    "ncf": (-7.636829915541387, 52918.98016274716,
+                [-0.37956883013248444]),
+    "ncf-dense": (-7.636829915541387, 52918.98016274716,
+                [-0.37956883013248444]),
+    "vgg16-s": (31.07049427566748, 126411.43250133321,
+                [-0.223516461905092]),
+    "resnet50-s": (6676.394501564193, 49827.581130541235,
+                [-0.19370434619486332]),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_layout_is_pinned(name: str) -> None:
+    fingerprint, keys = LAYOUTS[name]
+    assert zoo.model_graph(name).fingerprint == fingerprint
+    state = zoo.build_module(name, "meta").state_dict()
+    layout = json.dumps([(k, list(v.shape)) for k, v in state.items()])
+    assert hashlib.sha256(layout.encode()).hexdigest()[:16] == keys
+
+
+@pytest.mark.parametrize("name", list(SEEDED))
+def test_seeded_initialization_and_forward_are_pinned(name: str) -> None:
+    total, total_abs, outputs = SEEDED[name]
+    module = zoo.build_module(name, "cpu", seed=7).eval()
+    with torch.no_grad():
+        params = list(module.parameters())
+        assert sum(float(p.double().sum()) for p in params) == pytest.approx(total, rel=1e-6)
+        assert sum(float(p.double().abs().sum()) for p in params) == pytest.approx(total_abs,
+                                                                                   rel=1e-6)
+        inputs, _ = zoo.example_batch(name, 2, torch.Generator().manual_seed(1))
+        out = module(**inputs)
+    out = out if isinstance(out, tuple) else (out,)
+    assert [float(t.double().sum()) for t in out] == pytest.approx(outputs, rel=1e-4, abs=1e-4)

@@ -17,11 +17,11 @@ from autosync_transfer.strategies.sampler import (
     PRESETS,
     SamplerConfig,
     StrategySampler,
-    _balance,
-    _ordered_fill,
     preset,
     preset_names,
 )
+from autosync_transfer.strategies.sampler.kernels import balance as _balance
+from autosync_transfer.strategies.sampler.kernels import ordered_fill as _ordered_fill
 from autosync_transfer.strategies.types import PS, AllReduce, Strategy
 from autosync_transfer.strategies.validate import validate, violations
 from autosync_transfer.testing import tiny_domain, tiny_strategies
@@ -752,3 +752,33 @@ def test_the_mixture_prior_reaches_the_corners_of_the_space() -> None:
     assert first == [s.id for s in StrategySampler(d, "mixture", seed=5).sample_n(5)]
     for s in StrategySampler(d, "mixture", seed=6).sample_n(20):
         assert violations(s, d) == []
+
+
+def test_strategy_batch_is_the_typed_read_only_form_of_a_sampled_batch() -> None:
+    import dataclasses
+    import gc
+
+    from autosync_transfer.strategies.sampler import StrategyBatch, SynchronizerTable
+
+    domain = DOMAINS["mixed"]
+    batch = StrategySampler(domain, preset("dataset"), seed=3).sample_batch(10)
+    arrays = batch.arrays
+    assert isinstance(arrays, StrategyBatch) and isinstance(arrays.synchronizers, SynchronizerTable)
+    assert arrays.domain is domain and len(arrays) == 10
+    nv = len(domain.model.variables)
+    assert arrays.partitioned.shape == arrays.axis.shape == arrays.pieces.shape == (10, nv)
+    assert arrays.offsets.shape == (11,) and arrays.codes.shape == (int(arrays.offsets[-1]),)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        arrays.codes = arrays.codes  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        arrays.codes[0] = 0
+    part = batch[2:6].arrays
+    np.testing.assert_array_equal(part.codes, arrays.codes[arrays.offsets[2]: arrays.offsets[6]])
+    cols = arrays.synchronizer_columns()
+    assert list(cols) == ["is_ar", "node", "replication", "group", "compressor", "powersgd_rank"]
+    for k, v in cols.items():
+        np.testing.assert_array_equal(v, getattr(arrays.synchronizers, k)[arrays.codes])
+    # building leaves the collector as it was: enabled, nothing frozen
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    StrategySampler(domain, preset("dataset"), seed=3).sample_n(600)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
