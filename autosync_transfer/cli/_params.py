@@ -28,7 +28,7 @@ from typer.core import TyperCommand
 __all__ = [
     "click_exceptions", "Command", "renamed", "deprecated_aliases", "data_option", "store_option", "json_option",
     "cluster_file_option", "warmup_option", "iters_option", "timeout_option", "protocol",
-    "PROTOCOL_HELP_DEFAULTS",
+    "PROTOCOL_HELP_DEFAULTS", "LIBRARY_PARAMETERS", "in_flags",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,8 +65,57 @@ def deprecated_aliases(command: Any) -> dict[str, str]:
     return dict(getattr(fn, _ALIASES_ATTR, {}))
 
 
+#: library parameter names whose CLI option has another name (in every command that has it)
+LIBRARY_PARAMETERS: dict[str, str] = {
+    "max_epochs": "epochs", "trials": "data", "n": "count", "warm_start": "warm_start",
+    "knob_candidates": "knob_candidates",
+}
+
+
+def in_flags(message: str, flags: dict[str, str]) -> str:
+    """``message`` of a library error with parameter names in the command's own words:
+    ``shots=500 is more`` -> ``--shots 500 is more``, ``collect=True`` -> ``--collect``,
+    ``method='zero-shot'`` -> ``--method zero-shot``, ``max_epochs must`` -> ``--epochs must``.
+    ``flags`` maps a library parameter name to its option (``{"shots": "--shots"}``)."""
+    import re
+
+    if not flags:
+        return message
+    names = "|".join(sorted(map(re.escape, flags), key=len, reverse=True))
+    boolean = re.compile(rf"(?<![\w.-])({names})=True\b")
+    valued = re.compile(rf"(?<![\w.-])({names})=('([^']*)'|[^\s,;:)]+)")
+    # a bare word only for names that cannot be an ordinary word ("n must" stays as it is)
+    words = "|".join(sorted((re.escape(n) for n in flags if "_" in n or len(n) > 4), key=len,
+                            reverse=True)) or "(?!)"
+    bare = re.compile(rf"(?<![\w.'-])({words}) (must|are|needs)\b")
+    message = boolean.sub(lambda m: flags[m.group(1)], message)
+    message = valued.sub(lambda m: f"{flags[m.group(1)]} "
+                         f"{m.group(3) if m.group(3) is not None else m.group(2)}", message)
+    return bare.sub(lambda m: f"{flags[m.group(1)]} {m.group(2)}", message)
+
+
 class Command(TyperCommand):
-    """A Typer command that accepts the old option names declared with :func:`renamed`."""
+    """A Typer command that accepts the old option names declared with :func:`renamed`, and
+    states library errors in its own option names (:func:`in_flags`)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        from autosync_transfer.errors import AutosyncError
+
+        try:
+            return super().invoke(ctx)
+        except AutosyncError as e:
+            e.args = (in_flags(str(e), self.flags()), *e.args[1:])
+            raise
+
+    def flags(self) -> dict[str, str]:
+        """Library parameter name -> this command's option (``{"shots": "--shots"}``)."""
+        opts = {p.name: max(p.opts, key=len) for p in self.params
+                if p.param_type_name == "option" and p.name and p.opts}
+        found = dict(opts)
+        for lib, cli in LIBRARY_PARAMETERS.items():
+            if cli in opts:
+                found[lib] = opts[cli]
+        return found
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         aliases = deprecated_aliases(self)
