@@ -16,6 +16,7 @@ first with diversity (:func:`~autosync_transfer.search.selection.select_diverse`
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,9 +42,9 @@ class RankedProposer(RandomProposer):
 
     ranked = True
 
+    @abstractmethod
     def scorer(self) -> Simulator | None:
         """The simulator that scores this round's candidates (``None``: none yet)."""
-        raise NotImplementedError
 
     def knob_candidates(self, round_no: int) -> list[Strategy]:
         """``knob_candidates`` distinct strategies of round ``round_no`` decoded from uniform
