@@ -80,8 +80,10 @@ def main() -> int:
     from autosync_transfer.runtime.trial import Protocol
     from autosync_transfer.dataset.store import TrialStore
     from autosync_transfer.errors import ConfigError
-    from autosync_transfer.search.loop import (SearchConfig, Searcher, load_run, run_meta, run_name,
-                                               summarize)
+    from autosync_transfer.search.config import SearchConfig, run_name
+    from autosync_transfer.search.loop import Searcher
+    from autosync_transfer.search.resume import load_run, run_meta
+    from autosync_transfer.search.summary import summarize
     from autosync_transfer.search.warm import warm_simulator, warm_version
 
     domains = args.domains.split(",")

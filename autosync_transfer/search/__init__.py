@@ -1,5 +1,11 @@
-"""Search: the closed AutoSync loop and its baselines (``Searcher``), and ``recommend`` (the best
-strategy a simulator ranks, without running anything)."""
+"""Search: the closed AutoSync loop and its baselines (``Searcher``, driven by a ``Proposer`` per
+method), and ``recommend`` (the best strategy a simulator ranks, without running anything).
+
+Rooms: ``config`` (how a search runs, run names), ``proposers`` (the methods), ``loop`` (the
+``Searcher``), ``references`` (what a search must beat, and the confirmation), ``summary`` (the
+figures), ``resume`` (the store as the state), ``neighbours`` and ``selection`` (candidates near
+the incumbents, diverse picks), ``warm`` (the warm-start simulator), ``remote`` (torchrun workers).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,24 @@ from autosync_transfer._lazy import lazy_exports
 _EXPORTS = {
     "recommend": "recommend",
     "Searcher": "loop",
-    "SearchConfig": "loop",
-    "SearchResult": "loop",
-    "summarize": "loop",
+    "SearchConfig": "config",
+    "run_name": "config",
+    "default_store_path": "config",
+    "SearchProgress": "summary",
+    "SearchResult": "summary",
+    "summarize": "summary",
+    "load_run": "resume",
+    "run_meta": "resume",
+    "FP16_REFERENCES": "references",
+    "Proposer": "proposers",
+    "RandomProposer": "proposers",
+    "RankedProposer": "proposers",
+    "AutoSyncProposer": "proposers",
+    "AnalyticalProposer": "proposers",
+    "TPEProposer": "proposers",
+    "PROPOSERS": "proposers",
+    "SEARCH_METHODS": "proposers",
+    "make_proposer": "proposers",
     "select_diverse": "selection",
     "warm_simulator": "warm",
 }

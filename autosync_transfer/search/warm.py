@@ -13,7 +13,7 @@ __all__ = ["warm_simulator", "warm_version"]
 
 def warm_simulator(spec: str, *, trials: str | Path | None = None, seed: int = 0,
                    ranker: str = "rnn", max_epochs: int | None = None) -> tuple[Any, dict[str, Any]]:
-    """``(simulator, lineage)`` for ``--warm-start spec``: ``models:/NAME@ALIAS`` or
+    """``(simulator, lineage)`` for the warm-start source ``spec``: ``models:/NAME@ALIAS`` or
     ``models:/NAME/VERSION`` (or a registered name: its champion), else a domain name whose
     champion is used — trained with ``ranker`` on ``trials`` and registered when absent."""
     from autosync_transfer.registry import models
@@ -27,8 +27,8 @@ def warm_simulator(spec: str, *, trials: str | Path | None = None, seed: int = 0
     try:
         dom = get_domain(spec)
     except UnknownNameError as e:
-        raise ConfigError(f"--warm-start {spec!r} is neither a models:/ URI nor a known domain "
-                          f"({e})") from None
+        raise ConfigError(f"warm-start spec={spec!r} is neither a models:/ URI nor a known "
+                          f"domain ({e})") from None
     name = models.registered_name(dom.name)
     try:
         version = models.champion(name)
@@ -40,15 +40,15 @@ def warm_simulator(spec: str, *, trials: str | Path | None = None, seed: int = 0
         df = load_trials(trials)
         df = df[df["domain"] == dom.name] if len(df) else df
         if not len(df):
-            raise ConfigError(f"--warm-start {spec!r}: {name} has no champion and there are no "
-                              f"trials of {dom.name!r} to train one")
+            raise ConfigError(f"warm-start spec={spec!r}: {name} has no champion and trials "
+                              f"holds no trials of {dom.name!r} to train one")
         report = models.train_and_register(ranker, dom, df, seeds=(seed,), max_epochs=max_epochs)
         version = report.champion or report.best.version.version
     sim = models.load_simulator(name, version)
     if sim.kind == "analytical":
-        raise ConfigError(f"--warm-start {spec!r}: {name} version {version} is the analytical "
-                          f"cost model (nothing to fine-tune); a search without --warm-start "
-                          f"--method analytical ranks with it")
+        raise ConfigError(f"warm-start spec={spec!r}: {name} version {version} is the "
+                          f"analytical cost model (nothing to fine-tune); a search with "
+                          f"method='analytical' and no warm start ranks with it")
     return sim, {"source_model": name, "source_version": str(version)}
 
 

@@ -19,8 +19,12 @@ from autosync_transfer.domains.cluster import Cluster, Node
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.runtime.trial import Protocol
-from autosync_transfer.search.loop import (FP16_REFERENCES, TORCH_DDP, SearchConfig, Searcher,
-                                           load_run, summarize)
+from autosync_transfer.search.config import SearchConfig
+from autosync_transfer.search.loop import Searcher
+from autosync_transfer.search.references import FP16_REFERENCES
+from autosync_transfer.search.resume import load_run
+from autosync_transfer.search.summary import summarize
+from autosync_transfer.strategies import TORCH_DDP
 from autosync_transfer.strategies.builders import BUILDERS, build
 
 #: the references a search measures first
@@ -46,6 +50,17 @@ def _domain(bandwidth_gbps: float = 1.0) -> Domain:
 
 def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _journal_study(store: Path, run: str):  # noqa: ANN202 - optuna.Study
+    """Run ``run``'s TPE study as its journal beside ``store`` holds it."""
+    import optuna
+
+    from autosync_transfer.search.proposers.tpe import journal_path
+
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(journal_path(store))))
+    return optuna.load_study(study_name=run, storage=storage)
 
 
 def _fingerprints(path: Path, d: Domain) -> list[str]:
@@ -95,7 +110,7 @@ def test_every_method_spends_its_budget_once(tmp_path: Path, method: str) -> Non
     assert events[-1] == 5
     if method == "tpe":
         assert all(r["strategy_kind"] == "knobs" for r in searched)
-        assert len(Path(f"{store}.knobs.jsonl").read_text().splitlines()) >= 5
+        assert len(_journal_study(store, result.run).trials) >= 5
     if method == "autosync":
         assert result.simulator is not None  # trained once enough strategies were measured
 
@@ -152,24 +167,24 @@ def test_tpe_fills_a_round_over_the_knobs_when_it_proposes_only_known_strategies
     """When TPE's proposals are all measured already (it concentrates where the knobs decode to
     few strategies), the round is drawn uniformly over the knobs: new, distinct, and enqueued in
     the study so that TPE is told their results."""
-    from autosync_transfer.search.loop import SearchProgress
+    from autosync_transfer.search.summary import SearchProgress
     from autosync_transfer.strategies.knobs import decode
 
     d = _domain()
     searcher = Searcher(d, tmp_path / "run.jsonl", SearchConfig(method="tpe", seed=3),
                         launcher="local")
-    searcher._value_of = {}
-    searcher._study = searcher._tpe(SearchProgress(d.name, searcher.name, 10), {})
-    searcher.tpe_tries_per_pick = 0  # no TPE proposal: every pick from the fallback
-    first = searcher._tpe_ask(4, set())
+    tpe = searcher.proposer
+    tpe.bind(searcher.store, searcher.name, SearchProgress(d.name, searcher.name, 10), {})
+    tpe.tries_per_pick = 0  # no TPE proposal: every pick from the fallback
+    first = tpe.propose(0, 4, set(), [])
     measured = {s.content_key for s in first}
     assert len(measured) == 4
-    second = searcher._tpe_ask(4, measured)
+    second = tpe.propose(0, 4, measured, [])
     assert len({s.content_key for s in second} - measured) == 4
-    assert len(searcher._study.trials) == 8
+    assert len(tpe.study.trials) == 8
     for s in second:
-        assert decode(searcher._pending[s.id].params, d).content_key == s.content_key
-    assert len(Path(f"{tmp_path / 'run.jsonl'}.knobs.jsonl").read_text().splitlines()) == 8
+        assert decode(tpe.pending[s.id].params, d).content_key == s.content_key
+    assert len(_journal_study(tmp_path / "run.jsonl", searcher.name).trials) == 8
 
 
 def test_a_warm_run_continues_only_from_the_version_it_started_from(tmp_path: Path) -> None:
@@ -201,7 +216,7 @@ def test_a_warm_run_continues_only_from_the_version_it_started_from(tmp_path: Pa
     searcher("models:/autosync-ncf-A/3", "autosync-ncf-A/3")._check_resumable()
     with pytest.raises(ConfigError, match=r"warm-started from autosync-ncf-A/3, but "
                        r"'models:/autosync-ncf-A@champion' is autosync-ncf-A/4; continue it "
-                       r"with --warm-start models:/autosync-ncf-A/3"):
+                       r"with warm_source='models:/autosync-ncf-A/3'"):
         searcher("models:/autosync-ncf-A@champion", "autosync-ncf-A/4")._check_resumable()
 
 
@@ -221,14 +236,14 @@ def test_knob_candidates_are_ranked_with_the_sampled_ones(tmp_path: Path) -> Non
     assert SearchConfig(method="autosync").knob_candidates == 200
     assert SearchConfig(method="random").knob_candidates == 0
     assert SearchConfig(method="tpe", knob_candidates=None).knob_candidates == 0
-    knobbed = s._knob_candidates(0)
+    knobbed = s.proposer.knob_candidates(0)
     keys = [k.content_key for k in knobbed]
     assert len(set(keys)) == len(keys) == 30
-    assert [k.content_key for k in s._knob_candidates(0)] == keys
-    assert [k.content_key for k in s._knob_candidates(1)] != keys
+    assert [k.content_key for k in s.proposer.knob_candidates(0)] == keys
+    assert [k.content_key for k in s.proposer.knob_candidates(1)] != keys
     for k in knobbed:
         validate(k, d)
-    picks = s._pick(0, 5, set(), [])
+    picks = s.proposer.propose(0, 5, set(), [])
     assert len(picks) == 5 and sum(p.content_key in set(keys) for p in picks) >= 4
 
 
@@ -286,8 +301,8 @@ def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:
     (["search", "ncf-A", "--method", "tpe", "--warm-start", "ncf-B"], "--warm-start needs --method autosync, got 'tpe'"),
     (["search", "nope-A", "--launcher", "local"], "unknown domain 'nope-A'"),
     (["search", "ncf-A", "--launcher", "local", "--preset", "odd"], "unknown sampler preset 'odd'"),
-    (["search", "ncf-A", "--launcher", "local", "--warm-start", "zzz"], "--warm-start 'zzz' is neither a models:/ URI nor a known domain"),
-    (["search", "ncf-A", "--launcher", "local", "--method", "tpe", "--knob-candidates", "50"], "--knob-candidates needs a ranked method (autosync, analytical), got 'tpe'"),
+    (["search", "ncf-A", "--launcher", "local", "--warm-start", "zzz"], "warm-start spec='zzz' is neither a models:/ URI nor a known domain"),
+    (["search", "ncf-A", "--launcher", "local", "--method", "tpe", "--knob-candidates", "50"], "knob_candidates needs a ranked method (method='autosync' or 'analytical'), got method='tpe'"),
 ])
 def test_bad_search_input_is_one_line(cli, registry, tmp_path: Path, argv: list[str], message: str) -> None:
     from autosync_transfer.testing.cli import assert_one_line_error

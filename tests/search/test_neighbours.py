@@ -9,7 +9,8 @@ import pytest
 
 from autosync_transfer.domains.catalog import get_domain
 from autosync_transfer.errors import ConfigError
-from autosync_transfer.search.loop import SearchConfig, Searcher
+from autosync_transfer.search.config import SearchConfig
+from autosync_transfer.search.loop import Searcher
 from autosync_transfer.search.neighbours import NEIGHBOUR_KIND, neighbours
 from autosync_transfer.strategies.builders import build
 from autosync_transfer.strategies.sampler import StrategySampler
@@ -82,6 +83,6 @@ def test_ranked_search_picks_among_neighbours(tmp_path: Path) -> None:
         cfg = SearchConfig(method="analytical", candidates=8, neighbours=n, seed=2,
                            knob_candidates=0)
         s = Searcher(d, tmp_path / f"run{n}.jsonl", cfg, launcher="local")
-        picks[n] = s._pick(0, 4, set(), [], [best])  # noqa: SLF001
+        picks[n] = s.proposer.propose(0, 4, set(), [], [best])
     assert {p.kind for p in picks[0]} == {"sampled"}
     assert NEIGHBOUR_KIND in {p.kind for p in picks[100]}

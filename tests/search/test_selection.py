@@ -6,7 +6,7 @@ import pytest
 
 from autosync_transfer.dataset.store import TrialRecord
 from autosync_transfer.domains.catalog import get_domain
-from autosync_transfer.search.loop import summarize
+from autosync_transfer.search.summary import summarize
 from autosync_transfer.search.selection import describe, select_diverse
 from autosync_transfer.strategies.builders import build
 from autosync_transfer.strategies.sampler import StrategySampler, preset
@@ -34,7 +34,7 @@ def test_summary_by_hand() -> None:
 
 
 def test_hits_need_the_margin_and_confirmations_give_the_confirmed_speedup() -> None:
-    from autosync_transfer.search.loop import HIT_MARGIN
+    from autosync_transfer.search.summary import HIT_MARGIN
 
     refs = {"ps": 1.0, "torch_ddp": 3.0, "all_reduce+fp16": 0.97, "ddp+fp16": None}
     trials = [_rec(0, 0.99), _rec(1, 1.0 / (1 + HIT_MARGIN) - 1e-3), _rec(2, 0.95)]
@@ -97,7 +97,9 @@ def test_the_simulator_learns_failures_as_slow_and_each_strategy_once(tmp_path) 
     """Training data of a search round: ok trials at their time, a failed one at twice the
     slowest ok time, a strategy measured twice (a confirmation) once, at its first time."""
     from autosync_transfer.dataset.store import TrialStore
-    from autosync_transfer.search.loop import SearchConfig, Searcher, SearchProgress
+    from autosync_transfer.search.config import SearchConfig
+    from autosync_transfer.search.loop import Searcher
+    from autosync_transfer.search.summary import SearchProgress
 
     d = get_domain("ncf-C")
     s = StrategySampler(d, "dataset", seed=5).sample_n(3)
@@ -106,6 +108,7 @@ def test_the_simulator_learns_failures_as_slow_and_each_strategy_once(tmp_path) 
     strategies = {"d/0": s[0], "d/1": s[1], "d/2": s[2], "d/3": s[0]}
     TrialStore(store).extend(recs)
     searcher = Searcher(d, store, SearchConfig(method="autosync"), launcher="local")
-    data = searcher._training_data(SearchProgress("d", "r", 10), strategies)  # noqa: SLF001
+    searcher.proposer.bind(searcher.store, searcher.name, SearchProgress("d", "r", 10), strategies)
+    data = searcher.proposer.training_data(strategies)
     got = dict(zip((x.id for x in data.strategies), data.runtimes_s))
     assert got == {s[0].id: 0.2, s[1].id: 0.5, s[2].id: 1.0}
