@@ -75,7 +75,7 @@ LIBRARY_PARAMETERS: dict[str, str] = {
 def in_flags(message: str, flags: dict[str, str]) -> str:
     """``message`` of a library error with parameter names in the command's own words:
     ``shots=500 is more`` -> ``--shots 500 is more``, ``collect=True`` -> ``--collect``,
-    ``method='zero-shot'`` -> ``--method zero-shot``, ``max_epochs must`` -> ``--epochs must``.
+    ``method='zero-shot'`` -> ``--method 'zero-shot'``, ``max_epochs must`` -> ``--epochs must``.
     ``flags`` maps a library parameter name to its option (``{"shots": "--shots"}``)."""
     import re
 
@@ -83,14 +83,13 @@ def in_flags(message: str, flags: dict[str, str]) -> str:
         return message
     names = "|".join(sorted(map(re.escape, flags), key=len, reverse=True))
     boolean = re.compile(rf"(?<![\w.-])({names})=True\b")
-    valued = re.compile(rf"(?<![\w.-])({names})=('([^']*)'|[^\s,;:)]+)")
+    valued = re.compile(rf"(?<![\w.-])({names})=('[^']*'|[^\s,;)]*[^\s,;:.)])")
     # a bare word only for names that cannot be an ordinary word ("n must" stays as it is)
     words = "|".join(sorted((re.escape(n) for n in flags if "_" in n or len(n) > 4), key=len,
                             reverse=True)) or "(?!)"
     bare = re.compile(rf"(?<![\w.'-])({words}) (must|are|needs)\b")
     message = boolean.sub(lambda m: flags[m.group(1)], message)
-    message = valued.sub(lambda m: f"{flags[m.group(1)]} "
-                         f"{m.group(3) if m.group(3) is not None else m.group(2)}", message)
+    message = valued.sub(lambda m: f"{flags[m.group(1)]} {m.group(2)}", message)
     return bare.sub(lambda m: f"{flags[m.group(1)]} {m.group(2)}", message)
 
 

@@ -313,7 +313,7 @@ def get_launcher(name: str) -> type[Launcher]:
         return LAUNCHERS[name]
     except (KeyError, TypeError):
         raise ConfigError(
-            f"launcher must be one of {', '.join(LAUNCHERS)}, got {name!r}") from None
+            f"launcher must be one of {', '.join(sorted(LAUNCHERS))}, got {name!r}") from None
 
 
 def as_launcher(launcher: str | Launcher) -> Launcher:

@@ -61,9 +61,9 @@ class Proposer(ABC):
         if warm is not None and warm.kind == "analytical":
             raise ConfigError("warm_start needs a learned simulator, got the analytical cost model")
         if config.knob_candidates and not cls.ranked:
-            words = " or ".join(repr(m) for m, p in PROPOSERS.items() if p.ranked)
-            raise ConfigError(f"knob_candidates needs a ranked method (method={words}), "
-                              f"got method={config.method!r}")
+            words = ", ".join(m for m, p in PROPOSERS.items() if p.ranked)
+            raise ConfigError(f"knob_candidates needs a ranked method ({words}), "
+                              f"got {config.method!r}")
         from autosync_transfer.strategies.sampler import preset
 
         preset(config.preset)  # the name, before anything runs
