@@ -514,34 +514,73 @@ def train_simulator(
     dm.setup()
     sizes = {f"{s}_strategies": dm.split_size(s) for s in ("train", "val", "test")}
     if kind == ANALYTICAL:
-        sim = Simulator(ANALYTICAL, costmodel_config=cm)
-        test = evaluate_simulator(sim, dm, "test")
-        out = _metrics(test, sizes)
-        out.update(kind=kind, seed=seed, epochs=0, best_epoch=-1,
-                   best_val_pairwise_acc=evaluate_simulator(sim, dm, "val")["pairwise_accuracy"],
-                   fit_s=0.0, seconds_per_epoch=0.0, history={})
-        if logger is not None:
-            logger.log_metrics(_loggable(out))
-        return sim, out
+        return _evaluate_analytical(dm, cm, sizes, seed, logger)
     if sizes["train_strategies"] < 2:
         raise ConfigError(f"need at least 2 training strategies, got "
                           f"{sizes['train_strategies']}")
+    hparams, init_sd = _initial_weights(kind, init_state, hparams)
+    module, tracker, fit_s = _fit(kind, dm, hparams=hparams, init_sd=init_sd, freeze=freeze,
+                                  seed=seed, max_epochs=max_epochs, patience=patience,
+                                  logger=logger, enable_progress_bar=enable_progress_bar,
+                                  gradient_clip_val=gradient_clip_val)
+    sim = Simulator.from_module(module, cm)
+    test = evaluate_simulator(sim, dm, "test")
+    epochs = len(tracker.history["train_loss"])
+    out = _metrics(test, sizes)
+    out.update(
+        kind=kind,
+        seed=seed,
+        epochs=epochs,
+        best_epoch=tracker.best_epoch,
+        best_val_pairwise_acc=tracker.best if tracker.best_state is not None else float("nan"),
+        fit_s=fit_s,
+        seconds_per_epoch=fit_s / max(epochs, 1),
+        history=copy.deepcopy(tracker.history),
+    )
+    if logger is not None:
+        logger.log_metrics(_loggable(out))
+        logger.save()
+    return sim, out
 
-    import lightning as L
-    from lightning.pytorch.callbacks import EarlyStopping
 
-    from autosync_transfer.rankers.modules import build_ranker
+def _evaluate_analytical(dm: TrialDataModule, cm: CostModelConfig | None,
+                         sizes: Mapping[str, int], seed: int, logger: Any
+                         ) -> tuple[Simulator, dict[str, Any]]:
+    """``train_simulator`` for the analytical cost model: nothing to train, evaluated alike."""
+    sim = Simulator(ANALYTICAL, costmodel_config=cm)
+    test = evaluate_simulator(sim, dm, "test")
+    out = _metrics(test, sizes)
+    out.update(kind=ANALYTICAL, seed=seed, epochs=0, best_epoch=-1,
+               best_val_pairwise_acc=evaluate_simulator(sim, dm, "val")["pairwise_accuracy"],
+               fit_s=0.0, seconds_per_epoch=0.0, history={})
+    if logger is not None:
+        logger.log_metrics(_loggable(out))
+    return sim, out
 
-    init_sd: Mapping[str, Tensor] | None = None
+
+def _initial_weights(kind: str, init_state: Simulator | Mapping[str, Tensor] | None,
+                     hparams: Mapping[str, Any] | None
+                     ) -> tuple[Mapping[str, Any] | None, Mapping[str, Tensor] | None]:
+    """``(hparams, state_dict)`` to start from: a simulator's own, a given state_dict, or none."""
     if isinstance(init_state, Simulator):
         if init_state.kind != kind:
             raise ConfigError(f"init_state is a {init_state.kind} simulator, cannot warm-start "
                               f"a {kind} ranker")
-        if hparams is None:
-            hparams = init_state.config()["hparams"]
-        init_sd = init_state.state_dict()
-    elif init_state is not None:
-        init_sd = init_state
+        return (init_state.config()["hparams"] if hparams is None else hparams,
+                init_state.state_dict())
+    return hparams, init_state
+
+
+def _fit(kind: str, dm: TrialDataModule, *, hparams: Mapping[str, Any] | None,
+         init_sd: Mapping[str, Tensor] | None, freeze: str | Sequence[str] | None, seed: int,
+         max_epochs: int, patience: int | None, logger: Any, enable_progress_bar: bool,
+         gradient_clip_val: float) -> tuple[RankerModule, Any, float]:
+    """Build the ranker (seeded), fit it on ``dm`` with early stopping on the validation
+    pairwise accuracy; ``(module at its best epoch, in eval mode; the tracker; fit seconds)``."""
+    import lightning as L
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    from autosync_transfer.rankers.modules import build_ranker
 
     has_val = dm.split_size("val") > 0
     with _quiet_deterministic_cpu(), torch.random.fork_rng(devices=[]):
@@ -586,24 +625,7 @@ def train_simulator(
     module.eval()
     for p in module.parameters():
         p.requires_grad_(True)
-    sim = Simulator.from_module(module, cm)
-    test = evaluate_simulator(sim, dm, "test")
-    epochs = len(tracker.history["train_loss"])
-    out = _metrics(test, sizes)
-    out.update(
-        kind=kind,
-        seed=seed,
-        epochs=epochs,
-        best_epoch=tracker.best_epoch,
-        best_val_pairwise_acc=tracker.best if tracker.best_state is not None else float("nan"),
-        fit_s=fit_s,
-        seconds_per_epoch=fit_s / max(epochs, 1),
-        history=copy.deepcopy(tracker.history),
-    )
-    if logger is not None:
-        logger.log_metrics(_loggable(out))
-        logger.save()
-    return sim, out
+    return module, tracker, fit_s
 
 
 def _metrics(test: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, Any]:
