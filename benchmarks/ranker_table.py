@@ -31,7 +31,8 @@ def main() -> int:
 
     import torch
 
-    from autosync_transfer.dataset.loader import load_trials, reference_noise, strategy_runtimes
+    from autosync_transfer.dataset.loader import (load_trials, reference_noise, strategy_runtimes,
+                                                  strategy_table)
     from autosync_transfer.rankers.metrics import noise_ceiling
     from autosync_transfer.rankers.simulator import train_simulator
 
@@ -55,12 +56,13 @@ def main() -> int:
                                  float(noise["median_robust_cv"])) if noise else float("nan"))
         if ceiling == ceiling:
             ceilings.append(ceiling)
+        table = strategy_table(sub)  # the measured strategies, as the rankers train on them
         cells = []
         accs: dict[str, float] = {}
         for kind in kinds:
             pa, t1 = [], []
             for seed in range(args.seeds):
-                _, m = train_simulator(kind, sub, seed=seed, max_epochs=args.epochs)
+                _, m = train_simulator(kind, table, seed=seed, max_epochs=args.epochs)
                 pa.append(m["test_pairwise_accuracy"])
                 t1.append(m["test_top1"])
             sd = statistics.pstdev(pa) if len(pa) > 1 else 0.0

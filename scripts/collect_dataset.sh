@@ -20,7 +20,7 @@ fi
 for ((n = STEP; n <= TARGET; n += STEP)); do
   for d in $DOMAINS; do
     echo "== $(date -u +%FT%TZ) $d -> $n trials"
-    $BIN collect "$d" --trials "$n" --launcher emulated $PROTOCOL --reference-every 20 --timeout 120 \
+    $BIN collect "$d" -n "$n" --launcher emulated $PROTOCOL --reference-every 20 --timeout 120 \
       --store "datasets/trials/$d.jsonl" --seed 0 ${REMEASURE:+--remeasure "$REMEASURE"} \
       || echo "collect $d exited with $?"
   done

@@ -68,7 +68,7 @@ def main() -> int:
         return 2
 
     from autosync_transfer.errors import AutosyncError
-    from autosync_transfer.registry.models import compare_links, registered_name
+    from autosync_transfer.registry.versions import compare_links, registered_name
 
     name = args.model if args.model.startswith("autosync-") else registered_name(args.model)
     port = _free_port()

@@ -16,13 +16,15 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "autosync_transfer"
 
 #: rooms every room may use
-BASE = {"errors", "_lazy"}
+BASE = {"errors", "_lazy", "paths"}
 
 #: lower rooms each room may import (besides itself and BASE); flow: domains -> strategies ->
 #: rankers / runtime -> dataset -> registry -> adapt -> search -> cli
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "_lazy": set(),
+    # where shipped data, the registry and default stores live (autosync_transfer/paths.py)
+    "paths": set(),
     "domains": set(),
     "strategies": {"domains"},
     "rankers": {"domains", "strategies"},

@@ -165,8 +165,8 @@ def import_autosync_cmd(
 @app.command("compact", cls=Command)
 @renamed({"--path": "--data"})
 def compact_cmd(
-    path: str = typer.Option("datasets/trials", "--data", metavar="PATH", help="Folder of trial stores (*.jsonl) to read."),
-    out: str = typer.Option("datasets/parquet", "--out", metavar="PATH", help="Folder for one parquet file per store."),
+    path: Optional[str] = typer.Option(None, "--data", metavar="PATH", help="Folder of trial stores (*.jsonl) to read; default: the checkout's datasets/trials, or ./autosync-runs/trials when installed ($AUTOSYNC_DATASETS/trials when set)."),
+    out: Optional[str] = typer.Option(None, "--out", metavar="PATH", help="Folder for one parquet file per store; default: parquet/ beside the default --data folder."),
     json_out: bool = json_option("Print the files written as JSON."),
 ) -> None:
     """Write every trial store as parquet (for shipping; the loader reads both, once per trial)."""
@@ -175,11 +175,13 @@ def compact_cmd(
     from autosync_transfer.cli._common import print_json
     from autosync_transfer.dataset.store import TrialStore
     from autosync_transfer.errors import SpecError
+    from autosync_transfer.paths import parquet_dir, trials_dir
 
-    src, dst = Path(path), Path(out)
+    src = Path(path) if path is not None else trials_dir()
+    dst = Path(out) if out is not None else parquet_dir()
     stores = sorted(src.glob("*.jsonl")) if src.is_dir() else []
     if not stores:
-        raise SpecError(f"--data {path!r}: no trial stores (*.jsonl) in it")
+        raise SpecError(f"--data {str(src)!r}: no trial stores (*.jsonl) in it")
     dst.mkdir(parents=True, exist_ok=True)
     written = []
     for p in stores:

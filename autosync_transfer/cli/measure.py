@@ -12,7 +12,9 @@ from autosync_transfer.cli._choices import CollectSampler, Launcher, SamplerPres
 from autosync_transfer.cli._params import (cluster_file_option, iters_option, json_option,
                                            renamed, store_option, timeout_option, warmup_option)
 
-DEFAULT_STORE_DIR = "datasets/trials"
+#: where collect writes by default (autosync_transfer.paths.trials_dir)
+DEFAULT_STORE_HELP = ("default: DOMAIN.jsonl in the checkout's datasets/trials, or in "
+                      "./autosync-runs/trials when installed ($AUTOSYNC_DATASETS/trials when set)")
 
 
 @renamed({"--trials": "--count"})
@@ -23,7 +25,7 @@ def collect(
     sampler: CollectSampler = typer.Option(CollectSampler.random, "--sampler", help="random (builders, DDP, then sampled) or builders."),
     seed: int = typer.Option(0, "--seed"),
     preset: SamplerPreset = typer.Option(SamplerPreset.dataset, "--preset", help="Sampler preset for --sampler random (see strategies sample --preset)."),
-    store: Optional[str] = store_option(f"Trial store (JSON Lines) to write or continue; default {DEFAULT_STORE_DIR}/DOMAIN.jsonl."),
+    store: Optional[str] = store_option(f"Trial store (JSON Lines) to write or continue; {DEFAULT_STORE_HELP}."),
     warmup: Optional[int] = warmup_option(),
     iters: Optional[int] = iters_option(),
     reference_every: int = typer.Option(25, "--reference-every", min=0, help="Re-measure the reference strategy every N trials (0: never)."),
@@ -40,12 +42,13 @@ def collect(
     from autosync_transfer.cli._params import protocol
     from autosync_transfer.dataset.collect import collect as run_collect
     from autosync_transfer.errors import ConfigError
+    from autosync_transfer.paths import trials_dir
 
     if count is None and remeasure is None:
         raise ConfigError("-n/--count is required (unless --remeasure is given)")
     reasons = _remeasure_reasons(remeasure)
     domain = resolve_domain(domain_name, cluster_file)
-    path = Path(store) if store else Path(DEFAULT_STORE_DIR) / f"{domain.name}.jsonl"
+    path = Path(store) if store else trials_dir() / f"{domain.name}.jsonl"
     proto = protocol(warmup, iters, timeout_s)
     report: dict[str, Any] = {"domain": domain.name, "store": str(path)}
     if reasons:

@@ -1,9 +1,10 @@
 """Load trial datasets (JSON Lines stores and parquet files) as pandas tables.
 
-The default location is the repository's ``datasets/`` folder; the environment variable
-``AUTOSYNC_DATASETS`` overrides it. Tables have the columns of
-:meth:`~autosync_transfer.dataset.store.TrialRecord.to_row` plus ``source`` (the file a row came
-from); ``strategy``, ``protocol`` and ``machine`` are JSON strings.
+The default location is :func:`autosync_transfer.paths.datasets_dir`: ``$AUTOSYNC_DATASETS``,
+else the checkout's ``datasets/`` folder, else the datasets shipped in the installed package.
+Tables have the columns of :meth:`~autosync_transfer.dataset.store.TrialRecord.to_row` plus
+``source`` (the file a row came from); ``strategy``, ``protocol`` and ``machine`` are JSON
+strings.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autosync_transfer import paths
 from autosync_transfer.dataset.store import TrialRecord, TrialStore, require
 from autosync_transfer.errors import ConfigError, SpecError, UnknownNameError
 
@@ -41,7 +43,7 @@ __all__ = [
 ]
 
 #: environment variable that replaces the default datasets folder
-DATASETS_ENV = "AUTOSYNC_DATASETS"
+DATASETS_ENV = paths.DATASETS_ENV
 STATUSES: tuple[str, ...] = ("ok", "failed", "timeout")
 
 PathLike = str | os.PathLike[str]
@@ -51,11 +53,9 @@ _ADDED_COLUMNS: dict[str, Any] = {"supersedes": None}
 
 
 def default_datasets_dir() -> Path:
-    """``$AUTOSYNC_DATASETS`` when set, else the ``datasets/`` folder of the repository."""
-    env = os.environ.get(DATASETS_ENV)
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "datasets"
+    """``$AUTOSYNC_DATASETS`` when set, else the checkout's ``datasets/`` folder, else the
+    datasets shipped in the installed package (:func:`autosync_transfer.paths.datasets_dir`)."""
+    return paths.datasets_dir()
 
 
 def dataset_files(paths_or_dir: PathLike | Sequence[PathLike] | None = None) -> list[Path]:

@@ -1,4 +1,5 @@
-"""Domains: model graphs, clusters, and their named pairs (catalog), plus the model zoo."""
+"""Domains: model graphs, clusters, and their named pairs (catalog), plus the model zoo and
+workloads (a runnable training step: a zoo model or the user's own)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from autosync_transfer.domains.catalog import (
     get_domain,
     get_model,
     model_names,
+    resolve_domain,
 )
-from autosync_transfer.domains.cluster import Cluster, Node, SSHConfig
+from autosync_transfer.domains.cluster import Cluster, Node, ResourceSpec, SSHConfig
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.domains.graph import ModelGraph, Variable
+from autosync_transfer.domains.workload import Workload, load_workload, zoo_workload
 
 __all__ = [
     "CLUSTERS",
@@ -21,12 +24,17 @@ __all__ = [
     "Domain",
     "ModelGraph",
     "Node",
+    "ResourceSpec",
     "SSHConfig",
     "Variable",
+    "Workload",
     "cluster_names",
     "domain_names",
     "get_cluster",
     "get_domain",
     "get_model",
+    "load_workload",
     "model_names",
+    "resolve_domain",
+    "zoo_workload",
 ]

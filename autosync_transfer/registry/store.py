@@ -2,8 +2,10 @@
 
 ``$MLFLOW_TRACKING_URI`` names the store when set (a tracking server, or any backend URI).
 Otherwise the store is local: ``sqlite:///<registry dir>/mlflow.db`` with artifacts under
-``<registry dir>/artifacts``, where the registry dir is ``$AUTOSYNC_REGISTRY_DIR`` or the
-repository's ``registry/`` folder. ``$AUTOSYNC_REGISTRY_ARTIFACTS`` overrides the artifact root.
+``<registry dir>/artifacts``, where the registry dir is ``$AUTOSYNC_REGISTRY_DIR``, the
+checkout's ``registry/`` folder, or ``registry/`` in the per-user data folder of an installed
+package (:func:`autosync_transfer.paths.registry_dir`). ``$AUTOSYNC_REGISTRY_ARTIFACTS``
+overrides the artifact root.
 Artifact locations are always explicit (never the current directory).
 
 mlflow is imported inside functions only, so importing this module is cheap.
@@ -16,6 +18,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autosync_transfer import paths
 from autosync_transfer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -36,19 +39,17 @@ __all__ = [
 
 #: the experiment every simulator run is logged to
 EXPERIMENT_NAME = "autosync-transfer"
-#: environment variable that replaces the repository's ``registry/`` folder
-REGISTRY_DIR_ENV = "AUTOSYNC_REGISTRY_DIR"
+#: environment variable that replaces the default registry folder
+REGISTRY_DIR_ENV = paths.REGISTRY_DIR_ENV
 #: environment variable that replaces ``<registry dir>/artifacts`` as the artifact root
 ARTIFACT_ROOT_ENV = "AUTOSYNC_REGISTRY_ARTIFACTS"
 _TRACKING_ENV = "MLFLOW_TRACKING_URI"
 
 
 def registry_dir() -> Path:
-    """``$AUTOSYNC_REGISTRY_DIR``, else ``<repository>/registry``."""
-    env = os.environ.get(REGISTRY_DIR_ENV)
-    if env:
-        return Path(env).expanduser().resolve()
-    return Path(__file__).resolve().parents[2] / "registry"
+    """``$AUTOSYNC_REGISTRY_DIR``, else the checkout's ``registry/``, else ``registry/`` in the
+    per-user data folder (:func:`autosync_transfer.paths.registry_dir`)."""
+    return paths.registry_dir()
 
 
 def tracking_uri() -> str:

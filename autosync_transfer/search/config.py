@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from autosync_transfer.paths import search_dir
 from autosync_transfer.search.proposers import PROPOSERS, RANKED_METHODS, SEARCH_METHODS
 
 __all__ = ["DEFAULT_KNOB_CANDIDATES", "DEFAULT_SEARCH_DIR", "SearchConfig", "SearchMethod",
@@ -23,9 +24,9 @@ SearchMethod = Literal[SEARCH_METHODS]  # type: ignore[valid-type]
 #: whole-model candidates per round a ranked search adds from the knob encoding by default
 DEFAULT_KNOB_CANDIDATES = 200
 
-#: default folder of search trial stores (below the current directory; kept apart from the
-#: collected datasets, whose sampled strategies are unbiased: give another store path to put
-#: them there)
+#: default folder of search trial stores below the checkout (installed: ./autosync-runs/search;
+#: the folder is :func:`autosync_transfer.paths.search_dir`); kept apart from the collected
+#: datasets, whose sampled strategies are unbiased: give another store path to put them there
 DEFAULT_SEARCH_DIR = "runs/search"
 
 
@@ -73,5 +74,7 @@ def run_name(config: SearchConfig, warm: bool) -> str:
 
 
 def default_store_path(domain: str, name: str) -> Path:
-    """Where run ``name`` of ``domain`` is stored by default (below the current directory)."""
-    return Path(DEFAULT_SEARCH_DIR) / domain / f"{name}.jsonl"
+    """Where run ``name`` of ``domain`` is stored by default: below
+    :func:`autosync_transfer.paths.search_dir` (the checkout's ``runs/search``, or
+    ``./autosync-runs/search`` for an installed package)."""
+    return search_dir() / domain / f"{name}.jsonl"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from autosync_transfer.strategies.builders import BUILDERS, build
-from autosync_transfer.strategies.sampler import SamplerConfig, StrategySampler, preset
+from autosync_transfer.strategies.sampler import (SamplerConfig, StrategyBatch, StrategySampler,
+                                                  preset)
 from autosync_transfer.strategies.types import (PS, TORCH_DDP, AllReduce, Partition, Strategy,
                                                 VarConfig)
 from autosync_transfer.strategies.validate import validate, violations
@@ -15,6 +16,7 @@ __all__ = [
     "Partition",
     "SamplerConfig",
     "Strategy",
+    "StrategyBatch",
     "StrategySampler",
     "TORCH_DDP",
     "VarConfig",
