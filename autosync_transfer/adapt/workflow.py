@@ -310,23 +310,23 @@ def _domain(name: str | Domain, trials: str | Path | None, *, registered: bool =
         return name
     try:
         return get_domain(name)
-    except UnknownNameError:
-        pass
+    except UnknownNameError as e:
+        catalog_error = str(e)
     try:
         return find_domain(name, trials)
     except UnknownNameError:
         if not registered:
             raise
-        from autosync_transfer.registry.flavor import load_domain
-        from autosync_transfer.registry.versions import registered_name
+    from autosync_transfer.registry.flavor import load_domain
+    from autosync_transfer.registry.versions import registered_name
 
-        try:
-            return load_domain(registered_name(name))
-        except UnknownNameError:
-            raise UnknownNameError(
-                f"unknown source {name!r}: not a catalog domain, no trial store in "
-                f"{_where(trials)} describes it, and {registered_name(name)} has no champion "
-                f"(name a registered version with models:/NAME@ALIAS)") from None
+    try:
+        return load_domain(registered_name(name))
+    except UnknownNameError:
+        raise UnknownNameError(
+            f"{catalog_error}; no trial store in {_where(trials)} describes it, and "
+            f"{registered_name(name)} has no champion (or name a registered version: "
+            f"models:/NAME@ALIAS)") from None
 
 
 def _check_arguments(source: str, src_dom: Domain, tgt_dom: Domain, method: str,
@@ -376,14 +376,6 @@ class _Source:
         if version is not None:
             say(f"loading {name}@champion (version {version})")
             return cls(name, domain, ok_trials, version, load_simulator(name, version))
-        if not len(ok_trials) and trials is not None:
-            # the target's own store holds no source trials: the shipped datasets may
-            from autosync_transfer.dataset.loader import load_trials
-
-            say(f"reading the trials of {domain.name} from the shipped datasets")
-            ok_trials = _ok_trials(load_trials(None), domain.name)
-            if len(ok_trials):
-                return cls(name, domain, ok_trials, None, None)
         if not len(ok_trials):
             raise ConfigError(
                 f"no simulator of the source {domain.name!r}: {name} has no champion in the "

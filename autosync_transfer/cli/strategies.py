@@ -7,8 +7,7 @@ from typing import Optional
 import typer
 
 from autosync_transfer.cli._choices import Builder, SamplerPreset
-from autosync_transfer.cli._params import (Command, cluster_file_option, json_option,
-                                           model_option, renamed)
+from autosync_transfer.cli._params import Command, cluster_file_option, json_option, renamed
 
 app = typer.Typer(help="Strategies: sample the space, build hand-optimized ones, validate files.",
                   no_args_is_help=True)
@@ -17,7 +16,7 @@ app = typer.Typer(help="Strategies: sample the space, build hand-optimized ones,
 @app.command("sample", cls=Command)
 @renamed({"--num": "--count"})
 def sample(
-    domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="e.g. bert-large-B (or --model with --cluster-file)."),
+    domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-large-B"),
     n: int = typer.Option(10, "--count", "-n", min=1, help="How many strategies."),
     seed: int = typer.Option(0, "--seed", help="Sampler seed (same seed, same strategies)."),
     preset: SamplerPreset = typer.Option(SamplerPreset.default, "--preset", help="Sampler preset (default: AutoSync's product space)."),
@@ -25,18 +24,17 @@ def sample(
     json_out: bool = json_option("Print the strategies as JSON Lines."),
     estimate_cost: bool = typer.Option(False, "--estimate", help="Add the analytical sync-time estimate."),
     cluster_file: Optional[str] = cluster_file_option(),
-    model: Optional[str] = model_option(),
 ) -> None:
     """Sample valid strategies from AutoSync's space with its knowledge constraints."""
     import sys
 
-    from autosync_transfer.cli._common import out, resolve_target
+    from autosync_transfer.cli._common import out, resolve_domain
     from autosync_transfer.cli._output import (check_out, strategy_summary, strategy_table,
                                                write_jsonl)
     from autosync_transfer.strategies.sampler import StrategySampler, preset as get_preset
     from autosync_transfer.strategies.validate import validate
 
-    domain, _ = resolve_target(domain_name, cluster_file, model)
+    domain = resolve_domain(domain_name, cluster_file)
     check_out(out_path, "--out")
     sampler = StrategySampler(domain, get_preset(preset.value), seed=seed)
     strategies = sampler.sample_n(n)
