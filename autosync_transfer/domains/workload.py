@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from autosync_transfer.domains.cluster import Cluster
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.domains.graph import ModelGraph
-from autosync_transfer.errors import ConfigError, WorkloadError
+from autosync_transfer.errors import ConfigError, SpecError, WorkloadError
 
 if TYPE_CHECKING:
     import torch
@@ -425,7 +425,12 @@ def workload_domain(model: str | Workload, cluster: Cluster | str | Path) -> tup
     else:
         from autosync_transfer.domains.catalog import CLUSTERS
 
-        clu = Cluster.from_file(cluster)
+        try:
+            clu = Cluster.from_file(cluster)
+        except SpecError as e:
+            if str(cluster) in str(e):
+                raise
+            raise SpecError(f"cluster_file={str(cluster)!r}: {e}") from e
         if "-" in clu.name or clu.name in CLUSTERS:
             raise ConfigError(
                 f"cluster_file={str(cluster)!r}: the cluster is named after the file "

@@ -44,19 +44,19 @@ def warm_simulator(spec: str, *, trials: str | Path | None = None, seed: int = 0
             try:
                 dom = find_domain(spec, trials)
             except UnknownNameError:
-                raise ConfigError(f"warm-start spec={spec!r} is neither a models:/ URI, nor a "
-                                  f"known domain ({catalog_error}), nor a registered domain "
-                                  f"with a champion") from None
+                raise ConfigError(f"warm_start={spec!r} is neither a models:/ URI nor a "
+                                  f"known domain ({catalog_error}; no trial store describes "
+                                  f"it and {name} has no champion)") from None
         df = load_trials(trials)
         df = df[df["domain"] == dom.name] if len(df) else df
         if not len(df):
-            raise ConfigError(f"warm-start spec={spec!r}: {name} has no champion and trials "
+            raise ConfigError(f"warm_start={spec!r}: {name} has no champion and trials "
                               f"holds no trials of {dom.name!r} to train one")
         report = models.train_and_register(ranker, dom, df, seeds=(seed,), max_epochs=max_epochs)
         version = report.champion or report.best.version.version
     sim = models.load_simulator(name, version)
     if sim.kind == "analytical":
-        raise ConfigError(f"warm-start spec={spec!r}: {name} version {version} is the "
+        raise ConfigError(f"warm_start={spec!r}: {name} version {version} is the "
                           f"analytical cost model (nothing to fine-tune); a search with "
                           f"method='analytical' and no warm start ranks with it")
     return sim, {"source_model": name, "source_version": str(version)}
