@@ -95,6 +95,9 @@ def run_flow(args: argparse.Namespace, flow: Flow, env: dict[str, str]) -> None:
     quick = [*(["--warmup", str(args.warmup)] if args.warmup is not None else []),
              *(["--iters", str(args.iters)] if args.iters is not None else [])]
     trials = flow.out / "trials.jsonl"
+    epochs = ["--epochs", str(args.epochs)] if args.epochs is not None else []
+    if args.max_foreign_cpu is not None:
+        quick += ["--max-foreign-cpu", str(args.max_foreign_cpu)]
 
     # 1. collect (the store is the state: a larger --count continues it)
     params = {"count": args.count, "launcher": args.launcher, "protocol": quick}
@@ -110,7 +113,7 @@ def run_flow(args: argparse.Namespace, flow: Flow, env: dict[str, str]) -> None:
         if _has_champion(args.source, env):
             flow.save("source", params, {"trained": False}, 0.0)
         else:
-            res, wall = _cli(["train", args.source, "--seeds", "1"], env)
+            res, wall = _cli(["train", args.source, "--seeds", "1", *epochs], env)
             flow.save("source", params, {"trained": True, "version": res["best_version"]}, wall)
 
     # 3. adapt with each number of target trials
@@ -120,7 +123,7 @@ def run_flow(args: argparse.Namespace, flow: Flow, env: dict[str, str]) -> None:
         if flow.done(step, params):
             continue
         res, wall = _cli(["adapt", "--source", args.source, *target, "--data", str(trials),
-                          "--shots", str(shots)], env)
+                          "--shots", str(shots), *epochs], env)
         flow.save(step, params, res, wall)
 
     # 4. search warm-started from the version adapted with the most shots
@@ -132,7 +135,7 @@ def run_flow(args: argparse.Namespace, flow: Flow, env: dict[str, str]) -> None:
     if not flow.done("search", params):
         res, wall = _cli(["search", *target, "--budget", str(args.budget), "--warm-start", warm,
                           "--launcher", args.launcher, "--store", str(flow.out / "search.jsonl"),
-                          "--export-json", str(strategy), *quick], env)
+                          "--export-json", str(strategy), *quick, *epochs], env)
         flow.save("search", params, res, wall)
 
     # 5. train with the exported strategy
@@ -243,6 +246,11 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=300, help="training steps with the strategy")
     ap.add_argument("--warmup", type=int, default=None, help="protocol (default: the library's)")
     ap.add_argument("--iters", type=int, default=None, help="protocol (default: the library's)")
+    ap.add_argument("--max-foreign-cpu", type=float, default=None,
+                    help="collect and search: re-measure a trial disturbed by other processes "
+                         "beyond this CPU share (default: theirs, 0.05; 1 disables)")
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="cap on training epochs of train, adapt and search (default: theirs)")
     ap.add_argument("--registry", default=None, help="MLflow tracking URI for this run")
     ap.add_argument("--redo", default="", help="steps to run again: collect,source,adapt,search,train")
     ap.add_argument("--report", action="store_true", help="print the summary of --out only")

@@ -205,7 +205,9 @@ def adapt_and_register(
     (``models:/NAME@ALIAS``, ``models:/NAME/VERSION``); ``target``: a domain name, or a
     :class:`~autosync_transfer.domains.domain.Domain` (a user's workload on a cluster file:
     :func:`~autosync_transfer.domains.workload.workload_domain`), whose trials are in ``trials``.
-    ``trials``: a trial store, parquet file or folder (default: the shipped datasets);
+    ``trials``: a trial store, parquet file or folder (default: the shipped datasets; for a
+    target outside the catalog, a source without a champion whose trials are not in ``trials``
+    is trained on the shipped datasets' trials of it);
     ``shots``: target trials to adapt on (default :data:`DEFAULT_SHOTS`, or all available when
     fewer; none for zero-shot); ``collect``: measure them first on the emulated target cluster
     and append them to the target's store (they become the shots); ``max_epochs``: cap on the
@@ -239,7 +241,8 @@ def adapt_and_register(
         src_dom = src.domain
     else:
         src = _Source.find(registered_name(src_dom.name), src_dom,
-                           _ok_trials(df, src_dom.name), trials, say)
+                           _ok_trials(df, src_dom.name), trials, say,
+                           shipped=trials is not None and not _in_catalog(tgt_dom))
     src_name = src.name
 
     collected: tuple[str, ...] = ()
@@ -291,6 +294,16 @@ def _target_split(tgt_dom: Domain, tgt_df: pandas.DataFrame, trials: str | Path 
     n = shots if shots is not None else default
     split.check_shots(n)
     return split, n, None
+
+
+def _in_catalog(domain: Domain) -> bool:
+    """Whether ``domain`` is the catalog's domain of its name (not a workload or cluster file)."""
+    from autosync_transfer.domains.catalog import get_domain
+
+    try:
+        return get_domain(domain.name).fingerprint == domain.fingerprint
+    except UnknownNameError:
+        return False
 
 
 def _is_uri(source: str) -> bool:
@@ -355,6 +368,8 @@ class _Source:
                  version: str | None, sim: Simulator | None) -> None:
         self.name, self.domain, self.ok_trials = name, domain, ok_trials
         self.version, self.sim, self.trained = version, sim, False
+        #: its trials to train on come from the shipped datasets (not the workflow's trials)
+        self.shipped = False
 
     @classmethod
     def named(cls, uri: str, say: Callable[[str], None]) -> _Source:
@@ -369,13 +384,25 @@ class _Source:
 
     @classmethod
     def find(cls, name: str, domain: Domain, ok_trials: pandas.DataFrame,
-             trials: str | Path | None, say: Callable[[str], None]) -> _Source:
+             trials: str | Path | None, say: Callable[[str], None], *,
+             shipped: bool = False) -> _Source:
+        """The champion of ``name``, else the source's ok trials to train one on (with
+        ``shipped``, those of the shipped datasets when ``trials`` holds none)."""
         from autosync_transfer.registry.flavor import load_simulator
 
         version = _source_champion(name)
         if version is not None:
             say(f"loading {name}@champion (version {version})")
             return cls(name, domain, ok_trials, version, load_simulator(name, version))
+        if not len(ok_trials) and shipped:
+            from autosync_transfer.dataset.loader import load_trials
+
+            say(f"reading the trials of {domain.name} from the shipped datasets")
+            ok_trials = _ok_trials(load_trials(None), domain.name)
+            if len(ok_trials):
+                source = cls(name, domain, ok_trials, None, None)
+                source.shipped = True
+                return source
         if not len(ok_trials):
             raise ConfigError(
                 f"no simulator of the source {domain.name!r}: {name} has no champion in the "
@@ -394,9 +421,10 @@ class _Source:
             from autosync_transfer.registry.workflows import train_and_register
 
             say(f"training a {ranker} simulator of {self.domain.name} (no champion yet)")
+            where = None if self.shipped else trials
             report = train_and_register(ranker, self.domain, strategy_table(self.ok_trials),
                                         seeds=(seed,), max_epochs=max_epochs,
-                                        trials_source=_where(trials),
+                                        trials_source=_where(where),
                                         trial_count=len(self.ok_trials))
             self.version = report.champion or report.best.version.version
             self.sim = load_simulator(self.name, self.version)
