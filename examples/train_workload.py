@@ -1,4 +1,4 @@
-"""Train your own workload with a strategy (e.g. the one `search --export-json` wrote) on your cluster.
+"""Train your own workload on your cluster with a strategy (e.g. `search --export-json`'s).
 
 The workload is the same ``--model SPEC`` the command line takes (a file or module with
 ``build_model()``, ``example_batch(batch_size, generator)`` and ``loss_fn(output, targets)``, or

@@ -167,3 +167,21 @@ def test_own_model_and_cluster_measure_adapt_search_export_train(cli, registry, 
     (p0, losses0), (p1, _) = results
     assert torch.equal(p0, p1)
     assert all(torch.isfinite(torch.tensor(losses0)))
+
+
+def test_the_example_pair_of_the_acceptance_run() -> None:
+    """``examples/workloads/tiny_gpt.py:lab`` on ``examples/clusters/lab.yml``: a cluster unlike
+    the catalog's and a model of a few MB of gradients."""
+    from autosync_transfer.domains.catalog import CLUSTERS
+    from autosync_transfer.domains.workload import workload_domain
+
+    root = Path(__file__).resolve().parents[1]
+    domain, spec = workload_domain(f"{root}/examples/workloads/tiny_gpt.py:lab",
+                                   root / "examples" / "clusters" / "lab.yml")
+    assert domain.name == "tiny_gpt_lab-lab" and spec.endswith("tiny_gpt.py:lab")
+    shape = [(n.workers, n.bandwidth_gbps) for n in domain.cluster.nodes]
+    assert shape == [(2, 0.5), (1, 0.2)]
+    assert all(shape != [(n.workers, n.bandwidth_gbps) for n in c.nodes]
+               for c in CLUSTERS.values())
+    assert 1e6 <= domain.model.nbytes <= 4e6
+    assert {v.name for v in domain.model.sparse_variables} == {"tokens.weight", "positions.weight"}

@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 __all__ = [
-    "out", "err", "print_json", "resolve_domain", "resolve_target", "load_strategy", "fmt_bytes", "fmt_count",
+    "out", "err", "print_json", "resolve_domain", "resolve_target", "load_strategy", "fmt_bytes",
+    "fmt_count",
     "cluster_table", "reset_consoles",
 ]
 

@@ -28,7 +28,8 @@ from typer.core import TyperCommand
 
 __all__ = [
     "click_exceptions", "Command", "renamed", "deprecated_aliases", "data_option", "store_option", "json_option",
-    "cluster_file_option", "model_option", "MODEL_HELP", "warmup_option", "iters_option", "timeout_option", "protocol",
+    "cluster_file_option", "model_option", "MODEL_HELP", "warmup_option", "iters_option",
+    "timeout_option", "protocol",
     "PROTOCOL_HELP_DEFAULTS", "LIBRARY_PARAMETERS", "in_flags",
 ]
 

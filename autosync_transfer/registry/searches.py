@@ -28,7 +28,8 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def log_search(*, domain: Domain | str, run: str, summary: Mapping[str, Any], config: Mapping[str, Any],
+def log_search(*, domain: Domain | str, run: str, summary: Mapping[str, Any],
+               config: Mapping[str, Any],
                per_round: int, best_strategy: Mapping[str, Any] | None = None,
                simulator: Any = None, lineage: Mapping[str, Any] | None = None,
                tags: Mapping[str, Any] | None = None) -> tuple[str, ModelVersionInfo | None]:

@@ -21,7 +21,8 @@ def build_model():
     return nn.Linear(3, 2)
 
 def example_batch(batch_size, generator):
-    return torch.randn(batch_size, 3, generator=generator), torch.randint(2, (batch_size,), generator=generator)
+    return (torch.randn(batch_size, 3, generator=generator),
+            torch.randint(2, (batch_size,), generator=generator))
 
 def loss_fn(output, targets):
     return nn.functional.cross_entropy(output, targets)
