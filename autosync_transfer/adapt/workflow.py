@@ -1,7 +1,8 @@
 """The ``autosync-transfer adapt`` workflow: source champion -> adapt -> evaluate -> register.
 
-:func:`adapt_and_register` loads the source domain's ``champion`` from the registry (training and
-registering one first when the source has none but has trials), optionally measures N new target
+:func:`adapt_and_register` loads the source simulator from the registry (a domain's ``champion``,
+trained and registered first when the source has none but has trials, or any registered version
+named by its ``models:/`` URI), optionally measures N new target
 trials on the emulated target cluster (:func:`collect_target`), adapts and evaluates on the
 target's held-out strategies (:func:`~autosync_transfer.adapt.core.adapt`), registers the result
 as a new version of ``autosync-<target>`` with lineage tags, and promotes it to ``champion`` only
@@ -107,10 +108,10 @@ def collect_store_path(trials: str | Path | None, domain: str) -> Path:
     """Where ``collect`` appends the target's trials: ``trials`` itself when it is a JSON Lines
     store, ``<folder>/trials/<domain>.jsonl`` for a datasets folder (the default one when
     ``trials`` is None)."""
-    from autosync_transfer.dataset.loader import default_datasets_dir
+    from autosync_transfer.paths import trials_dir
 
-    if trials is None:
-        return default_datasets_dir() / "trials" / f"{domain}.jsonl"
+    if trials is None:  # where collect writes by default (the checkout's datasets/trials)
+        return trials_dir() / f"{domain}.jsonl"
     path = Path(trials)
     if path.is_dir():
         sub = path / "trials"
@@ -127,9 +128,11 @@ def collect_target(domain: Domain, store_path: str | Path, n: int, *, seed: int 
     """Measure ``n`` more trials of ``domain`` on its (emulated) cluster with
     :func:`~autosync_transfer.dataset.collect.collect`, appending them to ``store_path``;
     returns the ids of the newly measured strategies that ran ok (torch's own DDP, which has
-    no strategy, and failed trials are not returned)."""
+    no strategy, and failed trials are not returned). The workers run the workload the
+    domain's graph was traced from (a user's workload), else the zoo model of its name."""
     from autosync_transfer.dataset.collect import collect
     from autosync_transfer.dataset.store import TrialStore
+    from autosync_transfer.domains.workload import workload_of
 
     if n < 1:
         raise ConfigError(f"n (trials to collect) must be >= 1, got {n}")
@@ -140,7 +143,7 @@ def collect_target(domain: Domain, store_path: str | Path, n: int, *, seed: int 
     done = sum(1 for r in store.records()
                if r.domain == domain.name and not r.reference and r.supersedes is None)
     collect(domain, path, trials=done + n, launcher=launcher, seed=seed,
-            log_dir=path.parent / "logs" / domain.name)
+            log_dir=path.parent / "logs" / domain.name, workload=workload_of(domain)[0])
     new = {r.strategy_id for r in store.records()
            if r.id not in before and r.domain == domain.name and not r.reference
            and r.status == "ok" and r.strategy is not None and r.strategy_id}
@@ -166,6 +169,19 @@ def _ok_trials(df: pandas.DataFrame, domain: str) -> pandas.DataFrame:
     return sub.reset_index(drop=True)
 
 
+def _sources(trials: str | Path | None) -> str | Path | list[Path] | None:
+    """What ``load_trials`` reads: ``trials``, else the default datasets plus, when it lies
+    elsewhere (an installed package), the folder ``collect`` writes to by default."""
+    if trials is not None:
+        return trials
+    from autosync_transfer.paths import datasets_dir, trials_dir
+
+    data, written = datasets_dir(), trials_dir()
+    if not written.is_dir() or written.resolve().is_relative_to(data.resolve()):
+        return None
+    return [data, written]
+
+
 def _where(trials: str | Path | None) -> str:
     from autosync_transfer.dataset.loader import default_datasets_dir
 
@@ -178,7 +194,7 @@ def _finite(d: dict[str, float]) -> dict[str, float]:
 
 def adapt_and_register(
     source: str,
-    target: str,
+    target: str | Domain,
     *,
     trials: str | Path | None = None,
     method: str = "auto",
@@ -195,9 +211,16 @@ def adapt_and_register(
     source_ranker: str = "rnn",
     on_status: Callable[[str], None] | None = None,
 ) -> AdaptReport:
-    """Adapt the ``source`` domain's champion to ``target`` and register the result.
+    """Adapt the ``source`` simulator to ``target`` and register the result.
 
-    ``trials``: a trial store, parquet file or folder (default: the shipped datasets);
+    ``source``: a domain (its champion: the catalog's domains, and any domain with a registered
+    model or described by the trial stores of ``trials``) or a registered version
+    (``models:/NAME@ALIAS``, ``models:/NAME/VERSION``); ``target``: a domain name, or a
+    :class:`~autosync_transfer.domains.domain.Domain` (a user's workload on a cluster file:
+    :func:`~autosync_transfer.domains.workload.workload_domain`), whose trials are in ``trials``.
+    ``trials``: a trial store, parquet file or folder (default: the shipped datasets; for a
+    target outside the catalog, a source without a champion whose trials are not in ``trials``
+    is trained on the shipped datasets' trials of it);
     ``shots``: target trials to adapt on (default :data:`DEFAULT_SHOTS`, or all available when
     fewer; none for zero-shot); ``collect``: measure them first on the emulated target cluster
     and append them to the target's store (they become the shots); ``max_epochs``: cap on the
@@ -208,13 +231,15 @@ def adapt_and_register(
     lines.
     """
     from autosync_transfer.dataset.loader import load_trials
-    from autosync_transfer.domains.catalog import get_domain
     from autosync_transfer.registry import store
     from autosync_transfer.registry.versions import champion, registered_name
 
     say = on_status or (lambda _line: None)
-    src_dom, tgt_dom = get_domain(source), get_domain(target)
-    _check_arguments(source, src_dom, tgt_dom, method, shots, curve_seeds, max_epochs, collect)
+    tgt_dom = _domain(target, trials)
+    src_uri = _is_uri(source)
+    src_dom = None if src_uri else _domain(source, trials, registered=True)
+    _check_arguments(source, src_dom or tgt_dom, tgt_dom, method, shots, curve_seeds,
+                     max_epochs, collect, same_ok=src_uri)
     store_path: Path | None = None
     if collect:
         check_collect(launcher)
@@ -222,16 +247,23 @@ def adapt_and_register(
     training = ShotTraining(max_epochs=max_epochs) if max_epochs is not None else None
 
     say("reading trials")
-    df = load_trials(trials)
-    src_name, tgt_name = registered_name(src_dom.name), registered_name(tgt_dom.name)
-    src = _Source.find(src_name, src_dom, _ok_trials(df, src_dom.name), trials, say)
+    df = load_trials(_sources(trials))
+    tgt_name = registered_name(tgt_dom.name)
+    if src_dom is None:
+        src = _Source.named(source, say)
+        src_dom = src.domain
+    else:
+        src = _Source.find(registered_name(src_dom.name), src_dom,
+                           _ok_trials(df, src_dom.name), trials, say,
+                           shipped=trials is not None and not _in_catalog(tgt_dom))
+    src_name = src.name
 
     collected: tuple[str, ...] = ()
     if store_path is not None:
         n_collect = shots if shots is not None else DEFAULT_SHOTS
         say(f"measuring {n_collect} trials of {tgt_dom.name} ({launcher})")
         collected = collect_target(tgt_dom, store_path, n_collect, seed=seed, launcher=launcher)
-        df = load_trials(trials)
+        df = load_trials(_sources(trials))
 
     tgt_df = _ok_trials(df, tgt_dom.name)
     split, n, shot_ids = _target_split(tgt_dom, tgt_df, trials, split_seed, holdout_fraction,
@@ -247,7 +279,8 @@ def adapt_and_register(
                          seed=seed, curve=curve, curve_shots=curve_shots,
                          curve_seeds=curve_seeds, training=training, collected=collected,
                          source_domain=src_dom.name,
-                         lineage={"source_model": src_name, "source_version": src_version},
+                         lineage={"source_model": src_name, "source_version": src_version,
+                                  "source_uri": source},
                          trials=trials, say=say)
     promoted = _promote(info, tgt_name, split)
     return AdaptReport(result=result, source_model=src_name, source_version=str(src_version),
@@ -276,10 +309,56 @@ def _target_split(tgt_dom: Domain, tgt_df: pandas.DataFrame, trials: str | Path 
     return split, n, None
 
 
+def _in_catalog(domain: Domain) -> bool:
+    """Whether ``domain`` is the catalog's domain of its name (not a workload or cluster file)."""
+    from autosync_transfer.domains.catalog import get_domain
+
+    try:
+        return get_domain(domain.name).fingerprint == domain.fingerprint
+    except UnknownNameError:
+        return False
+
+
+def _is_uri(source: str) -> bool:
+    """Whether ``source`` names a registered version (``models:/...``), not a domain."""
+    return isinstance(source, str) and source.startswith("models:/")
+
+
+def _domain(name: str | Domain, trials: str | Path | None, *, registered: bool = False
+            ) -> Domain:
+    """``name`` itself (a Domain), the catalog domain it names, or one the trial stores of
+    ``trials`` describe (a workload domain); with ``registered``, also the domain of its
+    registered model's champion."""
+    from autosync_transfer.dataset.loader import find_domain
+    from autosync_transfer.domains.catalog import get_domain
+
+    if not isinstance(name, str):
+        return name
+    try:
+        return get_domain(name)
+    except UnknownNameError as e:
+        catalog_error = str(e)
+    try:
+        return find_domain(name, trials)
+    except UnknownNameError:
+        if not registered:
+            raise
+    from autosync_transfer.registry.flavor import load_domain
+    from autosync_transfer.registry.versions import registered_name
+
+    try:
+        return load_domain(registered_name(name))
+    except UnknownNameError:
+        raise UnknownNameError(
+            f"{catalog_error}; no trial store in {_where(trials)} describes it, and "
+            f"{registered_name(name)} has no champion (or name a registered version: "
+            f"models:/NAME@ALIAS)") from None
+
+
 def _check_arguments(source: str, src_dom: Domain, tgt_dom: Domain, method: str,
                      shots: int | None, curve_seeds: int, max_epochs: int | None,
-                     collect: bool) -> None:
-    if src_dom.name == tgt_dom.name:
+                     collect: bool, same_ok: bool = False) -> None:
+    if src_dom.name == tgt_dom.name and not same_ok:
         raise ConfigError(f"source and target are the same domain ({source!r})")
     if shots is not None and shots < 0:
         raise ConfigError(f"shots must be >= 0, got {shots}")
@@ -302,16 +381,41 @@ class _Source:
                  version: str | None, sim: Simulator | None) -> None:
         self.name, self.domain, self.ok_trials = name, domain, ok_trials
         self.version, self.sim, self.trained = version, sim, False
+        #: its trials to train on come from the shipped datasets (not the workflow's trials)
+        self.shipped = False
+
+    @classmethod
+    def named(cls, uri: str, say: Callable[[str], None]) -> _Source:
+        """The registered version ``uri`` names (its domain travels with it)."""
+        from autosync_transfer.registry.flavor import load_version
+
+        say(f"loading {uri}")
+        import pandas as pd
+
+        sim, domain, mv = load_version(uri)
+        return cls(mv.name, domain, pd.DataFrame(), mv.version, sim)
 
     @classmethod
     def find(cls, name: str, domain: Domain, ok_trials: pandas.DataFrame,
-             trials: str | Path | None, say: Callable[[str], None]) -> _Source:
+             trials: str | Path | None, say: Callable[[str], None], *,
+             shipped: bool = False) -> _Source:
+        """The champion of ``name``, else the source's ok trials to train one on (with
+        ``shipped``, those of the shipped datasets when ``trials`` holds none)."""
         from autosync_transfer.registry.flavor import load_simulator
 
         version = _source_champion(name)
         if version is not None:
             say(f"loading {name}@champion (version {version})")
             return cls(name, domain, ok_trials, version, load_simulator(name, version))
+        if not len(ok_trials) and shipped:
+            from autosync_transfer.dataset.loader import load_trials
+
+            say(f"reading the trials of {domain.name} from the shipped datasets")
+            ok_trials = _ok_trials(load_trials(None), domain.name)
+            if len(ok_trials):
+                source = cls(name, domain, ok_trials, None, None)
+                source.shipped = True
+                return source
         if not len(ok_trials):
             raise ConfigError(
                 f"no simulator of the source {domain.name!r}: {name} has no champion in the "
@@ -330,9 +434,10 @@ class _Source:
             from autosync_transfer.registry.workflows import train_and_register
 
             say(f"training a {ranker} simulator of {self.domain.name} (no champion yet)")
+            where = None if self.shipped else trials
             report = train_and_register(ranker, self.domain, strategy_table(self.ok_trials),
                                         seeds=(seed,), max_epochs=max_epochs,
-                                        trials_source=_where(trials),
+                                        trials_source=_where(where),
                                         trial_count=len(self.ok_trials))
             self.version = report.champion or report.best.version.version
             self.sim = load_simulator(self.name, self.version)

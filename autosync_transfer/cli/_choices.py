@@ -27,7 +27,8 @@ class Launcher(StrEnum):
 
 
 class SearchLauncher(StrEnum):
-    """Where the trial workers of ``search`` start (torchrun: workers started on every node)."""
+    """Where the trial workers of ``collect`` and ``search`` start (torchrun: workers started on
+    every node)."""
 
     emulated = "emulated"
     local = "local"

@@ -1,5 +1,5 @@
-"""Shared CLI helpers: consoles, JSON output, resolving domains with an optional cluster file,
-reading strategy files."""
+"""Shared CLI helpers: consoles, JSON output, resolving domains (a catalog domain, a catalog
+model on a cluster file, or a workload on a cluster file), reading strategy files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 __all__ = [
-    "out", "err", "print_json", "resolve_domain", "load_strategy", "fmt_bytes", "fmt_count",
+    "out", "err", "print_json", "resolve_domain", "resolve_target", "load_strategy", "fmt_bytes",
+    "fmt_count",
     "cluster_table", "reset_consoles",
 ]
 
@@ -51,6 +52,32 @@ def resolve_domain(name: str, cluster_file: str | None = None):  # noqa: ANN201 
     from autosync_transfer.domains.catalog import resolve_domain as resolve
 
     return resolve(name, cluster_file)
+
+
+def resolve_target(domain_name: str | None, cluster_file: str | None, model: str | None,
+                   *, argument: str = "DOMAIN"):  # noqa: ANN201 - (Domain, str | None)
+    """``(domain, workload spec or None)`` of a command's ``DOMAIN`` argument, ``--cluster-file``
+    and ``--model``: a catalog domain (optionally on a cluster file), or the workload ``--model``
+    names on the cluster of ``--cluster-file``
+    (:func:`~autosync_transfer.domains.workload.workload_domain`: its step runs once here, so a
+    bad spec fails before any worker starts). A bad combination is a one-line ConfigError."""
+    from autosync_transfer.errors import ConfigError
+
+    if model is not None:
+        if domain_name is not None:
+            raise ConfigError(f"give {argument} or --model, not both ({argument} "
+                              f"{domain_name!r} names a catalog domain; --model with "
+                              f"--cluster-file names your workload's)")
+        if cluster_file is None:
+            raise ConfigError("--model needs --cluster-file (the resource-spec YAML of the "
+                              "cluster the workload runs on)")
+        from autosync_transfer.domains.workload import workload_domain
+
+        return workload_domain(model, cluster_file)
+    if domain_name is None:
+        raise ConfigError(f"give {argument} (e.g. bert-A), or --model SPEC with --cluster-file "
+                          f"YAML")
+    return resolve_domain(domain_name, cluster_file), None
 
 
 def load_strategy(path: str, domain=None):  # noqa: ANN001, ANN201 - Strategy

@@ -9,7 +9,8 @@ One word, one meaning, in every command:
   ``--out PATH``: any other file a command writes;
 - ``--warmup/--iters/--timeout``: the measurement protocol, by default the library's
   :class:`~autosync_transfer.runtime.trial.Protocol` (the same for collect, run and search);
-- ``--json``: print the report as JSON; ``--cluster-file``: a resource-spec YAML as the cluster.
+- ``--json``: print the report as JSON; ``--cluster-file``: a resource-spec YAML as the cluster;
+- ``--model SPEC`` (with ``--cluster-file``): the user's workload in place of a catalog domain.
 
 A command that renamed an option declares the old name with :func:`renamed`; :class:`Command`
 (the ``cls`` of every command) then accepts it, hidden from ``--help``, and prints a one-line
@@ -27,7 +28,8 @@ from typer.core import TyperCommand
 
 __all__ = [
     "click_exceptions", "Command", "renamed", "deprecated_aliases", "data_option", "store_option", "json_option",
-    "cluster_file_option", "warmup_option", "iters_option", "timeout_option", "protocol",
+    "cluster_file_option", "model_option", "MODEL_HELP", "warmup_option", "iters_option",
+    "timeout_option", "protocol",
     "PROTOCOL_HELP_DEFAULTS", "LIBRARY_PARAMETERS", "in_flags",
 ]
 
@@ -175,6 +177,17 @@ def json_option(help: str = "Print JSON.") -> Any:  # noqa: A002
 def cluster_file_option() -> Any:
     return typer.Option(None, "--cluster-file", metavar="YAML",
                         help="Use this resource-spec YAML as the cluster.")
+
+
+#: what ``--model`` takes, as every command's help states it
+MODEL_HELP = ("Your workload in place of DOMAIN, run on --cluster-file: path/to/file.py or "
+              "package.module with build_model(), example_batch(batch_size, generator) and "
+              "loss_fn(output, targets); ...:NAME for a Workload object or factory; or a zoo "
+              "model name. Its domain is <workload>-<cluster>.")
+
+
+def model_option(help: str = MODEL_HELP) -> Any:  # noqa: A002
+    return typer.Option(None, "--model", metavar="SPEC", help=help)
 
 
 def warmup_option(extra: str = "") -> Any:

@@ -7,15 +7,18 @@ from typing import Any, Optional
 import typer
 
 from autosync_transfer.cli._choices import AdaptMethod, RankerKind
-from autosync_transfer.cli._params import data_option, json_option, renamed
+from autosync_transfer.cli._params import (cluster_file_option, data_option, json_option,
+                                           model_option, renamed)
 
 _ROW_LABELS = {"zero-shot": "zero-shot", "adapted": "adapted", "from-scratch": "from scratch"}
 
 
 @renamed({"--trials": "--data"})
 def adapt(
-    source: str = typer.Option(..., "--source", metavar="DOMAIN", help="Source domain, e.g. bert-A (its registry champion is the starting point)."),
-    target: str = typer.Option(..., "--target", metavar="DOMAIN", help="Target domain, e.g. bert-B."),
+    source: str = typer.Option(..., "--source", metavar="DOMAIN|MODEL_URI", help="Source domain, e.g. bert-A (its registry champion is the starting point), or a registered simulator: models:/NAME@ALIAS or models:/NAME/VERSION."),
+    target: Optional[str] = typer.Option(None, "--target", metavar="DOMAIN", help="Target domain, e.g. bert-B (or --model with --cluster-file)."),
+    model: Optional[str] = model_option("Your workload as the target, run on --cluster-file (its trials in --data, e.g. the store `collect --model` wrote): path/to/file.py or package.module with build_model(), example_batch(batch_size, generator) and loss_fn(output, targets); ...:NAME for a Workload object or factory; or a zoo model name."),
+    cluster_file: Optional[str] = cluster_file_option(),
     method: AdaptMethod = typer.Option(AdaptMethod.auto, "--method", help="auto: finetune with target trials, zero-shot without."),
     shots: Optional[int] = typer.Option(None, "--shots", min=0, help="Target trials to adapt on (default: 20, or all outside the held-out split when fewer)."),
     collect: bool = typer.Option(False, "--collect", help="Measure the target trials first on the emulated target cluster (needs root) and append them to its store."),
@@ -29,11 +32,15 @@ def adapt(
     """Adapt the source's champion simulator to the target, compare it with zero-shot and
     from-scratch on held-out target trials, register it and promote it if it is better."""
     from autosync_transfer.adapt.workflow import adapt_and_register
-    from autosync_transfer.cli._common import err, print_json
+    from autosync_transfer.cli._common import err, print_json, resolve_target
 
+    if target is not None and model is None and cluster_file is None:
+        tgt: Any = target  # a name: the catalog's, or described by the stores of --data
+    else:
+        tgt, _ = resolve_target(target, cluster_file, model, argument="--target")
     with err().status("adapting", spinner="dots") as status:
         report = adapt_and_register(
-            source, target, trials=data, method=method.value, shots=shots, seed=seed,
+            source, tgt, trials=data, method=method.value, shots=shots, seed=seed,
             collect=collect, curve=curve, max_epochs=epochs, source_ranker=ranker.value,
             on_status=lambda line: status.update(line))
     if json_out:

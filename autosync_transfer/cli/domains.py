@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from autosync_transfer.cli._params import Command, cluster_file_option, json_option
+from autosync_transfer.cli._params import Command, cluster_file_option, json_option, model_option
 
 app = typer.Typer(help="Named domains: a model graph on a cluster (e.g. bert-A).", no_args_is_help=True)
 
@@ -45,17 +45,18 @@ def list_domains(
 
 @app.command("show", cls=Command)
 def show(
-    name: str = typer.Argument(..., help="Domain name, e.g. bert-A or bert-large-B."),
+    name: Optional[str] = typer.Argument(None, metavar="[NAME]", help="Domain name, e.g. bert-A or bert-large-B (or --model with --cluster-file)."),
     cluster_file: Optional[str] = cluster_file_option(),
+    model: Optional[str] = model_option(),
     json_out: bool = json_option(),
     variables: bool = typer.Option(False, "--variables", help="Also list every variable."),
 ) -> None:
     """Show exactly which model (config, parameters, bytes) and which cluster a domain is."""
     from autosync_transfer.cli._common import (
-        cluster_table, fmt_bytes, fmt_count, out, print_json, resolve_domain,
+        cluster_table, fmt_bytes, fmt_count, out, print_json, resolve_target,
     )
 
-    domain = resolve_domain(name, cluster_file)
+    domain, _ = resolve_target(name, cluster_file, model, argument="NAME")
     model, cluster = domain.model, domain.cluster
     summary = {
         "domain": domain.name,

@@ -8,9 +8,10 @@ from typing import Any, Optional
 
 import typer
 
-from autosync_transfer.cli._choices import CollectSampler, Launcher, SamplerPreset
+from autosync_transfer.cli._choices import CollectSampler, Launcher, SamplerPreset, SearchLauncher
 from autosync_transfer.cli._params import (cluster_file_option, iters_option, json_option,
-                                           renamed, store_option, timeout_option, warmup_option)
+                                           model_option, renamed, store_option, timeout_option,
+                                           warmup_option)
 
 #: where collect writes by default (autosync_transfer.paths.trials_dir)
 DEFAULT_STORE_HELP = ("default: DOMAIN.jsonl in the checkout's datasets/trials, or in "
@@ -19,9 +20,9 @@ DEFAULT_STORE_HELP = ("default: DOMAIN.jsonl in the checkout's datasets/trials, 
 
 @renamed({"--trials": "--count"})
 def collect(
-    domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-A"),
+    domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="e.g. bert-A (or --model with --cluster-file)."),
     count: Optional[int] = typer.Option(None, "--count", "-n", min=1, help="Collect until the store holds this many trials of DOMAIN (required unless --remeasure)."),
-    launcher: Launcher = typer.Option(Launcher.emulated, "--launcher", help="emulated (network namespaces, needs root) or local."),
+    launcher: SearchLauncher = typer.Option(SearchLauncher.emulated, "--launcher", help="emulated (network namespaces, needs root), local, or torchrun (real cluster: torchrun workers you start on every node follow the collection's job queue; the command is printed)."),
     sampler: CollectSampler = typer.Option(CollectSampler.random, "--sampler", help="random (builders, DDP, then sampled) or builders."),
     seed: int = typer.Option(0, "--seed"),
     preset: SamplerPreset = typer.Option(SamplerPreset.dataset, "--preset", help="Sampler preset for --sampler random (see strategies sample --preset)."),
@@ -31,38 +32,53 @@ def collect(
     reference_every: int = typer.Option(25, "--reference-every", min=0, help="Re-measure the reference strategy every N trials (0: never)."),
     timeout_s: Optional[float] = timeout_option(),
     cluster_file: Optional[str] = cluster_file_option(),
+    model: Optional[str] = model_option(),
     max_foreign_cpu: float = typer.Option(0.05, "--max-foreign-cpu", min=0.01, max=1.0, help="Measure a trial again (when the machine is quiet) if other processes took more than this share of the CPU during it; 1 disables."),
     remeasure: Optional[str] = typer.Option(None, "--remeasure", help="First measure stored trials again: 'unchecked' (no foreign-CPU record), 'disturbed', or both comma-separated. The new records supersede the old ones."),
     json_out: bool = json_option("Print what was measured as JSON."),
 ) -> None:
-    """Measure strategies of DOMAIN for real and append them to a trial store (resumable)."""
+    """Measure strategies of DOMAIN (or of your --model on --cluster-file) for real and append
+    them to a trial store (resumable)."""
     from pathlib import Path
 
-    from autosync_transfer.cli._common import out, print_json, resolve_domain
+    from autosync_transfer.cli._common import err, out, print_json, resolve_target
     from autosync_transfer.cli._params import protocol
     from autosync_transfer.dataset.collect import collect as run_collect
     from autosync_transfer.errors import ConfigError
     from autosync_transfer.paths import trials_dir
+    from autosync_transfer.runtime.launch import TorchrunLauncher, get_launcher
 
     if count is None and remeasure is None:
         raise ConfigError("-n/--count is required (unless --remeasure is given)")
     reasons = _remeasure_reasons(remeasure)
-    domain = resolve_domain(domain_name, cluster_file)
+    if reasons and launcher == SearchLauncher.torchrun:
+        raise ConfigError("--remeasure runs with --launcher emulated or local, not torchrun")
+    domain, workload = resolve_target(domain_name, cluster_file, model)
+    get_launcher(launcher.value)().check()  # before anything is written
     path = Path(store) if store else trials_dir() / f"{domain.name}.jsonl"
     proto = protocol(warmup, iters, timeout_s)
     report: dict[str, Any] = {"domain": domain.name, "store": str(path)}
+    if workload is not None:
+        report["workload"] = workload
     if reasons:
         report["remeasured"] = _remeasure(domain, path, reasons, launcher.value, seed, proto,
-                                          max_foreign_cpu, json_out)
+                                          max_foreign_cpu, json_out, workload)
     if count is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if launcher == SearchLauncher.torchrun:
+            command = TorchrunLauncher().worker_command(domain, proto, state_path=path,
+                                                        cluster_file=cluster_file,
+                                                        workload=workload, seed=seed)
+            err().print(f"start the trial workers on every node (node 0 runs this "
+                        f"collection):\n  {command}", markup=False, highlight=False,
+                        soft_wrap=True)
         with _trial_progress(f"collect {domain.name}", count, show_best=True,
                              transient=json_out) as on_trial:
             result = run_collect(domain, path, trials=count, launcher=launcher.value,
                                  sampler=sampler.value, preset=preset.value, seed=seed,
                                  protocol=proto, reference_every=reference_every,
                                  on_trial=on_trial, log_dir=path.parent / "logs" / domain.name,
-                                 max_foreign_cpu=max_foreign_cpu)
+                                 max_foreign_cpu=max_foreign_cpu, workload=workload)
         report["collected"] = {"trials": result.done, "failures": result.failures,
                                "best_s": result.best_s}
         if not json_out:
@@ -112,7 +128,7 @@ def _trial_progress(title: str, total: int | None, *, show_best: bool,
 
 
 def _remeasure(domain, path, reasons, launcher, seed, proto, max_foreign_cpu,  # noqa: ANN001
-               quiet: bool) -> dict[str, int]:
+               quiet: bool, workload: str | None = None) -> dict[str, int]:
     """``collect --remeasure``: measure the store's unchecked/disturbed trials again."""
     from autosync_transfer.cli._common import out
     from autosync_transfer.dataset.collect import remeasure as run_remeasure
@@ -122,7 +138,7 @@ def _remeasure(domain, path, reasons, launcher, seed, proto, max_foreign_cpu,  #
         result = run_remeasure(domain, path, reasons=reasons, launcher=launcher, seed=seed,
                                protocol=proto, on_trial=on_trial,
                                log_dir=path.parent / "logs" / domain.name,
-                               max_foreign_cpu=max_foreign_cpu)
+                               max_foreign_cpu=max_foreign_cpu, workload=workload)
     if not quiet:
         skipped = (f"; {result.skipped} measured with another launcher or --warmup/--iters left "
                    f"as they are" if result.skipped else "")
@@ -132,7 +148,7 @@ def _remeasure(domain, path, reasons, launcher, seed, proto, max_foreign_cpu,  #
 
 
 def run(
-    domain_name: str = typer.Argument(..., metavar="DOMAIN"),
+    domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="e.g. bert-A (or --model with --cluster-file)."),
     strategy: str = typer.Option(..., "--strategy", "-s", help="A strategy file (JSON or AutoDist), a builder name, or torch_ddp (torch's own DistributedDataParallel)."),
     launcher: Launcher = typer.Option(Launcher.emulated, "--launcher", help="emulated (network namespaces, needs root) or local."),
     warmup: Optional[int] = warmup_option(),
@@ -141,20 +157,21 @@ def run(
     store: Optional[str] = store_option("Also append the trial to this trial store."),
     json_out: bool = json_option("Print the trial record as JSON."),
     cluster_file: Optional[str] = cluster_file_option(),
+    model: Optional[str] = model_option(),
 ) -> None:
-    """Measure one strategy on DOMAIN's cluster."""
+    """Measure one strategy on DOMAIN's cluster (or of your --model on --cluster-file)."""
     import statistics
     from pathlib import Path
 
-    from autosync_transfer.cli._common import load_strategy, out, print_json, resolve_domain
+    from autosync_transfer.cli._common import load_strategy, out, print_json, resolve_target
     from autosync_transfer.cli._params import protocol
     from autosync_transfer.dataset.collect import record_for
-    from autosync_transfer.runtime.trial import WorkerPool
+    from autosync_transfer.runtime.launch import get_launcher, open_pool
     from autosync_transfer.strategies import TORCH_DDP
     from autosync_transfer.strategies.builders import BUILDERS, build
     from autosync_transfer.strategies.validate import validate
 
-    domain = resolve_domain(domain_name, cluster_file)
+    domain, workload = resolve_target(domain_name, cluster_file, model)
     if strategy == TORCH_DDP:
         strat = None
     elif strategy in BUILDERS:
@@ -162,14 +179,17 @@ def run(
     else:
         strat = validate(load_strategy(strategy, domain), domain)
     proto = protocol(warmup, iters, timeout_s)
-    with WorkerPool(domain, launcher.value, proto) as pool:
+    get_launcher(launcher.value)().check()
+    with open_pool(domain, launcher.value, proto, workload=workload) as pool:
         res = pool.run(strat)
     rec = record_for(domain, strat, res, proto, launcher.value, seed=0,
                      record_id=f"{domain.name}/run/{strat.id if strat else TORCH_DDP}/{res.wall_s:.3f}")
     if store:
         from autosync_transfer.dataset.store import TrialStore
 
-        TrialStore(Path(store)).append(rec)
+        trial_store = TrialStore(Path(store))
+        trial_store.append(rec)
+        trial_store.record_domain(domain)  # the domain travels with its trials
     if json_out:
         print_json(rec.model_dump())
         return

@@ -9,8 +9,8 @@ import typer
 
 from autosync_transfer.cli._choices import RankerKind, SamplerPreset, SearchLauncher, SearchMethod
 from autosync_transfer.cli._params import (cluster_file_option, data_option, iters_option,
-                                           json_option, renamed, store_option, timeout_option,
-                                           warmup_option)
+                                           json_option, model_option, renamed, store_option,
+                                           timeout_option, warmup_option)
 
 _CONTINUED = ", or the stored run's when continuing one"
 
@@ -23,7 +23,7 @@ def _fmt(v: Any, spec: str = ".2f", suffix: str = "") -> str:
 
 @renamed({"--trials": "--data"})
 def search(
-    domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-B"),
+    domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="e.g. bert-B (or --model with --cluster-file)."),
     budget: int = typer.Option(200, "--budget", min=1, help="Real trials to spend (the builders and DDP measured as the reference come on top)."),
     method: SearchMethod = typer.Option(SearchMethod.autosync, "--method", help="autosync (simulator-guided, re-trained every round), random, tpe (Optuna TPE over a knob encoding) or analytical (cost-model ranking)."),
     warm_start: Optional[str] = typer.Option(None, "--warm-start", metavar="SOURCE_DOMAIN|MODEL_URI", help="Start from this simulator (a domain's registry champion, trained first if absent, or models:/NAME@ALIAS) and fine-tune it every round."),
@@ -48,12 +48,14 @@ def search(
     export_json: Optional[str] = typer.Option(None, "--export-json", metavar="PATH", help="Write the strategy to use as JSON: the fastest of the best found, the best builder and the best fp16 reference (by the confirmation when there is one)."),
     export_autodist: Optional[str] = typer.Option(None, "--export-autodist", metavar="PATH", help="Write the strategy to use (as --export-json) as an AutoDist strategy file."),
     cluster_file: Optional[str] = cluster_file_option(),
+    model: Optional[str] = model_option(),
     json_out: bool = json_option("Print the summary as JSON."),
 ) -> None:
-    """Search DOMAIN's strategies with real trials: propose, rank, run, re-train, repeat."""
+    """Search DOMAIN's strategies (or your --model's on --cluster-file) with real trials:
+    propose, rank, run, re-train, repeat."""
     from pathlib import Path
 
-    from autosync_transfer.cli._common import err, resolve_domain
+    from autosync_transfer.cli._common import err, resolve_target
     from autosync_transfer.cli._output import check_out, export_strategy
     from autosync_transfer.errors import ConfigError
     from autosync_transfer.search.loop import SearchConfig, Searcher, default_store_path, run_name
@@ -63,7 +65,7 @@ def search(
         raise ConfigError(f"--warm-start needs --method autosync, got {method.value!r}")
     check_out(export_json, "--export-json")
     check_out(export_autodist, "--export-autodist")
-    domain = resolve_domain(domain_name, cluster_file)
+    domain, workload = resolve_target(domain_name, cluster_file, model)
     if launcher == SearchLauncher.emulated:
         from autosync_transfer.adapt.workflow import check_collect
 
@@ -82,7 +84,7 @@ def search(
     path = Path(store) if store else default_store_path(domain.name, name)
     searcher = Searcher(domain, path, config, warm=warm, warm_source=warm_start,
                         warm_version=warm_version(lineage), launcher=launcher.value,
-                        protocol=_search_protocol(path, domain.name, name, warmup, iters,
+                        workload=workload, protocol=_search_protocol(path, domain.name, name, warmup, iters,
                                                   timeout_s),
                         max_foreign_cpu=max_foreign_cpu, log_dir=path.parent / "logs" / name)
     if launcher == SearchLauncher.torchrun:
@@ -94,7 +96,7 @@ def search(
         export_strategy(result.chosen, domain, export_json, export_autodist)
     elif export_json or export_autodist:
         err().print("no strategy measured ok: nothing exported")
-    version = (_log_search(result, domain.name, name, config, path, per_round, launcher.value,
+    version = (_log_search(result, domain, name, config, path, per_round, launcher.value,
                            warm_start, lineage) if log else None)
     if json_out:
         _print_search_json(result, domain.name, name, path, version)
@@ -148,7 +150,7 @@ def _run_with_progress(searcher, title: str, budget: int):  # noqa: ANN001, ANN2
         return searcher.run()
 
 
-def _log_search(result, domain: str, name: str, config, path, per_round: int,  # noqa: ANN001, ANN202
+def _log_search(result, domain, name: str, config, path, per_round: int,  # noqa: ANN001, ANN202
                 launcher: str, warm_start: str | None, lineage: dict | None):
     """Log the run to MLflow (and register its simulator); the registered version or None."""
     import json
@@ -165,7 +167,8 @@ def _log_search(result, domain: str, name: str, config, path, per_round: int,  #
         if result.simulator is not None:
             from autosync_transfer.adapt.data import digest
 
-            lin = {**(lineage or {}), "method": f"search-{name.rsplit('-seed', 1)[0]}",
+            lin = {**(lineage or {}), **({"source_uri": warm_start} if lineage else {}),
+                   "method": f"search-{name.rsplit('-seed', 1)[0]}",
                    "shots": s["trials"], "dataset_fingerprint": digest(
                        [s["trials"], s.get("best_s"), str(path)])}
         _, version = log_search(domain=domain, run=name, summary=s,
@@ -221,7 +224,7 @@ def _print_search(result, domain: str, name: str, path, version,  # noqa: ANN001
 
 @renamed({"--out": "--export-json"})
 def recommend(
-    domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-B"),
+    domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="e.g. bert-B (or --model with --cluster-file; default with --simulator: the simulator's own domain)."),
     simulator: Optional[str] = typer.Option(None, "--simulator", metavar="MODEL_URI", help="models:/NAME@ALIAS or a registered name (its champion); default: the analytical cost model."),
     candidates: int = typer.Option(2000, "--candidates", min=1, help="Sampled candidates to rank (the builders are always included)."),
     seed: int = typer.Option(0, "--seed"),
@@ -229,22 +232,28 @@ def recommend(
     export_json: Optional[str] = typer.Option(None, "--export-json", metavar="PATH", help="Write the strategy as JSON."),
     export_autodist: Optional[str] = typer.Option(None, "--export-autodist", metavar="PATH", help="Write the strategy as an AutoDist strategy file."),
     cluster_file: Optional[str] = cluster_file_option(),
+    model: Optional[str] = model_option(),
     json_out: bool = json_option("Print the strategy as JSON."),
 ) -> None:
     """The strategy a simulator ranks fastest for DOMAIN, without running anything."""
     import sys
 
-    from autosync_transfer.cli._common import out, resolve_domain
+    from autosync_transfer.cli._common import out, resolve_target
     from autosync_transfer.cli._output import (check_out, export_strategy, strategy_summary,
                                                strategy_table)
     from autosync_transfer.search.recommend import recommend as do_recommend
 
     check_out(export_json, "--export-json")
     check_out(export_autodist, "--export-autodist")
-    domain = resolve_domain(domain_name, cluster_file)
     sim = None
-    if simulator is not None:
-        from autosync_transfer.registry.models import load_simulator
+    if simulator is not None and domain_name is None and model is None and cluster_file is None:
+        from autosync_transfer.registry.flavor import load_version
+
+        sim, domain, _ = load_version(simulator)  # the simulator's own domain
+    else:
+        domain, _ = resolve_target(domain_name, cluster_file, model)
+    if simulator is not None and sim is None:
+        from autosync_transfer.registry.flavor import load_simulator
 
         sim = load_simulator(simulator)
     best = do_recommend(domain.model, domain.cluster, sim, candidates=candidates, seed=seed,

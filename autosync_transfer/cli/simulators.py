@@ -8,7 +8,8 @@ import typer
 
 from autosync_transfer.cli._choices import Metric, RankerKind
 from autosync_transfer.cli._output import fmt_float as _fmt
-from autosync_transfer.cli._params import Command, data_option, json_option, renamed
+from autosync_transfer.cli._params import (Command, cluster_file_option, data_option,
+                                           json_option, model_option, renamed)
 
 #: metrics shown in tables, in this order (regret: lower is better; others: higher)
 TABLE_METRICS: tuple[str, ...] = tuple(m.value for m in Metric)
@@ -17,13 +18,21 @@ registry_app = typer.Typer(help="The MLflow registry of trained simulators (one 
                            no_args_is_help=True)
 
 
-def _domain_trials(domain_name: str, trials: str | None) -> tuple[Any, Any]:
-    """(catalog Domain, its ok trials); no trials for the domain is an UnknownNameError."""
-    from autosync_transfer.dataset.loader import default_datasets_dir, load_trials
-    from autosync_transfer.domains.catalog import get_domain
+def _domain_trials(domain_name: str | None, trials: str | None, model: str | None = None,
+                   cluster_file: str | None = None, argument: str = "DOMAIN"
+                   ) -> tuple[Any, Any]:
+    """(the Domain, its ok trials): the workload ``--model`` names on ``--cluster-file``, a
+    catalog domain (on ``--cluster-file``), or a domain the trial stores of ``trials`` describe
+    (a workload domain measured before); no trials for the domain is an UnknownNameError."""
+    from autosync_transfer.dataset.loader import default_datasets_dir, find_domain, load_trials
     from autosync_transfer.errors import UnknownNameError
 
-    domain = get_domain(domain_name)
+    if model is not None or cluster_file is not None or domain_name is None:
+        from autosync_transfer.cli._common import resolve_target
+
+        domain, _ = resolve_target(domain_name, cluster_file, model, argument=argument)
+    else:
+        domain = find_domain(domain_name, trials)
     df = load_trials(trials)
     sub = df[df["domain"] == domain.name] if len(df) else df
     if not len(sub):
@@ -36,12 +45,14 @@ def _domain_trials(domain_name: str, trials: str | None) -> tuple[Any, Any]:
 
 @renamed({"--trials": "--data"})
 def train(
-    domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-3l-A"),
+    domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="e.g. bert-3l-A, a workload domain measured into --data, or --model with --cluster-file."),
     ranker: RankerKind = typer.Option(RankerKind.rnn, "--ranker", help="Simulator kind to train."),
     seeds: int = typer.Option(3, "--seeds", min=1, help="Train one simulator per seed 0..N-1."),
     epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="Maximum epochs (default: the trainer's, with early stopping)."),
     data: Optional[str] = data_option(),
     metric: Metric = typer.Option(Metric.pairwise_acc, "--metric", help="Test metric that picks the champion (regret: lower is better)."),
+    cluster_file: Optional[str] = cluster_file_option(),
+    model: Optional[str] = model_option(),
     json_out: bool = json_option(),
 ) -> None:
     """Train simulators of DOMAIN (one per seed), register each, promote the best if better."""
@@ -51,7 +62,7 @@ def train(
     from autosync_transfer.registry import models
 
     kind, key = ranker.value, metric.value
-    domain, df = _domain_trials(domain_name, data)
+    domain, df = _domain_trials(domain_name, data, model, cluster_file)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=err(),
                   transient=json_out) as bar:
@@ -96,15 +107,17 @@ def evaluate(
     model_uri: str = typer.Argument(..., metavar="MODEL_URI",
                                     help="models:/autosync-bert-B@champion, models:/NAME/3, a "
                                          "registered name or a domain name (its champion)."),
-    on: str = typer.Option(..., "--on", metavar="DOMAIN", help="Domain whose trials to score."),
+    on: Optional[str] = typer.Option(None, "--on", metavar="DOMAIN", help="Domain whose trials to score (or --model with --cluster-file)."),
     data: Optional[str] = data_option(),
+    cluster_file: Optional[str] = cluster_file_option(),
+    model: Optional[str] = model_option(),
     json_out: bool = json_option(),
 ) -> None:
     """Ranking metrics of a registered simulator on every measured strategy of a domain."""
     from autosync_transfer.cli._common import out, print_json
     from autosync_transfer.registry import models
 
-    domain, df = _domain_trials(on, data)
+    domain, df = _domain_trials(on, data, model, cluster_file, argument="--on")
     info = models.resolve(model_uri)
     metrics = models.evaluate_registered(info.model_uri, domain, df)
     if json_out:

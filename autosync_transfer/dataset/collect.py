@@ -220,6 +220,7 @@ def collect(
         "reference_strategy": REFERENCE_BUILDER,
         "reference_every": reference_every,
     })
+    store.record_domain(domain)  # the domain travels with its trials (no catalog needed)
     progress = CollectProgress(done, trials, None, best, failures)
     if done >= trials:
         return progress

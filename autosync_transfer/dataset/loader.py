@@ -5,6 +5,11 @@ else the checkout's ``datasets/`` folder, else the datasets shipped in the insta
 Tables have the columns of :meth:`~autosync_transfer.dataset.store.TrialRecord.to_row` plus
 ``source`` (the file a row came from); ``strategy``, ``protocol`` and ``machine`` are JSON
 strings.
+
+A domain that is not in the catalog (a user's workload, a cluster file) is rebuilt from the
+metadata of the stores that hold its trials (:func:`store_domains`, :func:`find_domain`): the
+collector and the search record the domain there, so nothing needs the catalog to decode, train
+on or adapt to such trials.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ __all__ = [
     "reference_noise",
     "superseded_ids",
     "valid_remeasurement",
+    "file_meta",
+    "store_domains",
+    "find_domain",
 ]
 
 #: environment variable that replaces the default datasets folder
@@ -392,17 +400,91 @@ def strategy_from_record(data: dict[str, Any], graph: Any | None) -> Strategy:
 
 
 def _graphs_by_domain(df: pandas.DataFrame) -> dict[str, Any]:
-    """domain -> catalog ModelGraph whose fingerprint matches the records (None if no match)."""
+    """domain -> the ModelGraph whose fingerprint matches the records: the catalog model's, else
+    the one the metadata of the records' files describes (absent if none matches)."""
     from autosync_transfer.domains.catalog import get_model
 
     out: dict[str, Any] = {}
     if "model" not in df.columns or "model_fingerprint" not in df.columns:
         return out
+    described: dict[str, Any] | None = None
     for (domain, model, fp), _ in df.groupby(["domain", "model", "model_fingerprint"]):
         try:
             g = get_model(str(model))
         except UnknownNameError:
-            continue
-        if g.fingerprint == fp:
+            g = None
+        if g is not None and g.fingerprint == fp:
             out[str(domain)] = g
+            continue
+        if described is None:
+            sources = sorted(set(df["source"])) if "source" in df.columns else []
+            described = _described(sources)
+        dom = described.get(str(domain))
+        if dom is not None and dom.model.fingerprint == fp:
+            out[str(domain)] = dom.model
     return out
+
+
+def file_meta(path: PathLike) -> dict[str, Any]:
+    """The collection metadata of a trial file: a store's ``.meta.json`` sidecar, or the
+    metadata a parquet file carries (:meth:`~autosync_transfer.dataset.store.TrialStore.compact`
+    puts it there); empty when there is none."""
+    p = Path(path)
+    if p.suffix == ".parquet":
+        pa, pq = require("pyarrow"), require("pyarrow.parquet")
+        try:
+            meta = pq.read_schema(p).metadata or {}
+        except (OSError, pa.ArrowException) as e:
+            raise SpecError(f"cannot read parquet {str(p)!r}: {e}") from e
+        raw = meta.get(b"autosync_meta")
+        if not raw:
+            return {}
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise SpecError(f"{str(p)!r}: its autosync metadata is not valid JSON: {e}") from e
+        return data if isinstance(data, dict) else {}
+    return TrialStore(p).read_meta()
+
+
+def _described(files: Iterable[PathLike]) -> dict[str, Any]:
+    """The domains the metadata of ``files`` describe (the first description of a name wins)."""
+    from autosync_transfer.dataset.store import domains_from_meta
+
+    out: dict[str, Any] = {}
+    for f in files:
+        try:
+            meta = file_meta(f)
+        except FileNotFoundError:
+            continue
+        for name, dom in domains_from_meta(meta, str(f)).items():
+            out.setdefault(name, dom)
+    return out
+
+
+def store_domains(paths_or_dir: PathLike | Sequence[PathLike] | None = None
+                  ) -> dict[str, Any]:
+    """The domains described by the metadata of the trial files named by ``paths_or_dir``
+    (default: the shipped datasets), by name (the first description of a name wins)."""
+    return _described(dataset_files(paths_or_dir))
+
+
+def find_domain(name: str, paths_or_dir: PathLike | Sequence[PathLike] | None = None) -> Any:
+    """The :class:`~autosync_transfer.domains.domain.Domain` named ``name``: the catalog's, else
+    the one the metadata of the trial files ``paths_or_dir`` (default: the shipped datasets)
+    describes. Neither is an :class:`~autosync_transfer.errors.UnknownNameError`."""
+    from autosync_transfer.domains.catalog import get_domain
+
+    try:
+        return get_domain(name)
+    except UnknownNameError as e:
+        catalog_error = str(e)
+    described = store_domains(paths_or_dir)
+    if name in described:
+        return described[name]
+    where = (str(paths_or_dir) if isinstance(paths_or_dir, (str, os.PathLike))
+             else "the given trial files" if paths_or_dir is not None
+             else str(default_datasets_dir()))
+    shown = ", ".join(sorted(described)[:10]) or "none"
+    raise UnknownNameError(f"{catalog_error}; no trial store in {where} describes it either "
+                           f"(described there: {shown})")

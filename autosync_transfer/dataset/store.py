@@ -8,7 +8,11 @@ A crash in the middle of a write can leave a partial last line; readers skip it 
 valid JSON Lines. A malformed line anywhere else is an error naming its line number.
 
 Next to the store, ``<store>.meta.json`` holds collection metadata (how the data was collected,
-with which settings); :meth:`TrialStore.write_meta` merges keys into it atomically.
+with which settings); :meth:`TrialStore.write_meta` merges keys into it atomically. Its
+``domains`` entry describes every domain measured into the store (:meth:`TrialStore.record_domain`:
+the model graph and the cluster as JSON, the workload spec and fingerprints), so that a domain
+that is not in the catalog (a user's workload, a cluster file) can be rebuilt from the store
+alone (:meth:`TrialStore.domains`, :func:`domains_from_meta`).
 :meth:`TrialStore.compact` writes the records as one parquet file for shipping.
 """
 
@@ -25,7 +29,7 @@ import socket
 import sys
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,6 +51,9 @@ __all__ = [
     "JSON_COLUMNS",
     "TrialRecord",
     "TrialStore",
+    "DOMAINS_KEY",
+    "domain_entry",
+    "domains_from_meta",
     "arrow_schema",
     "TruncatedRecordWarning",
     "machine_info",
@@ -63,6 +70,46 @@ SCHEMA_VERSION = 2
 JSON_COLUMNS: tuple[str, ...] = ("strategy", "protocol", "machine")
 
 Status = Literal["ok", "failed", "timeout"]
+
+#: key of the store metadata that describes the domains measured into the store
+DOMAINS_KEY = "domains"
+
+
+def domain_entry(domain: Domain) -> dict[str, Any]:
+    """The JSON description of ``domain`` kept in a store's metadata: ``domain`` (the
+    :class:`~autosync_transfer.domains.domain.Domain`: name, model graph, cluster), its
+    ``fingerprint`` and those of its graph and cluster, and the ``workload`` spec and
+    ``workload_fingerprint`` when the graph was traced from a workload (else None)."""
+    from autosync_transfer.domains.workload import workload_of
+
+    spec, wl_fp = workload_of(domain)
+    return {"domain": domain.model_dump(mode="json"), "fingerprint": domain.fingerprint,
+            "model_fingerprint": domain.model.fingerprint,
+            "cluster_fingerprint": domain.cluster.fingerprint,
+            "workload": spec, "workload_fingerprint": wl_fp}
+
+
+def domains_from_meta(meta: Mapping[str, Any], where: str = "store metadata") -> dict[str, Domain]:
+    """The domains a store's metadata describes (:func:`domain_entry`), by name. An entry that
+    is not a valid domain, or whose fingerprint does not match its content, is a
+    :class:`SpecError` naming ``where``."""
+    from autosync_transfer.domains.domain import Domain
+
+    entries = meta.get(DOMAINS_KEY) or {}
+    if not isinstance(entries, Mapping):
+        raise SpecError(f"{where}: {DOMAINS_KEY!r} must be an object of domains by name")
+    out: dict[str, Domain] = {}
+    for name, entry in entries.items():
+        try:
+            dom = Domain.model_validate((entry or {}).get("domain"))
+        except (ValidationError, AttributeError) as e:
+            raise SpecError(f"{where}: domain {name!r} is not a valid domain description "
+                            f"({' '.join(str(e).split())[:200]})") from e
+        if dom.name != name or dom.fingerprint != entry.get("fingerprint", dom.fingerprint):
+            raise SpecError(f"{where}: domain {name!r} does not match its name or fingerprint "
+                            f"(edited by hand?)")
+        out[name] = dom
+    return out
 
 
 def utc_now() -> str:
@@ -479,6 +526,17 @@ class TrialStore:
             raise SpecError(f"{str(self.meta_path)!r} must hold a JSON object")
         return data
 
+    def record_domain(self, domain: Domain) -> dict[str, Any]:
+        """Describe ``domain`` in the metadata's ``domains`` (:func:`domain_entry`; other
+        domains' entries are kept); returns the merged metadata."""
+        entry = domain_entry(domain)
+        return self._merge_meta(lambda meta: {DOMAINS_KEY: {
+            **dict(meta.get(DOMAINS_KEY) or {}), domain.name: entry}})
+
+    def domains(self) -> dict[str, Domain]:
+        """The domains the metadata describes, by name (:func:`domains_from_meta`)."""
+        return domains_from_meta(self.read_meta(), str(self.meta_path))
+
     def write_meta(self, updates: Mapping[str, Any]) -> dict[str, Any]:
         """Merge ``updates`` into the sidecar metadata (top-level keys replaced) and write it
         atomically; returns the merged metadata."""
@@ -486,8 +544,19 @@ class TrialStore:
             json.dumps(dict(updates))
         except (TypeError, ValueError) as e:
             raise ConfigError(f"collection metadata must be JSON-serializable: {e}") from e
+        return self._merge_meta(lambda _meta: updates)
+
+    def _merge_meta(self, updates_of: Callable[[dict[str, Any]], Mapping[str, Any]]
+                    ) -> dict[str, Any]:
+        """Merge ``updates_of(current metadata)`` into the metadata under the store's lock."""
         with self._open_locked(exclusive=True):  # serializes concurrent merges
-            merged = {**self.read_meta(), **dict(updates)}
+            current = self.read_meta()
+            updates = updates_of(current)
+            try:
+                json.dumps(dict(updates))
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"collection metadata must be JSON-serializable: {e}") from e
+            merged = {**current, **dict(updates)}
             tmp = self.meta_path.with_name(f".{self.meta_path.name}.{os.getpid()}.tmp")
             try:
                 with open(tmp, "w") as f:

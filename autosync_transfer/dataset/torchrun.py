@@ -74,6 +74,9 @@ def collect_torchrun(domain: Domain, strategies: str | Path, store_path: str | P
             todo = read_strategies(strategies, domain, store.ids())
         except ConfigError as e:
             todo = str(e)
+        else:
+            Path(store_path).parent.mkdir(parents=True, exist_ok=True)
+            store.record_domain(domain)  # the domain travels with its trials
     todo = harness.broadcast(todo)
     if isinstance(todo, str):  # a bad strategies file: nothing is measured or written
         harness.close()

@@ -39,13 +39,13 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from autosync_transfer.domains.cluster import Cluster
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.domains.graph import ModelGraph
-from autosync_transfer.errors import ConfigError, WorkloadError
+from autosync_transfer.errors import ConfigError, SpecError, WorkloadError
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["Workload", "ZooWorkload", "DEFAULT_BATCH_SIZE", "load_workload", "zoo_workload",
-           "call_model", "workload_name", "absolute_spec"]
+           "call_model", "workload_name", "absolute_spec", "workload_domain", "workload_of"]
 
 #: per-worker batch size of a plain-convention module without ``BATCH_SIZE``
 DEFAULT_BATCH_SIZE = 8
@@ -405,3 +405,53 @@ def _in_zoo(name: str) -> bool:
     from autosync_transfer.domains.catalog import model_names
 
     return name in model_names()
+
+
+# -- workload domains ---------------------------------------------------------------------------
+def workload_domain(model: str | Workload, cluster: Cluster | str | Path) -> tuple[Domain, str]:
+    """``(domain, spec)``: the domain ``<workload>-<cluster>`` of workload ``model`` (a spec, see
+    :func:`load_workload`, or a :class:`Workload`) on ``cluster`` (a :class:`Cluster` or the path
+    of a resource-spec YAML, the cluster named after the file), and the spec the workers import
+    (a relative file path made absolute).
+
+    The cluster is read first, then the workload is imported and its training step run once on
+    this process (:meth:`Workload.check`), so a bad cluster file, a bad spec or a step that fails
+    raises here (:class:`~autosync_transfer.errors.SpecError`, :class:`ConfigError` or
+    :class:`WorkloadError`, one line) before any worker starts. A cluster file named like a
+    catalog cluster (``A.yml``) or with '-' in its name is a :class:`ConfigError` (the domain
+    name would be ambiguous)."""
+    if isinstance(cluster, Cluster):
+        clu = cluster
+    else:
+        from autosync_transfer.domains.catalog import CLUSTERS
+
+        try:
+            clu = Cluster.from_file(cluster)
+        except SpecError as e:
+            if str(cluster) in str(e):
+                raise
+            raise SpecError(f"cluster_file={str(cluster)!r}: {e}") from e
+        if "-" in clu.name or clu.name in CLUSTERS:
+            raise ConfigError(
+                f"cluster_file={str(cluster)!r}: the cluster is named after the file "
+                f"({clu.name!r}), which must not contain '-' nor be a catalog cluster "
+                f"({', '.join(CLUSTERS)}); rename the file or set a top-level 'name:'")
+    if isinstance(model, Workload):
+        wl = model
+    else:
+        if not isinstance(model, str) or not model.strip():
+            raise WorkloadError(f"workload spec must be a non-empty string, got {model!r}")
+        wl = load_workload(absolute_spec(model.strip()))
+    wl.check()
+    return wl.domain(clu), wl.spec
+
+
+def workload_of(domain: Domain) -> tuple[str | None, str | None]:
+    """``(spec, fingerprint)`` of the workload a domain's graph was traced from (the graph's
+    ``config["workload"]``, set by :meth:`Workload.graph`); ``(None, None)`` for a graph that
+    was not (the zoo's, an import)."""
+    spec = domain.model.config.get("workload")
+    if not isinstance(spec, str) or not spec:
+        return None, None
+    blob = f"{domain.model.fingerprint}:{spec}".encode()
+    return spec, hashlib.sha256(blob).hexdigest()[:16]

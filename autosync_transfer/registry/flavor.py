@@ -6,15 +6,19 @@ Each version of a domain's registered model (``autosync-<domain>``, see
 run artifacts
     ``simulator/config.json`` (``Simulator.config()`` plus ``trained_on``, the domain),
     ``simulator/weights.pt`` (its ``state_dict``, a plain dict of tensors written with
-    ``torch.save``; empty for the analytical simulator) and ``plots/*.png``.
+    ``torch.save``; empty for the analytical simulator), ``simulator/domain.json`` (the domain it
+    was trained for: model graph and cluster as JSON, and the workload spec, so that a domain
+    outside the catalog, a user's workload on a cluster file, needs no catalog to be scored) and
+    ``plots/*.png``.
 model (pyfunc, "models from code")
-    the same two files as pyfunc artifacts ``config`` and ``weights``, so that
+    the same three files as pyfunc artifacts ``config``, ``weights`` and ``domain``, so that
     ``mlflow.pyfunc.load_model("models:/autosync-bert-B@champion").predict(df)`` scores
     strategies (see :mod:`autosync_transfer.registry.pyfunc`).
 version tags
-    provenance (:data:`STANDARD_TAGS`): domain, model/cluster fingerprints, feature schema, ranker
-    kind, trial count, test split, test metrics as ``metric.<name>``, and for adapted simulators
-    the source model and version, method, shots and dataset fingerprint (:data:`LINEAGE_KEYS`).
+    provenance (:data:`STANDARD_TAGS`): domain, model/cluster fingerprints, the workload spec and
+    fingerprint (workload domains), feature schema, ranker kind, trial count, test split, test
+    metrics as ``metric.<name>``, and for adapted simulators the source model and version (and
+    the URI it was named by), method, shots and dataset fingerprint (:data:`LINEAGE_KEYS`).
 
 Weights are only ever read with ``torch.load(weights_only=True)``: nothing in the registry is
 unpickled as code. mlflow is imported inside functions only.
@@ -49,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CONFIG_FILE",
     "WEIGHTS_FILE",
+    "DOMAIN_FILE",
     "STANDARD_TAGS",
     "LINEAGE_KEYS",
     "write_simulator_files",
@@ -57,20 +62,27 @@ __all__ = [
     "log_simulator",
     "log_chart_images",
     "load_simulator",
+    "load_domain",
+    "load_version",
+    "write_domain_file",
+    "read_domain_file",
 ]
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.pt"
+DOMAIN_FILE = "domain.json"
 _MODEL_NAME = "simulator"  # name of the logged pyfunc model inside a run
 #: tags every version carries (values are strings; "" where unknown)
 STANDARD_TAGS: tuple[str, ...] = (
     "domain", "model", "cluster", "model_fingerprint", "cluster_fingerprint",
-    "domain_fingerprint", "feature_schema_version", "ranker_kind", "trial_count", "test_split",
-    "dataset_fingerprint", "run_id", "autosync_version",
+    "domain_fingerprint", "workload", "workload_fingerprint", "feature_schema_version",
+    "ranker_kind", "trial_count", "test_split", "dataset_fingerprint", "run_id",
+    "autosync_version",
 )
-#: lineage tags of adapted simulators (:func:`log_simulator` ``lineage=``)
-LINEAGE_KEYS: tuple[str, ...] = ("source_model", "source_version", "method", "shots",
-                                 "dataset_fingerprint")
+#: lineage tags of adapted simulators (:func:`log_simulator` ``lineage=``); ``source_uri``: the
+#: ``models:/`` URI (or domain) the source was named by
+LINEAGE_KEYS: tuple[str, ...] = ("source_model", "source_version", "source_uri", "method",
+                                 "shots", "dataset_fingerprint")
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -126,6 +138,37 @@ def read_simulator_files(config_path: str | Path, weights_path: str | Path | Non
             raise SpecError(f"{str(weights_path)!r} is not a state_dict (a dict of tensors)")
     doc.pop("trained_on", None)
     return Simulator.from_config(doc, state or None)
+
+
+def write_domain_file(domain: Domain, folder: str | Path) -> Path:
+    """Write ``domain.json`` (the domain: name, model graph, cluster; its fingerprint; the
+    workload spec it was traced from, or null) to ``folder``; returns its path."""
+    from autosync_transfer.domains.workload import workload_of
+
+    spec, wl_fp = workload_of(domain)
+    path = Path(folder) / DOMAIN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"domain": domain.model_dump(mode="json"),
+                                "fingerprint": domain.fingerprint, "workload": spec,
+                                "workload_fingerprint": wl_fp}, sort_keys=True) + "\n")
+    return path
+
+
+def read_domain_file(path: str | Path) -> Domain:
+    """The domain of a ``domain.json`` (:func:`write_domain_file`), its fingerprint checked."""
+    from pydantic import ValidationError
+
+    from autosync_transfer.domains.domain import Domain
+
+    try:
+        doc = json.loads(Path(path).read_text())
+        dom = Domain.model_validate(doc["domain"])
+    except (OSError, ValueError, KeyError, TypeError, ValidationError) as e:
+        raise SpecError(f"cannot read the domain of a simulator from {str(path)!r}: "
+                        f"{' '.join(str(e).split())[:200]}") from e
+    if doc.get("fingerprint", dom.fingerprint) != dom.fingerprint:
+        raise SpecError(f"{str(path)!r}: the domain does not match its fingerprint")
+    return dom
 
 
 
@@ -185,6 +228,8 @@ def _params(sim: Simulator) -> dict[str, str]:
 
 
 def _as_domain(domain: Domain | str) -> Domain:
+    """``domain``, or the catalog domain it names (a domain outside the catalog is passed as a
+    :class:`Domain`)."""
     if isinstance(domain, str):
         from autosync_transfer.domains.catalog import get_domain
 
@@ -253,6 +298,7 @@ def log_simulator(
     exp_id = store.experiment_id(c)
     with tempfile.TemporaryDirectory(prefix="autosync-sim-") as tmp:
         config_path, weights_path = write_simulator_files(sim, tmp, domain=dom.name)
+        domain_path = write_domain_file(dom, tmp)
         code_path = write_model_code(tmp)
         run_ctx = (mlflow.start_run(run_id=logger_run_id) if logger_run_id
                    else mlflow.start_run(experiment_id=exp_id, run_name=run_name))
@@ -265,6 +311,7 @@ def log_simulator(
                 mlflow.log_metrics(flat)
             mlflow.log_artifact(str(config_path), artifact_path="simulator")
             mlflow.log_artifact(str(weights_path), artifact_path="simulator")
+            mlflow.log_artifact(str(domain_path), artifact_path="simulator")
             for p in plot_files:
                 mlflow.log_artifact(str(p), artifact_path="plots")
             log_chart_images(plot_files)
@@ -274,7 +321,8 @@ def log_simulator(
                 info = mlflow.pyfunc.log_model(
                     name=_MODEL_NAME,
                     python_model=str(code_path),
-                    artifacts={"config": str(config_path), "weights": str(weights_path)},
+                    artifacts={"config": str(config_path), "weights": str(weights_path),
+                               "domain": str(domain_path)},
                     pip_requirements=_pip_requirements(str(sim.kind)),
                     signature=_signature(),
                 )
@@ -291,12 +339,14 @@ def _version_tags(sim: Simulator, dom: Domain, flat: Mapping[str, float],
     """The version tags of ``sim`` (:data:`STANDARD_TAGS` but ``run_id``, then ``tags``,
     ``lineage`` and the metrics); an unknown lineage key is a ConfigError."""
     from autosync_transfer import __version__
+    from autosync_transfer.domains.workload import workload_of
 
     lineage = dict(lineage or {})
     unknown = sorted(set(lineage) - set(LINEAGE_KEYS))
     if unknown:
         raise ConfigError(f"unknown lineage key {unknown[0]!r} (known: {', '.join(LINEAGE_KEYS)})")
     schema = sim.config().get("schema_version", "")
+    spec, wl_fp = workload_of(dom)
     version_tags: dict[str, str] = {
         "domain": dom.name,
         "model": dom.model.name,
@@ -304,6 +354,8 @@ def _version_tags(sim: Simulator, dom: Domain, flat: Mapping[str, float],
         "model_fingerprint": dom.model.fingerprint,
         "cluster_fingerprint": dom.cluster.fingerprint,
         "domain_fingerprint": dom.fingerprint,
+        "workload": spec or "",
+        "workload_fingerprint": wl_fp or "",
         "feature_schema_version": str(schema),
         "ranker_kind": str(sim.kind),
         "trial_count": "",
@@ -361,23 +413,60 @@ def _ensure_registered_model(c: MlflowClient, name: str, domain: str) -> None:
 
 
 
+def _download(mv: ModelVersionInfo, tmp: str) -> Path:
+    """The local folder of the pyfunc artifacts of version ``mv`` (downloaded into ``tmp``)."""
+    import mlflow.artifacts
+
+    from autosync_transfer.registry import store
+
+    local = Path(mlflow.artifacts.download_artifacts(
+        artifact_uri=f"models:/{mv.name}/{mv.version}", dst_path=tmp,
+        tracking_uri=store.tracking_uri(), registry_uri=store.tracking_uri()))
+    return local / "artifacts"  # pyfunc artifacts live there
+
+
+def _simulator_in(folder: Path, mv: ModelVersionInfo) -> Simulator:
+    config_path, weights_path = folder / CONFIG_FILE, folder / WEIGHTS_FILE
+    if not config_path.is_file():
+        raise SpecError(f"{mv.model_uri} has no {CONFIG_FILE}: not a simulator")
+    return read_simulator_files(config_path, weights_path)
+
+
+def _domain_in(folder: Path, mv: ModelVersionInfo) -> Domain:
+    """The domain of version ``mv``: its ``domain.json``, or (a version logged before domains
+    travelled with simulators) the catalog domain its ``domain`` tag names."""
+    path = folder / DOMAIN_FILE
+    if path.is_file():
+        return read_domain_file(path)
+    name = mv.tags.get("domain", "")
+    if not name:
+        raise SpecError(f"{mv.model_uri} names no domain (no {DOMAIN_FILE}, no 'domain' tag)")
+    return _as_domain(name)
+
+
 def load_simulator(uri_or_name: str, version: str | int | None = None, alias: str = CHAMPION
                    ) -> Simulator:
     """The simulator of a registered version (see :func:`resolve` for the accepted names):
     ``config.json`` and ``weights.pt`` of the version's pyfunc model, weights read with
     ``torch.load(weights_only=True)``."""
-    import mlflow.artifacts
-
-    from autosync_transfer.registry import store
-
     mv = resolve(uri_or_name, version, alias)
     with tempfile.TemporaryDirectory(prefix="autosync-load-") as tmp:
-        local = Path(mlflow.artifacts.download_artifacts(
-            artifact_uri=f"models:/{mv.name}/{mv.version}", dst_path=tmp,
-            tracking_uri=store.tracking_uri(), registry_uri=store.tracking_uri()))
-        config_path = local / "artifacts" / CONFIG_FILE  # pyfunc artifacts live there
-        weights_path = local / "artifacts" / WEIGHTS_FILE
-        if not config_path.is_file():
-            raise SpecError(f"{mv.model_uri} has no {CONFIG_FILE}: not a simulator")
-        return read_simulator_files(config_path, weights_path)
+        return _simulator_in(_download(mv, tmp), mv)
 
+
+def load_domain(uri_or_name: str, version: str | int | None = None, alias: str = CHAMPION
+                ) -> Domain:
+    """The domain a registered version was trained for (its ``domain.json``: no catalog needed;
+    for older versions the catalog domain of its ``domain`` tag)."""
+    mv = resolve(uri_or_name, version, alias)
+    with tempfile.TemporaryDirectory(prefix="autosync-load-") as tmp:
+        return _domain_in(_download(mv, tmp), mv)
+
+
+def load_version(uri_or_name: str, version: str | int | None = None, alias: str = CHAMPION
+                 ) -> tuple[Simulator, Domain, ModelVersionInfo]:
+    """``(simulator, its domain, the version)`` of a registered version, read once."""
+    mv = resolve(uri_or_name, version, alias)
+    with tempfile.TemporaryDirectory(prefix="autosync-load-") as tmp:
+        folder = _download(mv, tmp)
+        return _simulator_in(folder, mv), _domain_in(folder, mv), mv

@@ -1,9 +1,10 @@
 """The MLflow pyfunc face of a simulator: score strategies from
 ``models:/autosync-<domain>@champion``.
 
-Input: a DataFrame with columns ``domain`` (a catalog domain name such as ``bert-B``) and
-``strategy`` (the strategy as JSON text, ``Strategy.to_json()``; the model's signature declares
-both as strings). Output: one score per row
+Input: a DataFrame with columns ``domain`` (the model's own domain, which travels with it as the
+artifact ``domain``, e.g. a user's workload ``tiny_gpt-lab``, or a catalog domain name such as
+``bert-B``) and ``strategy`` (the strategy as JSON text, ``Strategy.to_json()``; the model's
+signature declares both as strings). Output: one score per row
 (float64, **lower = predicted faster**), in input order. Scores are comparable only between rows
 of the same domain.
 
@@ -45,9 +46,11 @@ def write_model_code(folder: str | Path) -> Path:
     return path
 
 
-def score_frame(sim: Any, model_input: pd.DataFrame | dict[str, Any]) -> np.ndarray:
+def score_frame(sim: Any, model_input: pd.DataFrame | dict[str, Any],
+                known: dict[str, Any] | None = None) -> np.ndarray:
     """Scores (numpy float64, input order) of the rows of ``model_input`` under ``sim``
-    (``strategy`` as JSON text or, called directly, as its parsed object)."""
+    (``strategy`` as JSON text or, called directly, as its parsed object). ``known``: domains by
+    name (the model's own); other names are looked up in the catalog."""
     import json
 
     from autosync_transfer.domains.catalog import get_domain
@@ -67,7 +70,7 @@ def score_frame(sim: Any, model_input: pd.DataFrame | dict[str, Any]) -> np.ndar
     domains = model_input["domain"].astype(str).to_numpy()
     raw = model_input["strategy"].to_list()
     for name in dict.fromkeys(domains):  # first-appearance order
-        domain = get_domain(name)
+        domain = (known or {}).get(name) or get_domain(name)
         rows = np.flatnonzero(domains == name)
         strategies = [
             Strategy.from_dict(raw[i]) if isinstance(raw[i], dict) else Strategy.from_json(
@@ -83,11 +86,16 @@ class SimulatorPyfunc(mlflow.pyfunc.PythonModel):
 
     def __init__(self) -> None:
         self._sim: Any = None
+        self._domains: dict[str, Any] = {}
 
     def load_context(self, context: Any) -> None:
-        from autosync_transfer.registry.flavor import read_simulator_files
+        from autosync_transfer.registry.flavor import read_domain_file, read_simulator_files
 
         self._sim = read_simulator_files(context.artifacts["config"], context.artifacts["weights"])
+        domain_path = context.artifacts.get("domain")  # absent in versions logged before it
+        if domain_path:
+            dom = read_domain_file(domain_path)
+            self._domains = {dom.name: dom}
 
     def predict(self, context: Any, model_input: pd.DataFrame,
                 params: dict[str, Any] | None = None) -> np.ndarray:
@@ -97,4 +105,4 @@ class SimulatorPyfunc(mlflow.pyfunc.PythonModel):
 
             raise NotFittedError("SimulatorPyfunc.predict before load_context (load it with "
                                  "mlflow.pyfunc.load_model)")
-        return score_frame(self._sim, model_input)
+        return score_frame(self._sim, model_input, self._domains)

@@ -9,9 +9,12 @@ import math
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autosync_transfer.registry.versions import ModelVersionInfo
+
+if TYPE_CHECKING:
+    from autosync_transfer.domains.domain import Domain
 
 __all__ = ["log_search"]
 
@@ -25,30 +28,40 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def log_search(*, domain: str, run: str, summary: Mapping[str, Any], config: Mapping[str, Any],
+def log_search(*, domain: Domain | str, run: str, summary: Mapping[str, Any],
+               config: Mapping[str, Any],
                per_round: int, best_strategy: Mapping[str, Any] | None = None,
                simulator: Any = None, lineage: Mapping[str, Any] | None = None,
                tags: Mapping[str, Any] | None = None) -> tuple[str, ModelVersionInfo | None]:
     """Log one search (an MLflow run named after it) and, with ``simulator``, register that
-    simulator in the same run. Returns (run id, the new model version or None)."""
+    simulator in the same run. Returns (run id, the new model version or None).
+
+    ``domain``: the searched :class:`~autosync_transfer.domains.domain.Domain` (a domain outside
+    the catalog, a workload on a cluster file, registers with its graph and cluster), or the
+    name of a catalog domain."""
     import mlflow
 
     from autosync_transfer.registry import store
     from autosync_transfer.registry.flavor import log_chart_images, log_simulator
     from autosync_transfer.registry.plots import search_curves
 
+    from autosync_transfer.registry.flavor import _as_domain
+
+    name = domain if isinstance(domain, str) else domain.name
+    # an unknown name fails here, before anything is logged
+    dom = _as_domain(domain) if simulator is not None else None
     c = store.client()
     exp_id = store.experiment_id(c)
     with tempfile.TemporaryDirectory(prefix="autosync-search-") as tmp:
         plot = search_curves({run: summary.get("curve", [])}, {run: summary.get("hit_rate", [])},
                              Path(tmp) / "search_curve.png", per_round=per_round,
-                             title=f"search on {domain}: {run}")
+                             title=f"search on {name}: {run}")
         table = Path(tmp) / "search_summary.json"
-        table.write_text(json.dumps({"domain": domain, "run": run, "config": dict(config),
+        table.write_text(json.dumps({"domain": name, "run": run, "config": dict(config),
                                      **dict(summary)}, indent=1, default=str))
-        with mlflow.start_run(experiment_id=exp_id, run_name=f"search {domain} {run}") as r:
+        with mlflow.start_run(experiment_id=exp_id, run_name=f"search {name} {run}") as r:
             run_id = r.info.run_id
-            mlflow.set_tags({"kind": "search", "domain": domain, "search": run,
+            mlflow.set_tags({"kind": "search", "domain": name, "search": run,
                              **{str(k): str(v) for k, v in (tags or {}).items()}})
             mlflow.log_params({f"search.{k}": v for k, v in config.items()})
             for i, v in enumerate(summary.get("curve", [])):
@@ -69,7 +82,7 @@ def log_search(*, domain: str, run: str, summary: Mapping[str, Any], config: Map
         if simulator is not None:
             figures = {f"search_{k.replace('.', '_')}": _num(summary.get(k)) for k in _FIGURES}
             version = log_simulator(
-                simulator, domain=domain,
+                simulator, domain=dom,  # type: ignore[arg-type]
                 metrics={k: v for k, v in figures.items() if v is not None},
                 tags={"trial_count": summary.get("trials", 0), "test_split": "none (search)",
                       "search": run, **{str(k): v for k, v in (tags or {}).items()}},

@@ -150,6 +150,7 @@ class Searcher:
             "launcher": self.launcher, "warm_source": self.warm_source,
             "warm_version": self.warm_version,
             "cluster_spec": self.domain.cluster.to_resource_spec()})
+        self.store.record_domain(self.domain)  # the domain travels with its trials
         progress, strategies = load_run(self.domain, self.store, self.name, self.config.budget)
         self.proposer.bind(self.store, self.name, progress, strategies)
         return progress, strategies

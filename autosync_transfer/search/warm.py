@@ -15,21 +15,24 @@ def warm_simulator(spec: str, *, trials: str | Path | None = None, seed: int = 0
                    ranker: str = "rnn", max_epochs: int | None = None) -> tuple[Any, dict[str, Any]]:
     """``(simulator, lineage)`` for the warm-start source ``spec``: ``models:/NAME@ALIAS`` or
     ``models:/NAME/VERSION`` (or a registered name: its champion), else a domain name whose
-    champion is used — trained with ``ranker`` on ``trials`` and registered when absent."""
+    champion is used — trained with ``ranker`` on ``trials`` and registered when absent. A domain
+    outside the catalog (a workload on a cluster file) is found by its registered model, or in
+    the metadata of the trial stores of ``trials`` that hold it."""
     from autosync_transfer.registry import models
 
-    if spec.startswith("models:/") or spec.startswith(models._PREFIX):
+    if spec.startswith("models:/") or spec.startswith(models.REGISTERED_PREFIX):
         mv = models.resolve(spec)
         sim = models.load_simulator(mv.name, mv.version)
         return sim, {"source_model": mv.name, "source_version": str(mv.version)}
+    from autosync_transfer.dataset.loader import find_domain
     from autosync_transfer.domains.catalog import get_domain
 
     try:
         dom = get_domain(spec)
     except UnknownNameError as e:
-        raise ConfigError(f"warm_start={spec!r} is neither a models:/ URI nor a known "
-                          f"domain ({e})") from None
-    name = models.registered_name(dom.name)
+        catalog_error = str(e)
+        dom = None
+    name = models.registered_name(spec) if dom is None else models.registered_name(dom.name)
     try:
         version = models.champion(name)
     except UnknownNameError:
@@ -37,6 +40,13 @@ def warm_simulator(spec: str, *, trials: str | Path | None = None, seed: int = 0
     if version is None:
         from autosync_transfer.dataset.loader import load_trials
 
+        if dom is None:  # a domain outside the catalog: described by the stores of its trials
+            try:
+                dom = find_domain(spec, trials)
+            except UnknownNameError:
+                raise ConfigError(f"warm_start={spec!r} is neither a models:/ URI nor a "
+                                  f"known domain ({catalog_error}; no trial store describes "
+                                  f"it and {name} has no champion)") from None
         df = load_trials(trials)
         df = df[df["domain"] == dom.name] if len(df) else df
         if not len(df):

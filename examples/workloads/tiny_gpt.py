@@ -63,8 +63,14 @@ def build_model() -> nn.Module:
 def example_batch(batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids, targets)``: random tokens repeated twice; targets are the next tokens, with
     the first half (unpredictable) ignored."""
-    half = SEQ_LEN // 2
-    first = torch.randint(1, VOCAB, (batch_size, half), generator=generator)
+    return copy_task_batch(batch_size, generator)
+
+
+def copy_task_batch(batch_size: int, generator: torch.Generator, vocab: int = VOCAB,
+                    seq_len: int = SEQ_LEN) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`example_batch` for any vocabulary and sequence length."""
+    half = seq_len // 2
+    first = torch.randint(1, vocab, (batch_size, half), generator=generator)
     seq = torch.cat([first, first], dim=1)
     inputs, targets = seq[:, :-1], seq[:, 1:].clone()
     targets[:, : half - 1] = IGNORE
@@ -73,3 +79,22 @@ def example_batch(batch_size: int, generator: torch.Generator) -> tuple[torch.Te
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+
+
+def lab():  # noqa: ANN201 - a Workload
+    """The same model at the sizes of the acceptance run on ``examples/clusters/lab.yml``
+    (``--model examples/workloads/tiny_gpt.py:lab``): 4 blocks of width 96 over 31 tokens of a
+    256-token vocabulary, about 0.5 M parameters (2.0 MB of gradients per step), roughly
+    50-150 ms per step on one CPU core. Its domains are ``tiny_gpt_lab-<cluster>``."""
+    from functools import partial
+
+    from autosync_transfer.domains.workload import Workload
+
+    vocab, seq_len = 256, 32
+    return Workload(
+        name="tiny_gpt_lab", batch_size=8,
+        build_model=partial(TinyGPT, vocab=vocab, seq_len=seq_len, d_model=96, n_layers=4,
+                            n_heads=4),
+        example_batch=partial(copy_task_batch, vocab=vocab, seq_len=seq_len),
+        loss_fn=loss_fn,
+        description="tiny GPT (4 x 96, 256 tokens, 31 positions) learning to copy")
