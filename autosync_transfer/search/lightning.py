@@ -56,8 +56,9 @@ class AutoSyncStrategy(_RuntimeStrategy):
             ``process_group_backend``, DDP process and device options).
     """
 
-    def __init__(self, strategy: Any, cluster: Cluster | str, *, simulator: Any = None,
-                 candidates: int = 2000, seed: int = 0, **kwargs: Any) -> None:
+    def __init__(self, strategy: Any = None, cluster: Cluster | str | None = None, *,
+                 simulator: Any = None, candidates: int = 2000, seed: int = 0,
+                 **kwargs: Any) -> None:
         if strategy is not None and simulator is not None:
             raise ConfigError("give either a strategy or a simulator to choose one, not both")
         picker = Recommender(simulator, candidates=candidates, seed=seed)
@@ -67,7 +68,8 @@ class AutoSyncStrategy(_RuntimeStrategy):
         self.seed = seed
 
     @classmethod
-    def from_registry(cls, uri_or_name: str, cluster: Cluster | str, *, candidates: int = 2000,
+    def from_registry(cls, uri_or_name: str, cluster: Cluster | str | None = None, *,
+                      candidates: int = 2000,
                       **kwargs: Any) -> AutoSyncStrategy:
         """Choose the strategy at setup time with the registered simulator ``uri_or_name``
         (``"models:/autosync-bert-B@champion"``, or a registered model name for its champion)."""
@@ -78,6 +80,7 @@ class AutoSyncStrategy(_RuntimeStrategy):
         return cls(None, cluster, simulator=uri_or_name, candidates=candidates, **kwargs)
 
     @classmethod
-    def from_file(cls, path: str | Path, cluster: Cluster | str, **kwargs: Any) -> AutoSyncStrategy:
+    def from_file(cls, path: str | Path, cluster: Cluster | str | None = None,
+                  **kwargs: Any) -> AutoSyncStrategy:
         """Use the strategy of a JSON file or an AutoDist (protobuf) strategy file."""
         return cls(Strategy.from_file(path), cluster, **kwargs)

@@ -192,7 +192,8 @@ def test_constructor_checks_and_stores() -> None:
     with pytest.raises(ConfigError, match="either a strategy or a simulator"):
         AutoSyncStrategy(_strategy(), _cluster(), simulator="models:/x@champion")
     s = AutoSyncStrategy.from_registry("models:/autosync-bert-B@champion", "B", candidates=5)
-    assert s.cluster.name == "B" and s.process_group_backend == "gloo"
+    # the backend is Lightning's default for the device (gloo on CPU, NCCL on CUDA)
+    assert s.cluster.name == "B" and s.process_group_backend is None
     with pytest.raises(NotFittedError):
         s.sync_strategy  # noqa: B018
     with pytest.raises(ConfigError, match="unknown cluster 'Z'"):
