@@ -316,14 +316,14 @@ class StrategyExecutor:
             return
         self._mark_ready(name)
 
-    def _mark_ready(self, name: str) -> None:
+    def _mark_ready(self, name: str, *, in_backward: bool = True) -> None:
         with self._lock:
             if name in self._vars_seen:
                 return
             self._vars_seen.add(name)
             if not self._it.threads:
                 self._start_threads()
-                if self.auto_finish:
+                if self.auto_finish and in_backward:
                     torch.autograd.Variable._execution_engine.queue_callback(self.finish)
             for task in self.plan.var_tasks.get(name, ()):
                 self._remaining[task] -= 1
@@ -373,7 +373,7 @@ class StrategyExecutor:
                 p = self.params[name]
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-            self._mark_ready(name)
+            self._mark_ready(name, in_backward=False)
         it = self._it
         for t in it.threads:
             t.join()
