@@ -211,6 +211,8 @@ class DistributedModel(torch.nn.Module):
         self._require_forward_param_sync = True
         self._step_hook: Any = None
         self._owned_optimizers: dict[int, bool] = {}
+        #: (plan, compressor state) kept by close() for a checkpoint written afterwards
+        self._closed: tuple[SyncPlan, dict[str, Any]] | None = None
 
     # -- setup ----------------------------------------------------------------------------------
     def setup(self) -> DistributedModel:
@@ -392,16 +394,20 @@ class DistributedModel(torch.nn.Module):
     def sync_state_dict(self) -> dict[str, Any]:
         """The synchronization state to put next to ``state_dict()`` in a checkpoint: the
         strategy (JSON and fingerprint), the world size, every rank's compressor state and the
-        autotuner's state. Collective (every rank gets the whole state)."""
-        self.setup()
-        ex = self._executor
-        assert ex is not None and self.strategy is not None and self.groups is not None
-        stateful = any(b.compressor in ("fp16_ef", "powersgd") for b in ex.plan.buckets)
+        autotuner's state. Collective (every rank gets the whole state); after :meth:`close`,
+        the state the model was closed with."""
+        if self._executor is None and self._closed is not None:
+            plan, mine = self._closed
+        else:
+            self.setup()
+            assert self._executor is not None
+            plan, mine = self._executor.plan, self._executor.compressor_state()
+        assert self.strategy is not None and self.groups is not None
+        stateful = any(b.compressor in ("fp16_ef", "powersgd") for b in plan.buckets)
         world = dist.get_world_size()
         states: list[Any] = [{} for _ in range(world)]
         if stateful:
-            dist.all_gather_object(states, ex.compressor_state(),
-                                   group=self.groups.ctl or self.groups.ps)
+            dist.all_gather_object(states, mine, group=self.groups.ctl or self.groups.ps)
         return {
             "format": SYNC_STATE_FORMAT,
             "strategy": self.strategy.to_json(),
@@ -431,6 +437,7 @@ class DistributedModel(torch.nn.Module):
         """Remove the hooks: ``module`` trains locally again. Not needed at the end of training:
         dropping the model or exiting releases everything."""
         if self._executor is not None:
+            self._closed = (self._executor.plan, self._executor.compressor_state())
             self._executor.close()
             self._executor = None
         if self._step_hook is not None:

@@ -158,6 +158,8 @@ class AutoSyncStrategy(DDPStrategy):
                                 else ddp_equivalent)
         self._sync_strategy: Strategy | None = strategy if given else None
         self._resume: dict[str, Any] | None = None
+        #: the wrapped model of the last fit (closed), for a checkpoint saved after it
+        self._finished: DistributedModel | None = None
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
@@ -316,8 +318,9 @@ class AutoSyncStrategy(DDPStrategy):
                         storage_options: Any = None) -> None:
         """Add the synchronization state (strategy, every rank's compressor state) under
         :data:`CHECKPOINT_KEY`; collective, like Lightning's ``trainer.save_checkpoint``."""
-        if isinstance(self.model, DistributedModel):
-            checkpoint[CHECKPOINT_KEY] = self.model.sync_state_dict()
+        model = self.model if isinstance(self.model, DistributedModel) else self._finished
+        if model is not None:
+            checkpoint[CHECKPOINT_KEY] = model.sync_state_dict()
         super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
     def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
@@ -333,6 +336,7 @@ class AutoSyncStrategy(DDPStrategy):
     def teardown(self) -> None:
         if isinstance(self.model, DistributedModel):
             self.model.close()
+            self._finished = self.model
             self.model = self.lightning_module
         super().teardown()
 
