@@ -39,6 +39,8 @@ from autosync_transfer.runtime.trial import Protocol, TrialResult
 from autosync_transfer.strategies.types import AllReduce, Strategy
 
 if TYPE_CHECKING:
+    from autosync_transfer.domains.cluster import Cluster
+    from autosync_transfer.domains.graph import ModelGraph
     from autosync_transfer.runtime.ddp import DistributedModel
 
 __all__ = ["AutotuneConfig", "AutotuneTrial", "Autotuner", "is_lossless"]
@@ -95,6 +97,8 @@ class AutotuneTrial:
     protocol: Protocol
     first_step: int
     round: int
+    graph: ModelGraph
+    cluster: Cluster
 
     @property
     def median_s(self) -> float | None:
@@ -247,7 +251,8 @@ class Autotuner:
         trial = AutotuneTrial(strategy=self._current,
                               result=TrialResult(status="ok", iteration_times_s=timed,
                                                  wall_s=float(times.sum())),
-                              protocol=protocol, first_step=self._first_step, round=self.round)
+                              protocol=protocol, first_step=self._first_step, round=self.round,
+                              graph=self.model.graph, cluster=self.model.cluster)
         self.trials.append(trial)
         if dist.get_rank() == 0:
             log.info("autotune: strategy %s (%s): median step %.2f ms", trial.strategy.id,

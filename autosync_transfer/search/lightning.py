@@ -50,7 +50,8 @@ class AutoSyncStrategy(_RuntimeStrategy):
         simulator: only when ``strategy`` is ``None``: the ranker that picks the strategy — a
             :class:`~autosync_transfer.rankers.simulator.Simulator`, a registry URI or name
             (``"models:/autosync-bert-B@champion"``, loaded by rank 0), or ``None`` for the
-            analytical cost model.
+            analytical cost model. With ``autotune`` and no candidates in it, the simulator also
+            proposes the candidates the job tries.
         candidates, seed: sampled candidates scored by ``recommend`` and its sampler's seed.
         **kwargs: the runtime strategy's other arguments (``batch_size``, ``seq_len``,
             ``process_group_backend``, DDP process and device options).
@@ -66,6 +67,15 @@ class AutoSyncStrategy(_RuntimeStrategy):
         self.simulator = simulator
         self.candidates = candidates
         self.seed = seed
+
+    def autotune_candidates(self, graph: ModelGraph, cluster: Cluster) -> Any:
+        """Autotune candidates when ``autotune`` names none: the ``simulator``'s top strategies
+        (:class:`~autosync_transfer.search.autotune.SimulatorProposer`, called on rank 0)."""
+        from autosync_transfer.search.autotune import SimulatorProposer
+
+        allow_lossy = bool(getattr(self.autotune, "allow_lossy", False))
+        return SimulatorProposer(self.simulator, k=4, candidates=min(self.candidates, 500),
+                                 seed=self.seed, lossless=not allow_lossy)
 
     @classmethod
     def from_registry(cls, uri_or_name: str, cluster: Cluster | str | None = None, *,
