@@ -188,6 +188,11 @@ class Autotuner:
     def _start_round(self) -> None:
         initial = self.locked or self.model.strategy
         queue = list(self._candidates)
+        if initial is not None and not self.config.allow_lossy and not is_lossless(initial) \
+                and queue:
+            log.info("autotune: the initial strategy %s is lossy (allow_lossy=False): training "
+                     "starts with the first candidate", initial.id)
+            initial = None
         if initial is not None:
             queue = [s for s in queue if s.fingerprint != initial.fingerprint]
             if self.config.include_initial or not queue:
@@ -217,7 +222,7 @@ class Autotuner:
         ex = self.model.executor
         assert ex is not None
         self._syncs_seen = ex.syncs
-        self._t_last = time.perf_counter()
+        self._t_last = now  # a switch's cost counts in the next (warm-up) step
 
     def after_sync(self) -> None:
         """Called after an explicit synchronization (``sync_on="step"``); nothing to do."""

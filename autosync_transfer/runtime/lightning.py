@@ -183,13 +183,21 @@ class AutoSyncStrategy(DDPStrategy):
         """The strategy in use, with the ``LightningModule``'s variable names (known once the
         Trainer has set up; given strategies as given until then; with autotuning, the one
         locked in)."""
-        if isinstance(self.model, DistributedModel) and self.model.strategy is not None:
-            return self.model.strategy
+        model = self.model if isinstance(self.model, DistributedModel) else self._finished
+        if model is not None and model.strategy is not None:
+            return model.strategy
         if self._sync_strategy is None:
             raise NotFittedError(
                 "the strategy is chosen when the Trainer sets up (trainer.fit); it is not known yet"
             )
         return self._sync_strategy
+
+    @property
+    def autotuner(self) -> Any:
+        """The :class:`~autosync_transfer.runtime.autotune.Autotuner` of the current (or last)
+        fit: what was tried, the locked choice, the tuning cost; ``None`` without ``autotune``."""
+        model = self.model if isinstance(self.model, DistributedModel) else self._finished
+        return getattr(model, "_tuner", None)
 
     def _cluster(self) -> Cluster:
         if self.cluster is None:
