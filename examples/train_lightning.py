@@ -182,6 +182,8 @@ def _train(args: argparse.Namespace) -> int:
     if not results["AutoSync"]["global_zero"]:
         return 0
     chooser = args.simulator or "analytical cost model"
+    if args.autotune:
+        chooser = f"autotuning in the job (candidates from the {chooser})"
     print(f"cluster {cluster.name}: {cluster.world_size} workers on {cluster.num_nodes} nodes "
           f"({args.launcher}); {args.steps} steps x {args.batch_size} samples per worker")
     print(f"AutoSync strategy chosen by {chooser}: {describe(ours.sync_strategy)}")
@@ -190,7 +192,7 @@ def _train(args: argparse.Namespace) -> int:
         print(f"autotune: {len(tuner.trials)} strategies tried, {args.steps_per_candidate} steps "
               f"each (step time: max over ranks)")
         for t in tuner.trials:
-            print(f"  {t.strategy.id:>24s} ({t.strategy.kind}): median step "
+            print(f"  {t.strategy.id} ({t.strategy.kind}): median step "
                   f"{1000 * (t.median_s or 0):.1f} ms")
         print(f"  locked in {describe(tuner.locked)}; tuning cost {tuner.tuning_s:.2f} s"
               + (f"; trials appended to {args.trials}" if args.trials else ""))

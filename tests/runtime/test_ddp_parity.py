@@ -307,13 +307,39 @@ def test_bf16_autocast_keeps_fp32_gradients_and_matches_ddp(runs: list[dict]) ->
         _close(runs[rank]["bf16"]["state"], runs[rank]["ddp_bf16"]["state"], "bf16", atol=1e-5)
 
 
+_NCCL_WORKER = """
+import os, torch, torch.distributed as dist
+from autosync_transfer.runtime.ddp import DistributedModel
+from autosync_transfer.runtime.launch import init_from_env
+init_from_env()  # NCCL when CUDA is available
+assert dist.get_backend() == "nccl", dist.get_backend()
+net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2)).cuda()
+model = DistributedModel(net)
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = model(torch.randn(4, 8, device="cuda")).float().pow(2).mean()
+loss.backward()
+assert all(p.grad is not None and p.grad.dtype == torch.float32 and p.grad.is_cuda
+           for p in net.parameters())
+dist.destroy_process_group()
+print("ok")
+"""
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (NCCL backend)")
-def test_nccl_is_the_default_backend_on_gpus() -> None:
-    from autosync_transfer.runtime.launch import init_from_env  # noqa: F401
+def test_nccl_on_a_gpu() -> None:
+    """The backend is NCCL on GPUs (runtime launchers and Lightning's default); all-reduce
+    buckets run on the GPU, parameter-server messages over gloo."""
+    import os
+    import subprocess
+    import sys
 
-    import lightning.pytorch as pl  # noqa: F401
-
+    from autosync_transfer.runtime.launch import free_port
     from autosync_transfer.runtime.lightning import AutoSyncStrategy
 
     s = AutoSyncStrategy(accelerator="gpu", parallel_devices=[torch.device("cuda", 0)])
     assert s._get_process_group_backend() == "nccl"
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port())}
+    out = subprocess.run([sys.executable, "-c", _NCCL_WORKER], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
