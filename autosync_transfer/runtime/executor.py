@@ -122,24 +122,34 @@ class CommGroups:
 @dataclass
 class _Iteration:
     """The communication of one synchronization: its threads, readiness events and pending
-    completions. Shared with the threads, which hold the executor only weakly."""
+    completions. Shared with the threads, which hold the executor only weakly.
+
+    A thread runs every task whose event is set (its gradients are ready: the same tasks on
+    every rank) and stops at the first task that is not ready once ``stop`` is set, so an
+    abandoned synchronization leaves the ranks' collectives matched."""
 
     events: dict[tuple[str, int], threading.Event]
     threads: list[threading.Thread] = field(default_factory=list)
     pending: list[Callable[[], None]] = field(default_factory=list)
     error: BaseException | None = None
     stop: bool = False
+    #: pending completions finish the communication but write no gradient
+    discard: bool = False
 
-    def abandon(self, timeout_s: float = _JOIN_TIMEOUT_S) -> bool:
-        """Stop the threads before their next task and join them; ``True`` when all ended."""
+    def stop_threads(self, timeout_s: float | None = _JOIN_TIMEOUT_S) -> bool:
+        """Let the threads finish the ready tasks and end; ``True`` when all ended."""
         self.stop = True
-        for e in self.events.values():
-            e.set()
         ok = True
         for t in self.threads:
             if t is not threading.current_thread():
                 t.join(timeout_s)
                 ok = ok and not t.is_alive()
+        return ok
+
+    def abandon(self, timeout_s: float = _JOIN_TIMEOUT_S) -> bool:
+        """Stop the threads and drop the pending completions (at exit, or when the executor is
+        dropped); ``True`` when all threads ended."""
+        ok = self.stop_threads(timeout_s)
         self.pending.clear()
         return ok
 
@@ -169,11 +179,9 @@ def _comm_loop(ref: weakref.ReferenceType, it: _Iteration, order: list[tuple[str
     try:
         for task in order:
             ev = it.events[task]
-            while not ev.wait(1.0):
-                if ref() is None:
+            while not ev.wait(0.05):
+                if it.stop or ref() is None:
                     return
-            if it.stop:
-                return
             ex = ref()
             if ex is None:
                 return
@@ -289,16 +297,26 @@ class StrategyExecutor:
         return self._ready and bool(self._it.threads)
 
     def abandon(self) -> None:
-        """Give up a synchronization that a failed step left unfinished (its threads are
-        stopped and joined); the executor is usable again when they ended."""
+        """Give up a synchronization that a failed step left unfinished: the tasks every rank
+        had launched (their gradients were ready) complete, their results are discarded (no
+        gradient is written), the rest is never sent. The executor is usable again after."""
         if not self.in_flight:
             return
         it = self._it
-        if not it.abandon():
-            self._broken = ConfigError("a communication thread of an abandoned step is still "
-                                       "blocked in a collective")
-        self._used_since_sync.clear()
-        self._reset_iteration()
+        try:
+            if not it.stop_threads():
+                raise ConfigError("a communication thread of an abandoned step is still "
+                                  "blocked in a collective")
+            if it.error is not None:
+                raise it.error
+            it.discard = True
+            for fn in it.pending:
+                fn()
+        except BaseException as e:
+            self._broken = e
+        finally:
+            self._used_since_sync.clear()
+            self._reset_iteration()
 
     def _reset_iteration(self) -> None:
         self._remaining = dict(self._remaining_init)
@@ -402,12 +420,10 @@ class StrategyExecutor:
         """Complete what was launched, stop the rest (every rank refuses alike when the same
         parameters got no gradient), so that the executor stays usable."""
         it = self._it
-        it.stop = True
-        for e in it.events.values():
-            e.set()
-        for t in it.threads:
-            t.join()
+        it.stop_threads(None)
         try:
+            if it.error is not None:
+                raise it.error
             for fn in it.pending:
                 fn()
         finally:
@@ -460,7 +476,8 @@ class StrategyExecutor:
         if piece.var in self._global_unused:
             return None
         g = self.params[piece.var].grad
-        assert g is not None
+        if g is None:  # dropped (zero_grad) after a failed step made it ready: send zeros, the
+            return self._zeros(piece)  # results of an abandoned step are discarded
         if piece.shard is None:
             return g
         return g.narrow(piece.axis, piece.start, piece.length)
@@ -490,6 +507,8 @@ class StrategyExecutor:
 
         def done() -> None:
             work.wait()
+            if it.discard:
+                return
             out = wire.to(flat.dtype) if wire.dtype != flat.dtype else wire
             _scatter(out, [v if v is not None else p.numel for v, p in zip(views, b.pieces)])
 
@@ -583,7 +602,8 @@ class StrategyExecutor:
                     w.wait()
                 avg = recv()
                 works = self._send_result(it, avg, members)
-                view.copy_(avg)
+                if not iteration.discard:
+                    view.copy_(avg)
                 for w in works:
                     w.wait()
 
@@ -596,7 +616,9 @@ class StrategyExecutor:
             def pull() -> None:
                 for w in push_works:
                     w.wait()
-                view.copy_(recv())
+                result = recv()
+                if not iteration.discard:
+                    view.copy_(result)
 
             iteration.pending.append(pull)
 
