@@ -9,6 +9,11 @@ The strategy is chosen when the Trainer sets up, from the LightningModule itself
 
     python examples/train_lightning.py [--cluster B] [--launcher emulated|local] [--steps 300]
                                        [--simulator models:/autosync-bert-B@champion] [--compare-ddp]
+                                       [--autotune [--steps-per-candidate 5] [--trials PATH]]
+
+``--autotune``: the job itself tries the simulator's top candidates (lossless) for the first
+steps, a few steps each (max over ranks), locks in the fastest and keeps training with it; every
+tried strategy is appended to ``--trials`` (a trial store) as a trial of this domain.
 
 ``--launcher local``: Lightning starts the workers itself on this host (``devices`` = the cluster's
 worker count). ``--launcher emulated`` (the default as root): one process per worker inside its
@@ -45,8 +50,25 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--candidates", type=int, default=2000, help="sampled candidates to rank")
     ap.add_argument("--compare-ddp", action="store_true",
                     help="also train with Lightning's DDP and print both side by side")
+    ap.add_argument("--autotune", action="store_true",
+                    help="try the simulator's top candidates during the first steps and lock in "
+                         "the fastest")
+    ap.add_argument("--steps-per-candidate", type=int, default=5)
+    ap.add_argument("--trials", default=None,
+                    help="trial store (JSON Lines) the autotuning steps are appended to")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args()
+
+
+def autotune_config(args: argparse.Namespace):  # noqa: ANN201 - an AutotuneConfig or None
+    """The ``--autotune`` configuration: candidates come from the strategy's simulator."""
+    if not args.autotune:
+        return None
+    from autosync_transfer.runtime.autotune import AutotuneConfig
+    from autosync_transfer.search.autotune import TrialRecorder
+
+    return AutotuneConfig(steps_per_candidate=args.steps_per_candidate,
+                          on_trial=TrialRecorder(args.trials) if args.trials else None)
 
 
 def _quiet_lightning() -> None:
@@ -149,7 +171,8 @@ def _train(args: argparse.Namespace) -> int:
                   f"Lightning needs the same number of devices on every node", file=sys.stderr)
             return 2
         devices, num_nodes = per_node.pop(), cluster.num_nodes
-    kw = {"candidates": args.candidates, "batch_size": args.batch_size, "seq_len": TOKENS}
+    kw = {"candidates": args.candidates, "batch_size": args.batch_size, "seq_len": TOKENS,
+          "autotune": autotune_config(args)}
     ours = (AutoSyncStrategy.from_registry(args.simulator, cluster, **kw) if args.simulator
             else AutoSyncStrategy(None, cluster, **kw))
     results = {"AutoSync": _fit(args, ours, devices, num_nodes)}
@@ -159,9 +182,20 @@ def _train(args: argparse.Namespace) -> int:
     if not results["AutoSync"]["global_zero"]:
         return 0
     chooser = args.simulator or "analytical cost model"
+    if args.autotune:
+        chooser = f"autotuning in the job (candidates from the {chooser})"
     print(f"cluster {cluster.name}: {cluster.world_size} workers on {cluster.num_nodes} nodes "
           f"({args.launcher}); {args.steps} steps x {args.batch_size} samples per worker")
     print(f"AutoSync strategy chosen by {chooser}: {describe(ours.sync_strategy)}")
+    tuner = ours.autotuner
+    if tuner is not None:
+        print(f"autotune: {len(tuner.trials)} strategies tried, {args.steps_per_candidate} steps "
+              f"each (step time: max over ranks)")
+        for t in tuner.trials:
+            print(f"  {t.strategy.id} ({t.strategy.kind}): median step "
+                  f"{1000 * (t.median_s or 0):.1f} ms")
+        print(f"  locked in {describe(tuner.locked)}; tuning cost {tuner.tuning_s:.2f} s"
+              + (f"; trials appended to {args.trials}" if args.trials else ""))
     names = list(results)
     rows = [("final loss (last 20 steps)", "final_loss", "{:.4f}"),
             ("training wall time", "train_s", "{:.1f} s"),

@@ -15,6 +15,7 @@ _EXPORTS = {
     "SyncPlan": "plan",
     "StrategyExecutor": "executor",
     "DistributedModel": "ddp",
+    "AutotuneConfig": "autotune",
     "AutoSyncStrategy": "lightning",
     "CommGroups": "executor",
     "Protocol": "trial",

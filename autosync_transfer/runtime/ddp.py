@@ -1,7 +1,44 @@
-"""``DistributedModel``: a DDP-like wrapper that synchronizes gradients with any strategy."""
+"""``DistributedModel``: a DDP-like wrapper that synchronizes gradients with any strategy.
+
+Where torch's ``DistributedDataParallel`` defines a behaviour, ``DistributedModel`` does the same:
+
+- construction stores; the first forward (or :meth:`DistributedModel.setup`) plans the strategy,
+  broadcasts rank 0's parameters *and buffers*, and installs the gradient hooks;
+- ``broadcast_buffers=True``: rank 0's buffers (BatchNorm running statistics) are broadcast
+  before every forward that follows a synchronizing forward, exactly when DDP does it;
+- a trainable parameter without a gradient is an error (``find_unused_parameters=False``), or,
+  with ``find_unused_parameters=True``, is averaged where some rank has a gradient and left
+  untouched (``grad`` stays ``None``) where none has;
+- :meth:`DistributedModel.no_sync`: gradients accumulate locally; the first backward after it
+  synchronizes the accumulated sum (what Lightning's ``accumulate_grad_batches`` uses);
+- several backward passes in one step: each synchronizing backward averages the gradient
+  accumulated so far (as DDP: exact for lossless strategies, traffic per backward). To
+  synchronize once per optimizer step instead, wrap all but the last backward in ``no_sync()``
+  (DDP's idiom), or pass ``sync_on="step"``: backward passes only accumulate and
+  ``optimizer.step()`` of an optimizer over these parameters synchronizes first (a step
+  pre-hook; call :meth:`DistributedModel.sync_gradients` yourself for closure-based
+  optimizers such as L-BFGS, whose closure runs the backward inside ``step``);
+- :meth:`~torch.nn.Module.state_dict` keys are DDP's (``module.`` + the module's keys) and
+  :meth:`~torch.nn.Module.load_state_dict` takes them;
+- mixed precision: under ``torch.autocast`` the parameters (and gradients) keep their dtype;
+  the synchronization works on the gradients' dtype;
+- lifetime: nothing needs closing. Dropping the model, an exception in a step, the interpreter's
+  exit and ``destroy_process_group()`` end the communication threads deterministically (see
+  :mod:`autosync_transfer.runtime.executor`).
+
+Checkpoints: :meth:`DistributedModel.sync_state_dict` holds the strategy (JSON and fingerprint)
+and every rank's compressor state (error-feedback residuals, PowerSGD); restoring it with
+:meth:`DistributedModel.load_sync_state_dict` on the same world size resumes both, on another
+world size the strategy is planned again and the compressor state starts from zero (a warning).
+"""
 
 from __future__ import annotations
 
+import logging
+import warnings
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -10,11 +47,24 @@ import torch.distributed as dist
 from autosync_transfer.domains.cluster import Cluster
 from autosync_transfer.domains.graph import ModelGraph
 from autosync_transfer.errors import ConfigError
-from autosync_transfer.runtime.executor import CommGroups, StrategyExecutor
-from autosync_transfer.runtime.plan import make_plan
+from autosync_transfer.runtime.executor import (
+    UNUSED_ERROR,
+    UNUSED_FIND,
+    CommGroups,
+    StrategyExecutor,
+)
+from autosync_transfer.runtime.plan import SyncPlan, make_plan
 from autosync_transfer.strategies.types import Strategy
 
-__all__ = ["DistributedModel", "cluster_from_process_group"]
+__all__ = ["DistributedModel", "cluster_from_process_group", "as_cluster", "SYNC_STATE_FORMAT"]
+
+log = logging.getLogger(__name__)
+
+#: version of :meth:`DistributedModel.sync_state_dict`
+SYNC_STATE_FORMAT = 1
+
+#: when gradients are synchronized: at the end of every backward (DDP) or at the optimizer step
+_SYNC_ON = ("backward", "step")
 
 
 def _local_address() -> str:
@@ -31,6 +81,34 @@ def _local_address() -> str:
         except (OSError, ValueError):
             pass
     return "127.0.0.1"
+
+
+def as_cluster(cluster: Cluster | str | None) -> Cluster | None:
+    """``cluster`` as a :class:`Cluster`: a string naming an existing file is an AutoDist
+    resource spec (YAML), any other string a catalog name; ``None`` stays ``None`` (the process
+    group's layout, derived at setup)."""
+    import os
+
+    if cluster is None or isinstance(cluster, Cluster):
+        return cluster
+    if isinstance(cluster, (str, os.PathLike)):
+        if os.path.isfile(cluster):
+            return Cluster.from_file(cluster)
+        from autosync_transfer.domains.catalog import get_cluster
+
+        return get_cluster(str(cluster))
+    raise ConfigError(f"cluster must be a Cluster, a resource-spec file, a catalog name or None, "
+                      f"got {type(cluster).__name__}")
+
+
+def ddp_equivalent(graph: ModelGraph, cluster: Cluster) -> Strategy:
+    """The strategy of ``strategy=None``: the DDP-equivalent builder (all-reduce of every
+    variable in 25 MB buckets, reverse order, no compression; sparse embeddings on parameter
+    servers)."""
+    from autosync_transfer.domains.domain import Domain
+    from autosync_transfer.strategies.builders import build
+
+    return build("ddp", Domain(name=f"{graph.name}-{cluster.name}", model=graph, cluster=cluster))
 
 
 def cluster_from_process_group(name: str = "process-group") -> Cluster:
@@ -77,33 +155,69 @@ class DistributedModel(torch.nn.Module):
     ``cluster``, ranks numbered node by node): ``loss = model(x).sum(); loss.backward();
     optimizer.step()``. Communication starts from the gradient hooks during backward and is
     complete when ``backward()`` returns; every rank then holds the averaged gradients.
-    On first use, rank 0's parameters are broadcast so that every replica starts equal.
-    ``graph`` defaults to ``ModelGraph.from_torch(module)`` (embeddings have sparse gradients).
-    ``cluster``: a :class:`Cluster`, a catalog name (``"B"``), or ``None``: the layout of the
-    process group (:func:`cluster_from_process_group`; its nodes are ``n0``, ``n1``, ... in
-    rank order, the names strategies found on the catalog's clusters use).
+    On first use, rank 0's parameters and buffers are broadcast so that every replica starts
+    equal. See the module docstring for what follows torch DDP.
+
+    Args:
+        module: the network.
+        strategy: the synchronization strategy; ``None``: the DDP-equivalent builder
+            (:func:`ddp_equivalent`, lossless).
+        cluster: a :class:`Cluster`, a resource-spec file, a catalog name (``"B"``), or
+            ``None``: the layout of the process group (:func:`cluster_from_process_group`; its
+            nodes are ``n0``, ``n1``, ... in rank order, the names strategies found on the
+            catalog's clusters use).
+        graph: defaults to ``ModelGraph.from_torch(module)`` (embeddings have sparse gradients).
+        groups: process groups to reuse (:meth:`CommGroups.create` by default).
+        broadcast_parameters: broadcast rank 0's parameters and buffers at setup.
+        broadcast_buffers: broadcast rank 0's buffers before forward passes, as DDP.
+        find_unused_parameters: as DDP; ``False`` makes a parameter without a gradient an error.
+        sync_on: ``"backward"`` (every synchronizing backward, as DDP) or ``"step"`` (once,
+            before ``optimizer.step()``).
+        seed: seeds the compressors' shared randomness (PowerSGD's initial Q).
+        autotune: an :class:`~autosync_transfer.runtime.autotune.AutotuneConfig`: the first
+            steps of the job try candidate strategies and lock in the fastest.
     """
 
-    def __init__(self, module: torch.nn.Module, strategy: Strategy,
+    def __init__(self, module: torch.nn.Module, strategy: Strategy | None = None,
                  cluster: Cluster | str | None = None, *,
                  graph: ModelGraph | None = None, groups: CommGroups | None = None,
-                 broadcast_parameters: bool = True):
+                 broadcast_parameters: bool = True, broadcast_buffers: bool = True,
+                 find_unused_parameters: bool = False, sync_on: str = "backward", seed: int = 0,
+                 autotune: Any = None):
         super().__init__()
+        if sync_on not in _SYNC_ON:
+            raise ConfigError(f"sync_on must be one of {', '.join(_SYNC_ON)}, got {sync_on!r}")
+        if strategy is not None and not isinstance(strategy, Strategy):
+            raise ConfigError(f"strategy must be an autosync_transfer Strategy or None, got "
+                              f"{type(strategy).__name__}")
         self.module = module
+        #: the strategy in use (the configured one until setup; ``None``: the DDP builder's)
         self.strategy = strategy
-        if isinstance(cluster, str):
-            from autosync_transfer.domains.catalog import get_cluster
-
-            cluster = get_cluster(cluster)
-        self.cluster = cluster
+        self._configured = strategy
+        self.cluster = as_cluster(cluster)
         self.graph = graph
         self.groups = groups
         self.broadcast_parameters = broadcast_parameters
+        self.broadcast_buffers = broadcast_buffers
+        self.find_unused_parameters = find_unused_parameters
+        self.sync_on = sync_on
+        self.seed = seed
+        self.autotune = autotune
+        self._tuner: Any = None
         self._executor: StrategyExecutor | None = None
+        self._restore: dict[str, Any] | None = None
+        self._autotune_state: dict[str, Any] | None = None
+        self._require_backward_grad_sync = True
+        self._require_forward_param_sync = True
+        self._step_hook: Any = None
+        self._owned_optimizers: dict[int, bool] = {}
+        #: (plan, compressor state) kept by close() for a checkpoint written afterwards
+        self._closed: tuple[SyncPlan, dict[str, Any]] | None = None
 
+    # -- setup ----------------------------------------------------------------------------------
     def setup(self) -> DistributedModel:
-        """Plan the strategy, broadcast the parameters and install the gradient hooks (done
-        automatically on the first forward)."""
+        """Plan the strategy, broadcast the parameters and buffers and install the gradient
+        hooks (done automatically on the first forward). Collective."""
         if self._executor is not None:
             return self
         if not dist.is_initialized():
@@ -113,21 +227,219 @@ class DistributedModel(torch.nn.Module):
         if self.cluster.world_size != dist.get_world_size():
             raise ConfigError(f"cluster {self.cluster.name!r} has {self.cluster.world_size} "
                               f"workers, the process group {dist.get_world_size()} ranks")
-        graph = self.graph or ModelGraph.from_torch(self.module, name="model")
-        plan = make_plan(self.strategy, graph, self.cluster)
+        if self.graph is None:
+            self.graph = ModelGraph.from_torch(self.module, name="model")
+        if self.groups is None:
+            self.groups = CommGroups.create()
         if self.broadcast_parameters:
             with torch.no_grad():
-                for p in self.module.parameters():
-                    dist.broadcast(p.data, src=0)
-        self._executor = StrategyExecutor(self.module, plan, self.groups, auto_finish=True).setup()
+                for t in [*self.module.parameters(), *self.module.buffers()]:
+                    dist.broadcast(t.data, src=0)
+        self._install(self._initial_strategy())
+        if self.sync_on == "step":
+            self._install_step_hook()
+        if self.autotune is not None:
+            from autosync_transfer.runtime.autotune import Autotuner
+
+            self._tuner = Autotuner(self, self.autotune)
         return self
+
+    def _initial_strategy(self) -> Strategy:
+        state = self._restore
+        if state is not None:
+            if state["world_size"] == dist.get_world_size():
+                strategy = Strategy.from_json(state["strategy"])
+                if strategy.fingerprint != state["fingerprint"]:
+                    raise ConfigError(f"sync state: strategy {strategy.id!r} does not match its "
+                                      f"fingerprint {state['fingerprint']!r}")
+                return strategy
+            warnings.warn(
+                f"the checkpoint was written by {state['world_size']} workers, this job has "
+                f"{dist.get_world_size()}: the strategy is planned again and the compressor "
+                f"state (error feedback, PowerSGD) starts from zero", stacklevel=3)
+            self._restore = None
+        return self.default_strategy()
+
+    def default_strategy(self) -> Strategy:
+        """The configured strategy, or the DDP-equivalent builder's for ``strategy=None``."""
+        if self._configured is not None:
+            return self._configured
+        assert self.graph is not None and self.cluster is not None
+        return ddp_equivalent(self.graph, self.cluster)
+
+    def plan_for(self, strategy: Strategy) -> SyncPlan:
+        """``strategy``'s plan on this model and cluster (validated)."""
+        assert self.graph is not None and self.cluster is not None
+        return make_plan(strategy, self.graph, self.cluster)
+
+    def _install(self, strategy: Strategy) -> None:
+        """Run ``strategy`` from now on (collective: every rank installs the same one at the
+        same step boundary)."""
+        plan = self.plan_for(strategy)
+        old, self._executor = self._executor, None
+        if old is not None:
+            old.close()
+        ex = StrategyExecutor(self.module, plan, self.groups, seed=self.seed, auto_finish=True,
+                              unused=UNUSED_FIND if self.find_unused_parameters else UNUSED_ERROR)
+        ex.setup()
+        ex.deferred = self.sync_on == "step"
+        self._executor = ex
+        self.strategy = strategy
+        state, self._restore = self._restore, None
+        if state is not None and state["fingerprint"] == strategy.fingerprint:
+            states = state.get("compressor") or []
+            if len(states) == dist.get_world_size():
+                ex.load_compressor_state(states[dist.get_rank()])
+
+    def switch(self, strategy: Strategy) -> None:
+        """Synchronize with ``strategy`` from the next step on (collective; call it on every
+        rank between steps: autotuning does). The compressor state starts from zero."""
+        self.setup()
+        if self._executor is not None and self._executor.in_flight:
+            raise ConfigError("switch() must be called between steps, not during backward")
+        if self._executor is not None:
+            self._executor.finish()  # gradients accumulated under no_sync/sync_on="step"
+        self._install(strategy)
+
+    def _install_step_hook(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        ref = weakref.ref(self)
+
+        def pre_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            model = ref()
+            if model is not None and model._executor is not None and model._owns(optimizer):
+                model.sync_gradients()
+
+        self._step_hook = register_optimizer_step_pre_hook(pre_step)
+        weakref.finalize(self, self._step_hook.remove)
+
+    def _owns(self, optimizer: torch.optim.Optimizer) -> bool:
+        key = id(optimizer)
+        if key not in self._owned_optimizers:
+            mine = {id(p) for p in self.module.parameters()}
+            self._owned_optimizers[key] = any(id(p) in mine for g in optimizer.param_groups
+                                              for p in g["params"])
+        return self._owned_optimizers[key]
+
+    # -- training -------------------------------------------------------------------------------
+    @property
+    def executor(self) -> StrategyExecutor | None:
+        """The executor running :attr:`strategy` (``None`` before setup)."""
+        return self._executor
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         self.setup()
-        return self.module(*args, **kwargs)
+        ex = self._executor
+        assert ex is not None
+        if ex.in_flight:  # the last step raised during backward: its communication is abandoned
+            log.warning("the previous step did not finish its synchronization (an exception "
+                        "during backward?): abandoning it")
+            ex.abandon()
+        grad = torch.is_grad_enabled()
+        if grad and self._tuner is not None:
+            self._tuner.before_forward()
+            ex = self._executor
+            assert ex is not None
+        if self.broadcast_buffers and self._require_forward_param_sync:
+            self._sync_buffers()
+        if grad:
+            ex.sync_enabled = self._require_backward_grad_sync
+        out = self.module(*args, **kwargs)
+        self._require_forward_param_sync = grad and self._require_backward_grad_sync
+        return out
+
+    def _sync_buffers(self) -> None:
+        bufs = [b for b in self.module.buffers()]
+        if not bufs or dist.get_world_size() == 1:
+            return
+        assert self.groups is not None
+        if not self.groups.alive():
+            raise ConfigError("the process group was destroyed (destroy_process_group()); this "
+                              "model cannot synchronize any more")
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        by_kind: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+        for b in bufs:
+            by_kind.setdefault((b.dtype, b.device), []).append(b)
+        with torch.no_grad():
+            for ts in by_kind.values():
+                flat = _flatten_dense_tensors([t.detach() for t in ts])
+                dist.broadcast(flat, src=0, group=self.groups.ar)
+                for t, v in zip(ts, _unflatten_dense_tensors(flat, ts)):
+                    t.copy_(v)
+
+    @contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Forward/backward passes inside do not synchronize: gradients accumulate locally, and
+        the first synchronizing backward after it averages the accumulated sum (torch DDP's
+        ``no_sync``; put the forward inside too)."""
+        old = self._require_backward_grad_sync
+        self._require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self._require_backward_grad_sync = old
+
+    def sync_gradients(self) -> None:
+        """Synchronize every gradient accumulated since the last synchronization now
+        (collective; a no-op when none arrived). ``sync_on="step"`` calls it before
+        ``optimizer.step()``."""
+        if self._executor is not None:
+            self._executor.finish()
+            if self._tuner is not None:
+                self._tuner.after_sync()
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def sync_state_dict(self) -> dict[str, Any]:
+        """The synchronization state to put next to ``state_dict()`` in a checkpoint: the
+        strategy (JSON and fingerprint), the world size, every rank's compressor state and the
+        autotuner's state. Collective (every rank gets the whole state); after :meth:`close`,
+        the state the model was closed with."""
+        if self._executor is None and self._closed is not None:
+            plan, mine = self._closed
+        else:
+            self.setup()
+            assert self._executor is not None
+            plan, mine = self._executor.plan, self._executor.compressor_state()
+        assert self.strategy is not None and self.groups is not None
+        stateful = any(b.compressor in ("fp16_ef", "powersgd") for b in plan.buckets)
+        world = dist.get_world_size()
+        states: list[Any] = [{} for _ in range(world)]
+        if stateful:
+            dist.all_gather_object(states, mine, group=self.groups.ctl or self.groups.ps)
+        return {
+            "format": SYNC_STATE_FORMAT,
+            "strategy": self.strategy.to_json(),
+            "fingerprint": self.strategy.fingerprint,
+            "world_size": world,
+            "compressor": states,
+            "autotune": self._tuner.state_dict() if self._tuner is not None else None,
+        }
+
+    def load_sync_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`sync_state_dict`: on the same world size the strategy and every
+        rank's compressor state; on another one the strategy is planned again (a warning).
+        Before setup it is applied at setup; after, from the next step on (collective)."""
+        if not isinstance(state, dict) or state.get("format") != SYNC_STATE_FORMAT:
+            raise ConfigError(f"sync state must be a dict of format {SYNC_STATE_FORMAT} (from "
+                              f"DistributedModel.sync_state_dict()), got "
+                              f"{state.get('format') if isinstance(state, dict) else type(state).__name__!r}")
+        self._restore = dict(state)
+        if state.get("autotune") is not None:
+            self._autotune_state = state["autotune"]
+        if self._executor is not None:
+            self._install(self._initial_strategy())
+        if self._tuner is not None and state.get("autotune") is not None:
+            self._tuner.load_state_dict(state["autotune"])
 
     def close(self) -> None:
-        """Remove the hooks: ``module`` trains locally again."""
+        """Remove the hooks: ``module`` trains locally again. Not needed at the end of training:
+        dropping the model or exiting releases everything."""
         if self._executor is not None:
+            self._closed = (self._executor.plan, self._executor.compressor_state())
             self._executor.close()
             self._executor = None
+        if self._step_hook is not None:
+            self._step_hook.remove()
+            self._step_hook = None

@@ -19,6 +19,21 @@ Variable names are the ``LightningModule``'s parameter names (``model.fc.weight`
 that holds its network as ``self.model``). A strategy written for the inner network
 (``fc.weight``) is accepted when one common submodule prefix makes every name match.
 
+As Lightning's DDP does: rank 0's buffers are broadcast before forward passes
+(``broadcast_buffers``), ``find_unused_parameters`` is DDP's option, gradient accumulation
+(``accumulate_grad_batches``) synchronizes once per optimizer step (``no_sync`` on the other
+micro-batches), and the process-group backend is Lightning's default for the device (gloo on
+CPU, NCCL on CUDA). Checkpoints carry the strategy and every rank's compressor state under the
+key ``"autosync"``; resuming restores both (on another world size the strategy is chosen again
+and the compressor state starts from zero, with a warning).
+
+Importing this module registers the strategy with Lightning as ``"autosync"``:
+``Trainer(strategy="autosync")`` trains with the DDP-equivalent strategy (lossless) on the
+process group's layout::
+
+    import autosync_transfer.runtime.lightning  # registers "autosync"
+    Trainer(accelerator="cpu", devices=2, strategy="autosync")
+
 This module imports Lightning; it is only imported on demand
 (``from autosync_transfer.runtime import AutoSyncStrategy``).
 """
@@ -26,7 +41,8 @@ This module imports Lightning; it is only imported on demand
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +54,16 @@ from lightning.pytorch.strategies import DDPStrategy
 from autosync_transfer.domains.cluster import Cluster
 from autosync_transfer.domains.graph import ModelGraph
 from autosync_transfer.errors import ConfigError, NotFittedError
-from autosync_transfer.runtime.ddp import DistributedModel
+from autosync_transfer.runtime.ddp import DistributedModel, as_cluster, ddp_equivalent
 from autosync_transfer.strategies.types import Strategy, VarConfig
 
-__all__ = ["AutoSyncStrategy", "Picker", "match_names", "ddp_equivalent"]
+__all__ = ["AutoSyncStrategy", "Picker", "match_names", "ddp_equivalent", "STRATEGY_NAME",
+           "CHECKPOINT_KEY", "register"]
+
+#: the name ``Trainer(strategy=...)`` knows this strategy by
+STRATEGY_NAME = "autosync"
+#: the checkpoint key holding :meth:`DistributedModel.sync_state_dict`
+CHECKPOINT_KEY = "autosync"
 
 log = logging.getLogger(__name__)
 
@@ -49,19 +71,13 @@ log = logging.getLogger(__name__)
 Picker = Callable[[ModelGraph, Cluster], Strategy]
 
 
-def ddp_equivalent(graph: ModelGraph, cluster: Cluster) -> Strategy:
-    """The picker of ``strategy=None``: the DDP-equivalent builder (all-reduce of every
-    variable in 25 MB buckets, reverse order, no compression)."""
-    from autosync_transfer.domains.domain import Domain
-    from autosync_transfer.strategies.builders import build
-
-    return build("ddp", Domain(name=f"{graph.name}-{cluster.name}", model=graph, cluster=cluster))
-
 #: ``DDPStrategy`` arguments that keep their meaning here (everything about processes and devices)
 _PASSED_ON = frozenset({
     "accelerator", "parallel_devices", "cluster_environment", "checkpoint_io", "precision_plugin",
     "timeout", "start_method",
 })
+#: options of torch's ``DistributedDataParallel`` that mean the same here
+_DDP_OPTIONS = frozenset({"find_unused_parameters", "broadcast_buffers"})
 
 
 class AutoSyncStrategy(DDPStrategy):
@@ -78,29 +94,40 @@ class AutoSyncStrategy(DDPStrategy):
             Strategy`` called on rank 0 at setup time, once the model is known; ``None``: the
             DDP-equivalent builder (:func:`ddp_equivalent`). To let a simulator choose, use
             :class:`autosync_transfer.search.lightning.AutoSyncStrategy`.
-        cluster: the cluster the strategy is for (a :class:`Cluster`, or a catalog name such as
-            ``"A"``); its number of workers must equal the Trainer's number of processes.
+        cluster: the cluster the strategy is for: a :class:`Cluster`, the path of an AutoDist
+            resource-spec file, a catalog name such as ``"A"``, or ``None``: the process
+            group's layout (derived at setup, bandwidths unknown); its number of workers must
+            equal the Trainer's number of processes.
         batch_size, seq_len: per-worker batch size and sequence length, which size the sparse
             traffic of embeddings in the model graph.
-        process_group_backend: ``"gloo"`` unless given.
+        find_unused_parameters, broadcast_buffers: torch DDP's options, same meaning.
+        autotune: an :class:`~autosync_transfer.runtime.autotune.AutotuneConfig`: the first
+            steps of the job try candidate strategies and lock in the fastest.
+        process_group_backend: Lightning's default for the device unless given (gloo on CPU,
+            NCCL on CUDA; parameter-server messages always travel over gloo).
         **ddp_kwargs: the process and device arguments of ``DDPStrategy`` (``accelerator``,
             ``parallel_devices``, ``cluster_environment``, ``checkpoint_io``,
-            ``precision_plugin``, ``timeout``, ``start_method``). Options of torch's
-            ``DistributedDataParallel`` (``bucket_cap_mb``, ``find_unused_parameters``, comm
-            hooks, ...) have no meaning here and are refused.
+            ``precision_plugin``, ``timeout``, ``start_method``). Other options of torch's
+            ``DistributedDataParallel`` (``bucket_cap_mb``, comm hooks, ...) have no meaning
+            here and are refused.
 
-    Gradient accumulation (``accumulate_grad_batches > 1``) synchronizes after every
-    micro-batch (the result is the same average; only the traffic grows).
+    Gradient accumulation (``accumulate_grad_batches > 1``) synchronizes once per optimizer
+    step, like Lightning's DDP.
     """
+
+    strategy_name = STRATEGY_NAME
 
     def __init__(
         self,
-        strategy: Strategy | Picker | None,
-        cluster: Cluster | str,
+        strategy: Strategy | Picker | None = None,
+        cluster: Cluster | str | None = None,
         *,
         batch_size: int = 1,
         seq_len: int = 1,
-        process_group_backend: str | None = "gloo",
+        find_unused_parameters: bool = False,
+        broadcast_buffers: bool = True,
+        autotune: Any = None,
+        process_group_backend: str | None = None,
         **ddp_kwargs: Any,
     ) -> None:
         unknown = sorted(set(ddp_kwargs) - _PASSED_ON)
@@ -108,7 +135,7 @@ class AutoSyncStrategy(DDPStrategy):
             raise ConfigError(
                 f"AutoSyncStrategy does not take the DDP option {unknown[0]!r}: gradients are "
                 f"synchronized by the AutoSync strategy's plan, not by DistributedDataParallel "
-                f"(accepted: {', '.join(sorted(_PASSED_ON))})"
+                f"(accepted: {', '.join(sorted(_PASSED_ON | _DDP_OPTIONS))})"
             )
         if strategy is not None and not isinstance(strategy, Strategy) and not callable(strategy):
             raise ConfigError(
@@ -119,31 +146,68 @@ class AutoSyncStrategy(DDPStrategy):
         if batch_size < 1 or seq_len < 1:
             raise ConfigError(f"batch_size and seq_len must be >= 1, got {batch_size} and {seq_len}")
         super().__init__(process_group_backend=process_group_backend, **ddp_kwargs)
-        self.cluster = _as_cluster(cluster)
+        self.cluster = as_cluster(cluster)
         self.batch_size = batch_size
         self.seq_len = seq_len
+        self.find_unused_parameters = find_unused_parameters
+        self.broadcast_buffers = broadcast_buffers
+        self.autotune = autotune
         given = isinstance(strategy, Strategy)
         self._given: Strategy | None = strategy if given else None
         self._picker: Picker = (strategy if strategy is not None and not given  # type: ignore[assignment]
                                 else ddp_equivalent)
         self._sync_strategy: Strategy | None = strategy if given else None
+        self._resume: dict[str, Any] | None = None
+        #: the wrapped model of the last fit (closed), for a checkpoint saved after it
+        self._finished: DistributedModel | None = None
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
-    def from_file(cls, path: str | Path, cluster: Cluster | str, **kwargs: Any) -> AutoSyncStrategy:
+    def from_file(cls, path: str | Path, cluster: Cluster | str | None = None,
+                  **kwargs: Any) -> AutoSyncStrategy:
         """Use the strategy of a JSON file or an AutoDist (protobuf) strategy file."""
         return cls(Strategy.from_file(path), cluster, **kwargs)
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register ``"autosync"`` (this class with its defaults) in ``strategy_registry``."""
+        if STRATEGY_NAME not in strategy_registry:
+            strategy_registry.register(
+                STRATEGY_NAME, cls,
+                description="gradients synchronized by an AutoSync strategy (default: the "
+                            "lossless DDP-equivalent one on the process group's layout)")
 
     # -- the strategy in use ------------------------------------------------------------------
     @property
     def sync_strategy(self) -> Strategy:
         """The strategy in use, with the ``LightningModule``'s variable names (known once the
-        Trainer has set up; given strategies as given until then)."""
+        Trainer has set up; given strategies as given until then; with autotuning, the one
+        locked in)."""
+        model = self.model if isinstance(self.model, DistributedModel) else self._finished
+        if model is not None and model.strategy is not None:
+            return model.strategy
         if self._sync_strategy is None:
             raise NotFittedError(
                 "the strategy is chosen when the Trainer sets up (trainer.fit); it is not known yet"
             )
         return self._sync_strategy
+
+    @property
+    def autotuner(self) -> Any:
+        """The :class:`~autosync_transfer.runtime.autotune.Autotuner` of the current (or last)
+        fit: what was tried, the locked choice, the tuning cost; ``None`` without ``autotune``."""
+        model = self.model if isinstance(self.model, DistributedModel) else self._finished
+        return getattr(model, "_tuner", None)
+
+    def _cluster(self) -> Cluster:
+        if self.cluster is None:
+            if not (dist.is_available() and dist.is_initialized()):
+                raise NotFittedError("cluster=None is the process group's layout, known once "
+                                     "the Trainer has set up the processes")
+            from autosync_transfer.runtime.ddp import cluster_from_process_group
+
+            self.cluster = cluster_from_process_group()
+        return self.cluster
 
     def model_graph(self, module: torch.nn.Module) -> ModelGraph:
         """The graph the strategy is planned on: ``module``'s trainable parameters."""
@@ -160,12 +224,13 @@ class AutoSyncStrategy(DDPStrategy):
         from autosync_transfer.domains.domain import Domain
         from autosync_transfer.strategies.validate import validate
 
+        cluster = self._cluster()
         if self._given is not None:
             strategy = match_names(self._given, module)
         else:
             strategy = self._pick(graph)
-        validate(strategy, Domain(name=f"{graph.name}-{self.cluster.name}", model=graph,
-                                  cluster=self.cluster))
+        validate(strategy, Domain(name=f"{graph.name}-{cluster.name}", model=graph,
+                                  cluster=cluster))
         return strategy
 
     def _pick(self, graph: ModelGraph) -> Strategy:
@@ -184,25 +249,31 @@ class AutoSyncStrategy(DDPStrategy):
         return Strategy.from_json(body)
 
     def _choose(self, graph: ModelGraph) -> Strategy:
-        strategy = self._picker(graph, self.cluster)
+        cluster = self._cluster()
+        strategy = self._picker(graph, cluster)
         if not isinstance(strategy, Strategy):
             raise ConfigError(f"the strategy picker must return a Strategy, got "
                               f"{type(strategy).__name__}")
         log.info("picked strategy %s (%s) for %s on cluster %s", strategy.id, strategy.kind,
-                 graph.name, self.cluster.name)
+                 graph.name, cluster.name)
         return strategy
+
+    def autotune_candidates(self, graph: ModelGraph, cluster: Cluster) -> Any:
+        """Candidates for ``autotune`` when its config names none (overridden by the search
+        room's strategy to let a simulator propose them)."""
+        return None
 
     # -- Lightning hooks ----------------------------------------------------------------------
     def setup_distributed(self) -> None:
         expected = self.num_nodes * self.num_processes
-        if expected != self.cluster.world_size:
+        if self.cluster is not None and expected != self.cluster.world_size:
             raise ConfigError(
                 f"the Trainer runs {expected} processes (num_nodes={self.num_nodes} x "
                 f"devices={self.num_processes}) but cluster {self.cluster.name!r} has "
                 f"{self.cluster.world_size} workers"
             )
         super().setup_distributed()
-        if dist.get_world_size() != self.cluster.world_size:
+        if self.cluster is not None and dist.get_world_size() != self.cluster.world_size:
             raise ConfigError(
                 f"the process group has {dist.get_world_size()} ranks but cluster "
                 f"{self.cluster.name!r} has {self.cluster.world_size} workers"
@@ -210,14 +281,29 @@ class AutoSyncStrategy(DDPStrategy):
 
     def _setup_model(self, model: torch.nn.Module) -> DistributedModel:  # type: ignore[override]
         """Wrap ``model`` in a :class:`DistributedModel` running the resolved strategy (rank 0's
-        parameters are broadcast and the gradient hooks installed here)."""
+        parameters are broadcast and the gradient hooks installed here). A checkpoint being
+        resumed on the same world size brings its own strategy and compressor state."""
         graph = self.model_graph(model)
-        strategy = self._resolve(model, graph)
+        cluster = self._cluster()
+        resume, self._resume = self._resume, None
+        if resume is not None and resume.get("world_size") == dist.get_world_size():
+            strategy = Strategy.from_json(resume["strategy"])
+        else:
+            strategy = self._resolve(model, graph)
         self._sync_strategy = strategy
         if self.global_rank == 0:
             log.info("AutoSyncStrategy: strategy %s (%s, %d variables) on cluster %s",
-                     strategy.id, strategy.kind, len(strategy.nodes), self.cluster.name)
-        wrapped = DistributedModel(model, strategy, self.cluster, graph=graph)
+                     strategy.id, strategy.kind, len(strategy.nodes), cluster.name)
+        autotune = self.autotune
+        if autotune is not None and autotune.candidates is None:
+            proposed = self.autotune_candidates(graph, cluster)
+            if proposed is not None:
+                autotune = autotune.model_copy(update={"candidates": proposed})
+        wrapped = DistributedModel(model, strategy, cluster, graph=graph,
+                                   find_unused_parameters=self.find_unused_parameters,
+                                   broadcast_buffers=self.broadcast_buffers, autotune=autotune)
+        if resume is not None:
+            wrapped.load_sync_state_dict(resume)
         return wrapped.setup()
 
     def configure_ddp(self) -> None:
@@ -227,15 +313,47 @@ class AutoSyncStrategy(DDPStrategy):
             )
         self.model = self._setup_model(self.model)
 
+    @contextmanager
+    def block_backward_sync(self) -> Generator[None, None, None]:
+        """Gradient accumulation: micro-batches before the optimizer step do not synchronize."""
+        if isinstance(self.model, DistributedModel):
+            with self.model.no_sync():
+                yield None
+        else:
+            yield None
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any,
+                        storage_options: Any = None) -> None:
+        """Add the synchronization state (strategy, every rank's compressor state) under
+        :data:`CHECKPOINT_KEY`; collective, like Lightning's ``trainer.save_checkpoint``."""
+        model = self.model if isinstance(self.model, DistributedModel) else self._finished
+        if model is not None:
+            checkpoint[CHECKPOINT_KEY] = model.sync_state_dict()
+        super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+
+    def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
+        super().load_model_state_dict(checkpoint, strict=strict)
+        state = checkpoint.get(CHECKPOINT_KEY)
+        if state is None:
+            return
+        if isinstance(self.model, DistributedModel):
+            self.model.load_sync_state_dict(state)
+        else:  # applied when the model is wrapped (Lightning restores before setup)
+            self._resume = dict(state)
+
     def teardown(self) -> None:
         if isinstance(self.model, DistributedModel):
             self.model.close()
+            self._finished = self.model
             self.model = self.lightning_module
         super().teardown()
 
-    @classmethod
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        """Registers nothing (the DDP names stay Lightning's)."""
+
+def register(strategy_registry: Any = None) -> None:
+    """Register ``"autosync"`` with Lightning's strategy registry (done on import)."""
+    if strategy_registry is None:
+        from lightning.pytorch.strategies import StrategyRegistry as strategy_registry
+    AutoSyncStrategy.register_strategies(strategy_registry)
 
 
 def match_names(strategy: Strategy, module: torch.nn.Module) -> Strategy:
@@ -277,11 +395,4 @@ def match_names(strategy: Strategy, module: torch.nn.Module) -> Strategy:
     )
 
 
-def _as_cluster(cluster: Cluster | str) -> Cluster:
-    if isinstance(cluster, Cluster):
-        return cluster
-    if isinstance(cluster, str):
-        from autosync_transfer.domains.catalog import get_cluster
-
-        return get_cluster(cluster)
-    raise ConfigError(f"cluster must be a Cluster or a catalog name, got {type(cluster).__name__}")
+register()

@@ -50,14 +50,16 @@ class AutoSyncStrategy(_RuntimeStrategy):
         simulator: only when ``strategy`` is ``None``: the ranker that picks the strategy — a
             :class:`~autosync_transfer.rankers.simulator.Simulator`, a registry URI or name
             (``"models:/autosync-bert-B@champion"``, loaded by rank 0), or ``None`` for the
-            analytical cost model.
+            analytical cost model. With ``autotune`` and no candidates in it, the simulator also
+            proposes the candidates the job tries.
         candidates, seed: sampled candidates scored by ``recommend`` and its sampler's seed.
         **kwargs: the runtime strategy's other arguments (``batch_size``, ``seq_len``,
             ``process_group_backend``, DDP process and device options).
     """
 
-    def __init__(self, strategy: Any, cluster: Cluster | str, *, simulator: Any = None,
-                 candidates: int = 2000, seed: int = 0, **kwargs: Any) -> None:
+    def __init__(self, strategy: Any = None, cluster: Cluster | str | None = None, *,
+                 simulator: Any = None, candidates: int = 2000, seed: int = 0,
+                 **kwargs: Any) -> None:
         if strategy is not None and simulator is not None:
             raise ConfigError("give either a strategy or a simulator to choose one, not both")
         picker = Recommender(simulator, candidates=candidates, seed=seed)
@@ -66,8 +68,18 @@ class AutoSyncStrategy(_RuntimeStrategy):
         self.candidates = candidates
         self.seed = seed
 
+    def autotune_candidates(self, graph: ModelGraph, cluster: Cluster) -> Any:
+        """Autotune candidates when ``autotune`` names none: the ``simulator``'s top strategies
+        (:class:`~autosync_transfer.search.autotune.SimulatorProposer`, called on rank 0)."""
+        from autosync_transfer.search.autotune import SimulatorProposer
+
+        allow_lossy = bool(getattr(self.autotune, "allow_lossy", False))
+        return SimulatorProposer(self.simulator, k=4, candidates=min(self.candidates, 500),
+                                 seed=self.seed, lossless=not allow_lossy)
+
     @classmethod
-    def from_registry(cls, uri_or_name: str, cluster: Cluster | str, *, candidates: int = 2000,
+    def from_registry(cls, uri_or_name: str, cluster: Cluster | str | None = None, *,
+                      candidates: int = 2000,
                       **kwargs: Any) -> AutoSyncStrategy:
         """Choose the strategy at setup time with the registered simulator ``uri_or_name``
         (``"models:/autosync-bert-B@champion"``, or a registered model name for its champion)."""
@@ -78,6 +90,7 @@ class AutoSyncStrategy(_RuntimeStrategy):
         return cls(None, cluster, simulator=uri_or_name, candidates=candidates, **kwargs)
 
     @classmethod
-    def from_file(cls, path: str | Path, cluster: Cluster | str, **kwargs: Any) -> AutoSyncStrategy:
+    def from_file(cls, path: str | Path, cluster: Cluster | str | None = None,
+                  **kwargs: Any) -> AutoSyncStrategy:
         """Use the strategy of a JSON file or an AutoDist (protobuf) strategy file."""
         return cls(Strategy.from_file(path), cluster, **kwargs)

@@ -192,7 +192,8 @@ def test_constructor_checks_and_stores() -> None:
     with pytest.raises(ConfigError, match="either a strategy or a simulator"):
         AutoSyncStrategy(_strategy(), _cluster(), simulator="models:/x@champion")
     s = AutoSyncStrategy.from_registry("models:/autosync-bert-B@champion", "B", candidates=5)
-    assert s.cluster.name == "B" and s.process_group_backend == "gloo"
+    # the backend is Lightning's default for the device (gloo on CPU, NCCL on CUDA)
+    assert s.cluster.name == "B" and s.process_group_backend is None
     with pytest.raises(NotFittedError):
         s.sync_strategy  # noqa: B018
     with pytest.raises(ConfigError, match="unknown cluster 'Z'"):
@@ -251,3 +252,17 @@ def test_runtime_strategy_takes_a_picker_or_runs_the_ddp_builder() -> None:
         AutoSyncStrategy(lambda g, c: 3, _cluster()).resolve_strategy(lit)
     with pytest.raises(ConfigError, match="strategy must be an autosync_transfer Strategy, a picker"):
         AutoSyncStrategy("s.json", _cluster())
+
+
+def test_cluster_is_a_resource_spec_file_a_catalog_name_or_the_process_group(tmp_path) -> None:
+    from autosync_transfer.runtime.lightning import AutoSyncStrategy
+
+    spec = tmp_path / "two-nodes.yaml"
+    spec.write_text(_cluster().to_yaml())
+    from_file = AutoSyncStrategy(None, str(spec)).cluster
+    assert from_file.world_size == 2 and from_file.name == "two-nodes"
+    assert [n.bandwidth_gbps for n in from_file.nodes] == [1.0, 1.0]
+    assert AutoSyncStrategy(None, "B").cluster.name == "B"
+    assert AutoSyncStrategy().cluster is None  # the process group's layout, at setup
+    with pytest.raises(ConfigError, match="unknown cluster 'no/such.yaml'"):
+        AutoSyncStrategy(None, "no/such.yaml")

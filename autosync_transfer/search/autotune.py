@@ -1,0 +1,106 @@
+"""The search room's side of autotuning inside the job: a simulator proposes the candidates,
+and every strategy the job tried becomes a trial in a store (so the job's own steps are training
+data for the simulator).
+
+    from autosync_transfer.runtime.autotune import AutotuneConfig
+    from autosync_transfer.search.autotune import SimulatorProposer, TrialRecorder
+
+    cfg = AutotuneConfig(candidates=SimulatorProposer("models:/autosync-bert-B@champion", k=4),
+                         on_trial=TrialRecorder("trials/my-job.jsonl"))
+    model = DistributedModel(net, None, cluster, autotune=cfg)
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autosync_transfer.domains.cluster import Cluster
+from autosync_transfer.domains.domain import Domain
+from autosync_transfer.domains.graph import ModelGraph
+from autosync_transfer.errors import ConfigError
+from autosync_transfer.runtime.autotune import AutotuneTrial, is_lossless
+from autosync_transfer.strategies.types import Strategy
+
+__all__ = ["SimulatorProposer", "TrialRecorder", "AUTOTUNE_LAUNCHER"]
+
+log = logging.getLogger(__name__)
+
+#: the ``launcher`` of trial records written from a job's autotuning steps
+AUTOTUNE_LAUNCHER = "autotune"
+
+
+class SimulatorProposer:
+    """Autotune candidates: ``proposer(graph, cluster)`` is the ``k`` strategies a simulator ranks
+    fastest among the hand-optimized builders and ``candidates`` sampled ones (lossless only
+    unless ``lossless=False``). ``simulator``: a Simulator, a registry reference (loaded on the
+    first call, i.e. by rank 0 at setup), or ``None`` for the analytical cost model."""
+
+    def __init__(self, simulator: Any = None, *, k: int = 4, candidates: int = 500, seed: int = 0,
+                 lossless: bool = True, preset: str = "dataset") -> None:
+        if k < 1:
+            raise ConfigError(f"k must be >= 1, got {k}")
+        if candidates < 0:
+            raise ConfigError(f"candidates must be >= 0, got {candidates}")
+        self.simulator = simulator
+        self.k = k
+        self.candidates = candidates
+        self.seed = seed
+        self.lossless = lossless
+        self.preset = preset
+
+    def __call__(self, graph: ModelGraph, cluster: Cluster) -> list[Strategy]:
+        from autosync_transfer.rankers.simulator import Simulator
+        from autosync_transfer.strategies.builders import BUILDERS, build
+        from autosync_transfer.strategies.sampler import StrategySampler
+        from autosync_transfer.strategies.sampler import preset as sampler_preset
+
+        simulator = self.simulator
+        if isinstance(simulator, str):
+            from autosync_transfer.registry.models import load_simulator
+
+            simulator = self.simulator = load_simulator(simulator)
+        domain = Domain(name=f"{graph.name}-{cluster.name}", model=graph, cluster=cluster)
+        builders = [build(b, domain) for b in BUILDERS]
+        sampled = StrategySampler(domain, sampler_preset(self.preset),
+                                  seed=self.seed).sample_batch(self.candidates)
+        ranker = simulator if simulator is not None else Simulator("analytical")
+        scores = np.concatenate((ranker.score(builders, domain), ranker.score(sampled, domain)))
+        out: list[Strategy] = []
+        seen: set[str] = set()
+        for i in np.lexsort((np.arange(scores.size), scores)):
+            s = builders[i] if i < len(builders) else sampled[int(i) - len(builders)]
+            if (self.lossless and not is_lossless(s)) or s.fingerprint in seen:
+                continue
+            seen.add(s.fingerprint)
+            out.append(s)
+            if len(out) == self.k:
+                break
+        log.info("autotune candidates for %s: %s", domain.name, ", ".join(s.id for s in out))
+        return out
+
+
+class TrialRecorder:
+    """An ``on_trial`` callback: appends every strategy the job tried as a trial record
+    (launcher :data:`AUTOTUNE_LAUNCHER`, the job's step times, max over ranks) to ``store``
+    (a :class:`~autosync_transfer.dataset.store.TrialStore` or its path)."""
+
+    def __init__(self, store: Any) -> None:
+        from autosync_transfer.dataset.store import TrialStore
+
+        self.store = store if isinstance(store, TrialStore) else TrialStore(Path(store))
+        self.records: list[Any] = []
+
+    def __call__(self, trial: AutotuneTrial) -> None:
+        from autosync_transfer.dataset.store import TrialRecord, machine_info
+
+        domain = Domain(name=f"{trial.graph.name}-{trial.cluster.name}", model=trial.graph,
+                        cluster=trial.cluster)
+        record = TrialRecord.from_result(domain=domain, strategy=trial.strategy,
+                                         result=trial.result, protocol=trial.protocol,
+                                         launcher=AUTOTUNE_LAUNCHER, machine=machine_info())
+        self.store.append(record)
+        self.records.append(record)

@@ -1,0 +1,44 @@
+"""The search side of autotuning: a simulator proposes lossless candidates, and every strategy
+a job tried is appended to a trial store."""
+
+from __future__ import annotations
+
+from autosync_transfer.domains.cluster import Cluster, Node
+from autosync_transfer.runtime.autotune import AutotuneTrial, is_lossless
+from autosync_transfer.runtime.trial import Protocol, TrialResult
+from autosync_transfer.testing.models import tiny_net_graph
+
+
+def _cluster() -> Cluster:
+    return Cluster(name="t", nodes=(
+        Node(name="n0", address="10.9.0.1", workers=1, bandwidth_gbps=1.0, chief=True),
+        Node(name="n1", address="10.9.0.2", workers=1, bandwidth_gbps=1.0)))
+
+
+def test_simulator_proposes_k_distinct_lossless_candidates() -> None:
+    from autosync_transfer.search.autotune import SimulatorProposer
+
+    graph = tiny_net_graph()
+    got = SimulatorProposer(k=3, candidates=50, seed=1)(graph, _cluster())
+    assert len(got) == 3 and len({s.fingerprint for s in got}) == 3
+    assert all(is_lossless(s) for s in got)
+    assert SimulatorProposer(k=3, candidates=50, seed=1)(graph, _cluster()) == got
+    assert len(SimulatorProposer(k=40, candidates=50, seed=1, lossless=False)(graph, _cluster())) == 40
+
+
+def test_trial_recorder_appends_the_jobs_steps_as_trials(tmp_path) -> None:
+    from autosync_transfer.dataset.store import TrialStore
+    from autosync_transfer.search.autotune import AUTOTUNE_LAUNCHER, SimulatorProposer, TrialRecorder
+
+    graph = tiny_net_graph()
+    strategy = SimulatorProposer(k=1, candidates=10)(graph, _cluster())[0]
+    trial = AutotuneTrial(strategy=strategy, result=TrialResult(status="ok",
+                                                                iteration_times_s=[0.2, 0.1, 0.3]),
+                          protocol=Protocol(warmup=1, iters=3), first_step=4, round=0,
+                          graph=graph, cluster=_cluster())
+    TrialRecorder(tmp_path / "trials.jsonl")(trial)
+    records = list(TrialStore(tmp_path / "trials.jsonl").records())
+    assert len(records) == 1
+    r = records[0]
+    assert r.launcher == AUTOTUNE_LAUNCHER and r.strategy_id == strategy.id
+    assert r.median_s == 0.2 and r.domain == "tinynet-t" and r.status == "ok"
