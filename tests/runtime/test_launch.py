@@ -27,7 +27,7 @@ def test_one_registry_of_launchers() -> None:
         assert issubclass(cls, Launcher) and cls.name == name and get_launcher(name) is cls
     assert issubclass(LocalLauncher, ProcessLauncher) and issubclass(EmulatedLauncher, ProcessLauncher)
     assert not issubclass(TorchrunLauncher, ProcessLauncher) and not TorchrunLauncher.runs_here
-    with pytest.raises(ConfigError, match="launcher must be one of local, emulated, torchrun, got 'ssh'"):
+    with pytest.raises(ConfigError, match="launcher must be one of emulated, local, torchrun, got 'ssh'"):
         get_launcher("ssh")
     local = LocalLauncher()
     assert as_launcher(local) is local and isinstance(as_launcher("emulated"), EmulatedLauncher)
