@@ -15,6 +15,8 @@ __all__ = [
     "WorkloadError",
     "StrategyValidationError",
     "NotFittedError",
+    "Interrupted",
+    "interrupt_exit_code",
     "format_pydantic_error",
 ]
 
@@ -54,6 +56,30 @@ class StrategyValidationError(ConfigError):
 
 class NotFittedError(AutosyncError, RuntimeError):
     """An object that needs ``fit``/``setup`` was used before it."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """The controller was asked to stop (SIGINT, SIGTERM) while it measured.
+
+    Not a failure of anything: the trial in flight is not recorded (it is measured again on
+    resume), the workers are torn down, and the CLI exits with ``128 + signum`` (130 for SIGINT,
+    143 for SIGTERM). A :class:`KeyboardInterrupt`, so that code that lets Ctrl-C through lets
+    this through too; a plain ``KeyboardInterrupt`` counts as SIGINT.
+    """
+
+    def __init__(self, signum: int = 2):
+        self.signum = int(signum)
+        super().__init__(f"interrupted by signal {self.signum}")
+
+    @property
+    def exit_code(self) -> int:
+        """The conventional exit status: ``128 + signum``."""
+        return 128 + self.signum
+
+
+def interrupt_exit_code(exc: BaseException) -> int:
+    """``128 + signum`` of an :class:`Interrupted`; 130 (SIGINT) for a plain KeyboardInterrupt."""
+    return exc.exit_code if isinstance(exc, Interrupted) else 130
 
 
 def format_pydantic_error(exc: Exception, what: str = "") -> str:

@@ -54,9 +54,11 @@ def main(argv: list[str] | None = None) -> None:
     outside an option's choices, ...) are printed here as one line, never a traceback.
     """
     from autosync_transfer.cli._params import click_exceptions
-    from autosync_transfer.errors import AutosyncError
+    from autosync_transfer.errors import AutosyncError, interrupt_exit_code
 
     ex = click_exceptions()
+    received: list[int] = []  # the signals that interrupted the command
+    restore = _interrupt_on_signals(received)
     try:
         code = app(args=argv, prog_name="autosync-transfer", standalone_mode=False)
     except AutosyncError as e:
@@ -70,16 +72,50 @@ def main(argv: list[str] | None = None) -> None:
     except ex.ClickException as e:
         _error_line(e.format_message())
         sys.exit(e.exit_code)
-    except typer.Abort:
+    except typer.Abort as e:
+        if isinstance(e.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            sys.stderr.write("interrupted\n")
+            sys.exit(interrupt_exit_code(e.__cause__))
         sys.stderr.write("aborted\n")
         sys.exit(1)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         sys.stderr.write("interrupted\n")
-        sys.exit(130)
+        sys.exit(interrupt_exit_code(e))
     except BrokenPipeError:
         sys.exit(0)
+    finally:
+        restore()
+    if received and code == 130:  # typer turns the KeyboardInterrupt into exit code 130
+        sys.stderr.write("interrupted\n")
+        sys.exit(128 + received[0])
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _interrupt_on_signals(received: list[int]) -> Any:
+    """Make SIGINT and SIGTERM raise :class:`~autosync_transfer.errors.Interrupted` (so that a
+    measurement in flight is torn down, not recorded, and the exit status is 130 / 143) and
+    append their number to ``received``; return a function that restores the previous
+    handlers."""
+    import signal
+    import threading
+
+    from autosync_transfer.errors import Interrupted
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def raise_interrupted(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    return restore
 
 
 def _usage_message(e: Any) -> str:

@@ -111,7 +111,9 @@ QUIET_WAIT_S = 300.0
 def _run_with_retries(pool: TrialPool, strategy: Strategy | None, job_id: str | None = None
                       ) -> TrialResult:
     """Measure; a failure of the environment is retried and, if it persists, stops the collection
-    without recording anything against the strategy."""
+    without recording anything against the strategy. An interruption (``KeyboardInterrupt``,
+    :class:`~autosync_transfer.errors.Interrupted`) is not retried: it propagates, and nothing
+    is recorded for the trial in flight."""
     for _ in range(INFRASTRUCTURE_ATTEMPTS):
         res = pool.run(strategy) if job_id is None else pool.run(strategy, job_id=job_id)
         if not res.infrastructure:

@@ -9,6 +9,12 @@ TrialResult``); every :class:`~autosync_transfer.runtime.launch.Launcher` opens 
 cluster) alive and runs many strategies in a row, so a trial costs its iterations, not process
 start-up. A watchdog turns a hang, a crash or an error into a failed :class:`TrialResult`
 (recorded, never fatal) and restarts the workers.
+
+An interruption is not a failure: a :class:`KeyboardInterrupt` (or
+:class:`~autosync_transfer.errors.Interrupted`, a SIGTERM) in the controller, or a worker stopped
+by SIGINT/SIGTERM, stops the workers and propagates from :meth:`WorkerPool.run`; no result is
+returned for the trial in flight. The workers run in their own session, so a Ctrl-C in the
+terminal reaches the controller only, which tears them down.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from autosync_transfer.domains.domain import Domain
-from autosync_transfer.errors import ConfigError
+from autosync_transfer.errors import ConfigError, Interrupted
 from autosync_transfer.runtime.launch import Launcher, ProcessLauncher, as_launcher, free_port
 from autosync_transfer.runtime.worker import REPLY_PREFIX
 from autosync_transfer.strategies.types import Strategy
@@ -188,8 +194,9 @@ class WorkerPool(TrialPool):
                 stderr = open(self.log_dir / f"worker-{rank}.log", "ab")  # noqa: SIM115
             argv, env = self.launcher.command(rank_nodes[rank], argv, _worker_env(), port)
             try:
+                # own session: the terminal's Ctrl-C goes to the controller, which stops them
                 proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=stderr, env=env)
+                                        stderr=stderr, env=env, start_new_session=True)
             except OSError as e:
                 self._stop_workers(graceful=False)
                 raise ConfigError(f"cannot start trial workers: {e}") from e
@@ -286,16 +293,20 @@ class WorkerPool(TrialPool):
         proto = protocol or self.protocol
         t0 = time.monotonic()
         try:
-            self._ensure()
-        except Exception as e:  # the environment, not the strategy
-            return TrialResult("failed", error=str(e), wall_s=time.monotonic() - t0,
-                               infrastructure=True)
-        try:
-            return self._run(strategy, proto, fault, t0)
-        except Exception as e:  # never fatal for a collection: record it and restart the workers
-            self._restart()
-            return TrialResult("failed", error=f"{type(e).__name__}: {e}", wall_s=time.monotonic() - t0,
-                               infrastructure=True)
+            try:
+                self._ensure()
+            except Exception as e:  # the environment, not the strategy
+                return TrialResult("failed", error=str(e), wall_s=time.monotonic() - t0,
+                                   infrastructure=True)
+            try:
+                return self._run(strategy, proto, fault, t0)
+            except Exception as e:  # never fatal for a collection: record it, restart the workers
+                self._restart()
+                return TrialResult("failed", error=f"{type(e).__name__}: {e}",
+                                   wall_s=time.monotonic() - t0, infrastructure=True)
+        except KeyboardInterrupt:  # Interrupted too: not a result, the workers go
+            self._stop_workers(graceful=False)
+            raise
 
     def _run(self, strategy: Strategy | None, proto: Protocol, fault: dict[str, Any] | None,
              t0: float) -> TrialResult:
@@ -318,6 +329,9 @@ class WorkerPool(TrialPool):
         replies = self._collect(tid, proto.timeout_s)
         wall = time.monotonic() - t0
         if isinstance(replies, str):
+            stopped_by = self._interrupted_worker()
+            if stopped_by is not None:  # someone stopped the workers: not the strategy's doing
+                raise Interrupted(stopped_by)
             status: Literal["failed", "timeout"] = "timeout" if replies.startswith("timeout") else "failed"
             replies = replies.removeprefix("failed: ")
             if status == "timeout":
@@ -331,6 +345,19 @@ class WorkerPool(TrialPool):
         per_rank = [r["times"] for r in replies]
         times = [max(ts) for ts in zip(*per_rank)]
         return TrialResult("ok", iteration_times_s=times, wall_s=wall)
+
+    def _interrupted_worker(self) -> int | None:
+        """The signal (SIGINT / SIGTERM) that stopped a worker, if one was stopped so (a signal
+        to the whole process group or session); ``None`` otherwise."""
+        import signal
+
+        by_code = {-signal.SIGINT: signal.SIGINT, -signal.SIGTERM: signal.SIGTERM,
+                   128 + signal.SIGINT: signal.SIGINT, 128 + signal.SIGTERM: signal.SIGTERM}
+        for p in self._procs:
+            code = p.poll()
+            if code in by_code:
+                return int(by_code[code])
+        return None
 
     def _dump_stacks(self) -> None:
         """Ask hung workers to write their threads' stacks to their logs before they are killed."""

@@ -167,7 +167,9 @@ class Searcher:
 
     def _measure(self, measure: Measure, strategy: Strategy | None, record_id: str
                  ) -> TrialRecord:
-        """Measure ``strategy`` as ``record_id`` and append its record to the store."""
+        """Measure ``strategy`` as ``record_id`` and append its record to the store. An
+        interruption propagates from ``measure``: nothing is appended, and a resumed run
+        measures the trial again."""
         res, facts = measure(strategy, record_id)
         rec = self._record(strategy, res, facts, record_id)
         self.store.append(rec)
