@@ -44,6 +44,7 @@ app.add_typer(simulators.registry_app, name="registry")
 app.command("adapt", cls=Command)(adapt.adapt)
 app.command("search", cls=Command)(search.search)
 app.command("recommend", cls=Command)(search.recommend)
+app.command("cleanup", cls=Command)(clusters.cleanup)
 app.command("worker", hidden=True, cls=Command)(worker.worker)
 
 

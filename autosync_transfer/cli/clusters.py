@@ -1,6 +1,8 @@
-"""``autosync-transfer clusters list|show``."""
+"""``autosync-transfer clusters list|show`` and ``autosync-transfer cleanup``."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import typer
 
@@ -60,3 +62,24 @@ def show(
                 f"({cluster.num_nodes} nodes, {cluster.world_size} workers, fingerprint "
                 f"{cluster.fingerprint})")
     out().print(cluster_table(cluster))
+
+
+def cleanup(
+    prefix: str = typer.Option("ast", "--prefix", help="First part of the namespace names (emulated clusters are named PREFIX-RUN-n<i> and PREFIX-RUN-br)."),
+    run_id: Optional[str] = typer.Option(None, "--run", help="Only this run's namespaces (the RUN part of the names)."),
+    json_out: bool = json_option("Print the removed namespaces as JSON."),
+) -> None:
+    """Remove the network namespaces (and their bridge) that emulated clusters of dead runs left
+    behind, e.g. after a SIGKILL; a running collection's or search's are never touched (needs
+    root)."""
+    from autosync_transfer.cli._common import out, print_json
+    from autosync_transfer.runtime.emulation import cleanup_leftovers
+
+    removed = cleanup_leftovers(prefix, run_id=run_id)
+    if json_out:
+        print_json({"removed": removed})
+        return
+    if not removed:
+        out().print("no stale namespaces", markup=False, highlight=False)
+    for ns in removed:
+        out().print(f"removed {ns}", markup=False, highlight=False)

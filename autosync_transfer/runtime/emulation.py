@@ -34,7 +34,8 @@ kills every process left inside them and deletes them. While active, SIGINT/SIGT
 then re-raise, and an ``atexit`` hook stops clusters still running at interpreter exit. A run killed
 with SIGKILL cannot clean up: its namespaces are named ``<prefix>-<run_id>-n<i>`` /
 ``<prefix>-<run_id>-br`` and an owner record (pid) is kept under ``/run``, so that
-:func:`cleanup_leftovers` finds and deletes them later while sparing clusters whose owner still runs.
+:func:`cleanup_leftovers` finds and deletes them later while sparing clusters whose owner still runs
+(``autosync-transfer cleanup``; the emulated launcher also runs it at the start of every launch).
 """
 
 from __future__ import annotations
@@ -502,10 +503,13 @@ def available(prefix: str = "ast") -> tuple[bool, str]:
         _require_tools()
     except ConfigError as e:
         return False, str(e)
-    ns = f"{prefix}-pr{os.getpid() % 10000:04d}-br"
+    probe = f"pr{os.getpid() % 10000:04d}"
+    ns = f"{prefix}-{probe}-br"
+    _write_owner_record(prefix, probe, [ns])  # a concurrent cleanup spares a live probe
     try:
         _run(["ip", "netns", "add", ns])
     except ConfigError as e:
+        _remove_owner_record(prefix, probe)
         return False, f"cannot create a network namespace ({e}); {_REQUIRES}"
     try:
         _run(["tc", "-n", ns, "qdisc", "add", "dev", "lo", "root", "tbf",
@@ -514,6 +518,7 @@ def available(prefix: str = "ast") -> tuple[bool, str]:
         return False, f"tc tbf does not work ({e})"
     finally:
         _delete_namespace(ns)
+        _remove_owner_record(prefix, probe)
     return True, "root, iproute2, network namespaces and tbf are available"
 
 
@@ -523,12 +528,14 @@ def list_namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def cleanup_leftovers(prefix: str = "ast", *, include_live: bool = False) -> list[str]:
+def cleanup_leftovers(prefix: str = "ast", *, include_live: bool = False,
+                      run_id: str | None = None) -> list[str]:
     """Delete namespaces that emulated clusters with ``prefix`` left behind; return their names.
 
-    A namespace named ``<prefix>-<run_id>-n<i>`` or ``<prefix>-<run_id>-br`` is a leftover unless
-    the process that created it still runs (its owner record names a live pid); ``include_live``
-    deletes those as well. Processes still inside a leftover namespace are killed first.
+    A namespace named ``<prefix>-<run_id>-n<i>`` or ``<prefix>-<run_id>-br`` (the bridge's) is a
+    leftover unless the process that created it still runs (its owner record names a live pid);
+    ``include_live`` deletes those as well. ``run_id``: only that run's namespaces. Processes
+    still inside a leftover namespace are killed first.
     """
     _require_tools()
     if not _PREFIX_RE.match(prefix):
@@ -536,23 +543,25 @@ def cleanup_leftovers(prefix: str = "ast", *, include_live: bool = False) -> lis
             f"emulation prefix must be 1-5 lowercase letters/digits starting with a letter, "
             f"got {prefix!r}"
         )
+    if run_id is not None and not _RUN_ID_RE.match(run_id):
+        raise ConfigError(f"emulation run_id must be 1-6 lowercase letters/digits, got {run_id!r}")
     pattern = re.compile(rf"^{re.escape(prefix)}-([a-z0-9]{{1,6}})-(n\d+|br)$")
     by_run: dict[str, list[str]] = {}
     for ns in list_namespaces():
         m = pattern.match(ns)
-        if m:
+        if m and (run_id is None or m.group(1) == run_id):
             by_run.setdefault(m.group(1), []).append(ns)
     removed: list[str] = []
-    for run_id, names in sorted(by_run.items()):
-        if not include_live and _owner_alive(prefix, run_id):
-            logger.info("namespaces of run %s-%s belong to a live process; kept", prefix, run_id)
+    for run, names in sorted(by_run.items()):
+        if not include_live and _owner_alive(prefix, run):
+            logger.info("namespaces of run %s-%s belong to a live process; kept", prefix, run)
             continue
         for ns in names:
             _kill_namespace_pids(ns)
         for ns in sorted(names):
             if _delete_namespace(ns):
                 removed.append(ns)
-        _remove_owner_record(prefix, run_id)
+        _remove_owner_record(prefix, run)
     if removed:
         logger.info("removed %d leftover namespaces: %s", len(removed), ", ".join(removed))
     return removed

@@ -19,6 +19,7 @@ library API), and :func:`init_from_env` joins the process group torchrun describ
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import socket
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from autosync_transfer.errors import AutosyncError, ConfigError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from autosync_transfer.domains.cluster import Cluster
@@ -206,7 +209,9 @@ class EmulatedLauncher(ProcessLauncher):
 
     name = "emulated"
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = "ast") -> None:
+        #: first part of the namespace names (``<prefix>-<run id>-n<i>``, ``...-br``)
+        self.prefix = prefix
         self._emu: Any = None
 
     def check(self) -> None:
@@ -222,9 +227,18 @@ class EmulatedLauncher(ProcessLauncher):
 
     def start(self, cluster: Cluster) -> str:
         if self._emu is None:
-            from autosync_transfer.runtime.emulation import EmulatedCluster
+            from autosync_transfer.runtime.emulation import EmulatedCluster, cleanup_leftovers
 
-            self._emu = EmulatedCluster(cluster)
+            # namespaces of dead runs (SIGKILLed) go first; a live owner's are never touched
+            try:
+                stale = cleanup_leftovers(self.prefix)
+            except ConfigError as e:
+                log.warning("cannot remove stale namespaces: %s", e)
+            else:
+                if stale:
+                    log.warning("removed %d namespaces of dead runs: %s", len(stale),
+                                ", ".join(stale))
+            self._emu = EmulatedCluster(cluster, prefix=self.prefix)
             self._emu.start()
         return self._emu.address_of(cluster.rank_nodes()[0])
 

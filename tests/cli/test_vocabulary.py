@@ -224,7 +224,7 @@ REPORTING = {"collect", "run", "train", "evaluate", "adapt", "search", "recommen
              "domains list", "domains show", "clusters list", "clusters show",
              "strategies sample", "strategies baseline", "strategies validate", "strategies show",
              "datasets list", "datasets show", "datasets import-autosync", "datasets compact",
-             "registry list", "registry show", "registry promote"}
+             "registry list", "registry show", "registry promote", "cleanup"}
 
 
 def test_every_reporting_command_has_json() -> None:

@@ -208,3 +208,46 @@ def test_cleanup_leftovers_of_killed_run(netns: None) -> None:
 def _ns_pids(ns: str) -> list[str]:
     return subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
                           check=True).stdout.split()
+
+
+@pytest.mark.netns
+def test_cleanup_command_and_launch_remove_only_dead_runs(netns: None, cli) -> None:
+    """A SIGKILLed run's namespaces go (``cleanup``, and the start of every emulated launch);
+    a live run's stay."""
+    from autosync_transfer.runtime.launch import EmulatedLauncher
+
+    live, live_names = _start_owner("asth")
+    dead, dead_names = _start_owner("asth")
+    dead2 = None
+    try:
+        dead.send_signal(signal.SIGKILL)
+        dead.wait(timeout=5)
+        assert set(dead_names) <= set(list_namespaces())
+        res = cli("cleanup", "--prefix", "asth", "--json")
+        assert res.code == 0, res.err
+        assert sorted(json.loads(res.out)["removed"]) == sorted(dead_names)
+        assert set(live_names) <= set(list_namespaces())
+        assert not set(dead_names) & set(list_namespaces())
+        res = cli("cleanup", "--prefix", "asth", "--run", "Bad-Id")
+        assert res.code == 2 and "Bad-Id" in res.err and len(res.err.splitlines()) == 1
+
+        dead2, dead2_names = _start_owner("asth")
+        dead2.send_signal(signal.SIGKILL)
+        dead2.wait(timeout=5)
+        launcher = EmulatedLauncher(prefix="asth")
+        try:
+            launcher.start(_cluster(n=2, base="10.88.7"))  # removes the dead run's first
+            assert not set(dead2_names) & set(list_namespaces())
+            assert set(live_names) <= set(list_namespaces())
+            mine = launcher._emu.namespaces
+            assert set(mine) <= set(list_namespaces())
+        finally:
+            launcher.stop()
+        assert not set(mine) & set(list_namespaces())
+    finally:
+        for p in (live, dead, dead2):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGTERM)  # tears its cluster down
+                p.wait(timeout=10)
+        cleanup_leftovers("asth")
+    assert not [ns for ns in list_namespaces() if ns.startswith("asth-")]
