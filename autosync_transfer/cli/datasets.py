@@ -193,6 +193,35 @@ def compact_cmd(
         print_json(written)
 
 
+@app.command("repair", cls=Command)
+def repair_cmd(
+    store: str = typer.Argument(..., metavar="STORE", help="The trial store (.jsonl) to repair."),
+    json_out: bool = json_option("Print what was moved as JSON."),
+) -> None:
+    """Move the lines of STORE that are not valid trial records to STORE.bad.jsonl (the store is
+    rewritten atomically, under its lock) and say which."""
+    from pathlib import Path
+
+    from autosync_transfer.cli._common import print_json
+    from autosync_transfer.dataset.store import TrialStore
+    from autosync_transfer.errors import SpecError
+
+    path = Path(store)
+    if not path.is_file():
+        raise SpecError(f"STORE {store!r}: no such trial store")
+    report = TrialStore(path).repair()
+    if json_out:
+        print_json({"store": str(report.path), "bad_file": str(report.bad_path),
+                    "moved_lines": list(report.moved), "kept": report.kept})
+        return
+    if not report.moved:
+        typer.echo(f"{report.path}: no bad lines ({report.kept} records)")
+        return
+    lines = ", ".join(str(n) for n in report.moved)
+    typer.echo(f"{report.path}: moved {len(report.moved)} bad line(s) (line {lines}) to "
+               f"{report.bad_path}; {report.kept} records kept")
+
+
 def pairwise_ceiling(info: dict[str, Any]) -> float | None:
     """The noise ceiling of pairwise accuracy (:func:`~autosync_transfer.rankers.metrics.
     noise_ceiling`) of a :func:`describe_domain` result: its strategies' runtimes at the median

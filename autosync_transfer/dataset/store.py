@@ -3,9 +3,11 @@
 A :class:`TrialStore` is one ``.jsonl`` file. Every :meth:`TrialStore.append` writes one whole
 line under an exclusive ``flock`` and returns only after ``fsync``, so a committed record survives
 a crash of the writer, and two collectors appending to one file never interleave their lines.
-A crash in the middle of a write can leave a partial last line; readers skip it with a
-:class:`TruncatedRecordWarning` and the next append cuts it off before writing, so the file stays
-valid JSON Lines. A malformed line anywhere else is an error naming its line number.
+A crash in the middle of a write can leave a partial last line (one without its newline); readers
+skip it with a :class:`TruncatedRecordWarning` and the next append cuts it off before writing, so
+the file stays valid JSON Lines. Only such a line is a torn write: a complete (newline-terminated)
+line that is not a valid record, anywhere in the file, is an error naming the file and the line
+number and is never deleted; :meth:`TrialStore.repair` moves such lines to ``<store>.bad.jsonl``.
 
 Next to the store, ``<store>.meta.json`` holds collection metadata (how the data was collected,
 with which settings); :meth:`TrialStore.write_meta` merges keys into it atomically. Its
@@ -51,6 +53,7 @@ __all__ = [
     "JSON_COLUMNS",
     "TrialRecord",
     "TrialStore",
+    "RepairReport",
     "DOMAINS_KEY",
     "domain_entry",
     "domains_from_meta",
@@ -150,8 +153,19 @@ def machine_info(start: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
 
 class TruncatedRecordWarning(UserWarning):
-    """The last line of a trial store is incomplete or malformed (a crash mid-write) and is
-    skipped."""
+    """The last line of a trial store lacks its newline and is not a valid record (a crash
+    mid-write): it is skipped."""
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What :meth:`TrialStore.repair` did: ``moved`` the (1-based) line numbers of the bad lines
+    moved to ``bad_path``; ``kept`` the records left in the store."""
+
+    path: Path
+    bad_path: Path
+    moved: tuple[int, ...]
+    kept: int
 
 
 class TrialRecord(BaseModel):
@@ -339,7 +353,17 @@ class TrialStore:
     @contextlib.contextmanager
     def _open_locked(self, exclusive: bool) -> Iterator[int | None]:
         """The store's file descriptor under a shared or exclusive ``flock`` (None when a
-        shared open finds no file)."""
+        shared open finds no file). A file replaced while waiting for the lock
+        (:meth:`repair`) is opened again, so nothing is written to a replaced file."""
+        for _ in range(100):
+            with self._open_locked_once(exclusive) as (fd, current):
+                if current:
+                    yield fd
+                    return
+        raise SpecError(f"trial store {str(self.path)!r} keeps being replaced; try again")
+
+    @contextlib.contextmanager
+    def _open_locked_once(self, exclusive: bool) -> Iterator[tuple[int | None, bool]]:
         if self.path.is_dir():
             raise SpecError(f"trial store {str(self.path)!r} is a folder, not a .jsonl file")
         if exclusive:
@@ -354,13 +378,13 @@ class TrialStore:
             try:
                 fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:
-                yield None
+                yield None, True
                 return
             except OSError as e:
                 raise SpecError(f"cannot open trial store {str(self.path)!r}: {e.strerror}") from e
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            yield fd
+            yield fd, _same_file(fd, self.path)
         finally:
             os.close(fd)  # closing releases the lock
 
@@ -372,30 +396,28 @@ class TrialStore:
             return _read_from(fd, 0)
 
     def records(self) -> Iterator[TrialRecord]:
-        """Every record in file order. A malformed last line (a crash mid-write) is skipped with
-        a :class:`TruncatedRecordWarning`; a malformed line before it raises :class:`SpecError`."""
+        """Every record in file order. A last line without its newline that is not a valid
+        record (a crash mid-write) is skipped with a :class:`TruncatedRecordWarning`; any other
+        bad line raises :class:`SpecError` naming the file and the line."""
         data = self._read_all()  # read under the lock, parse without it
         lines = data.split(b"\n")
-        last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
         for i, raw in enumerate(lines):
             if not raw.strip():
                 continue
             obj = _parse_line(raw)
             if obj is None:
-                if i == last:
-                    msg = (f"{self.path}: line {i + 1} is an incomplete or malformed record "
-                           f"(a crash while writing?); skipped")
+                if i == len(lines) - 1:  # no newline after it: a torn write
+                    msg = (f"{self.path}: line {i + 1} is an incomplete record without its "
+                           f"newline (a crash while writing?); skipped")
                     warnings.warn(msg, TruncatedRecordWarning, stacklevel=2)
                     continue
-                raise SpecError(
-                    f"trial store {str(self.path)!r}: line {i + 1} is not a valid JSON record "
-                    f"(corruption in the middle of the file)"
-                )
+                raise SpecError(_bad_line(self.path, i + 1, "is not a valid JSON record"))
             try:
                 yield TrialRecord.model_validate(obj)
             except ValidationError as e:
                 raise SpecError(
                     format_pydantic_error(e, f"trial store {str(self.path)!r} line {i + 1}")
+                    + f" ({_REPAIR_HINT})"
                 ) from e
 
     def __iter__(self) -> Iterator[TrialRecord]:
@@ -404,8 +426,9 @@ class TrialStore:
     def _scan(self, fd: int) -> tuple[int, int | None]:
         """Bring the id cache up to date with the file behind ``fd``.
 
-        Returns (offset after the last good line, start of a bad tail or None). A bad tail is the
-        last line when it is incomplete or malformed; a malformed line before it raises."""
+        Returns (offset after the last good line, start of a bad tail or None). A bad tail is a
+        last line without its newline that is not a record (a torn write); any other malformed
+        line raises."""
         st = os.fstat(fd)
         inode = (st.st_dev, st.st_ino)
         cache = self._cache
@@ -421,11 +444,9 @@ class TrialStore:
             if raw.strip():
                 obj = _parse_line(raw)
                 if obj is None:
-                    if data[end:].strip():
-                        raise SpecError(
-                            f"trial store {str(self.path)!r}: line {line_no} is not a valid JSON "
-                            f"record (corruption in the middle of the file)"
-                        )
+                    if nl >= 0:  # complete: not a torn write, never cut off
+                        raise SpecError(_bad_line(self.path, line_no,
+                                                  "is not a valid JSON record"))
                     return cache.offset, cache.offset
                 cache.ids.add(obj["id"])
                 if nl < 0:  # a complete record without its newline: kept; append adds the newline
@@ -477,6 +498,40 @@ class TrialStore:
             self._cache.offset += len(line)
             self._cache.lines += 1
         return True
+
+    def repair(self) -> RepairReport:
+        """Move every line that is not a valid record (a torn last line included) to
+        ``<store>.bad.jsonl`` (appended, as it was) and rewrite the store without them:
+        atomically (a temporary file renamed into place) under the store's exclusive lock."""
+        bad_path = self.path.with_name(self.path.name + ".bad.jsonl")
+        with self._open_locked(exclusive=True) as fd:
+            assert fd is not None
+            data = _read_from(fd, 0)
+            kept: list[bytes] = []
+            moved: list[int] = []
+            bad: list[bytes] = []
+            for i, raw in enumerate(data.split(b"\n")):
+                if not raw.strip():
+                    continue
+                if _valid_record(raw):
+                    kept.append(raw + b"\n")
+                else:
+                    moved.append(i + 1)
+                    bad.append(raw + b"\n")
+            if moved:
+                try:
+                    bfd = os.open(bad_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+                                  0o644)
+                    try:
+                        _write_all(bfd, b"".join(bad))
+                        os.fsync(bfd)
+                    finally:
+                        os.close(bfd)
+                except OSError as e:
+                    raise SpecError(f"cannot write {str(bad_path)!r}: {e.strerror}") from e
+                _atomic_write(self.path, b"".join(kept))
+                self._cache = _IdCache()
+        return RepairReport(self.path, bad_path, tuple(moved), len(kept))
 
     def extend(self, records: Iterator[TrialRecord] | list[TrialRecord]) -> int:
         """Append every record; returns how many were new."""
@@ -602,6 +657,56 @@ def require(module: str) -> Any:
 # ------------------------------------------------------------------------------------------------
 # low-level file helpers
 # ------------------------------------------------------------------------------------------------
+_REPAIR_HINT = "repair the store to move bad lines to <store>.bad.jsonl"
+
+
+def _bad_line(path: Path, line_no: int, what: str) -> str:
+    return f"trial store {str(path)!r}: line {line_no} {what} ({_REPAIR_HINT})"
+
+
+def _valid_record(raw: bytes) -> bool:
+    obj = _parse_line(raw)
+    if obj is None:
+        return False
+    try:
+        TrialRecord.model_validate(obj)
+    except ValidationError:
+        return False
+    return True
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is still the file at ``path`` (not replaced meanwhile)."""
+    try:
+        st, now = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data``: an unpredictably named temporary file in the same folder,
+    fsynced, renamed into place."""
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise SpecError(f"cannot rewrite {str(path)!r}: {e.strerror}") from e
+    try:
+        try:
+            os.fchmod(fd, os.stat(path).st_mode & 0o777)
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise SpecError(f"cannot rewrite {str(path)!r}: {e.strerror}") from e
+    _fsync_dir(path.parent)
+
+
 def _parse_line(raw: bytes) -> dict[str, Any] | None:
     """The JSON object on one line, or None when the line is not an object with a string id
     (an incomplete or malformed line)."""

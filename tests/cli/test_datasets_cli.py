@@ -45,7 +45,7 @@ def test_surface():
     from autosync_transfer.cli import app
 
     group = get_command(app).commands["datasets"]  # type: ignore[attr-defined]
-    assert sorted(group.commands) == ["compact", "import-autosync", "list", "show"]
+    assert sorted(group.commands) == ["compact", "import-autosync", "list", "repair", "show"]
 
 
 def test_list(cli, store_path):
@@ -149,3 +149,27 @@ def test_compact_writes_one_parquet_per_store(cli, tmp_path):
 
     df = load_trials([tmp_path / "pq" / "ncf-A.parquet"], status=None)
     assert len(df) == 5 and set(df["domain"]) == {get_domain("ncf-A").name}
+
+
+def test_datasets_repair(cli, tmp_path) -> None:
+    import json as _json
+
+    path = tmp_path / "s.jsonl"
+    store = TrialStore(path)
+    store.append(_record("1", "fast", 0.1))
+    with open(path, "ab") as f:
+        f.write(b"{broken\n")
+    store_bytes = path.read_bytes()
+    res = cli("datasets", "show", "bert-A", "--data", str(path))
+    assert res.code == 2 and "line 2" in res.err and len(res.err.strip().splitlines()) == 1
+    assert path.read_bytes() == store_bytes
+    res = cli("datasets", "repair", str(path), "--json")
+    assert res.code == 0, res.err
+    out = _json.loads(res.out)
+    assert out["moved_lines"] == [2] and out["kept"] == 1
+    assert out["bad_file"] == f"{path}.bad.jsonl"
+    assert (tmp_path / "s.jsonl.bad.jsonl").read_bytes() == b"{broken\n"
+    res = cli("datasets", "repair", str(path))
+    assert res.code == 0 and "no bad lines" in res.out
+    res = cli("datasets", "repair", str(tmp_path / "missing.jsonl"))
+    assert res.code == 2 and "missing.jsonl" in res.err

@@ -224,6 +224,7 @@ REPORTING = {"collect", "run", "train", "evaluate", "adapt", "search", "recommen
              "domains list", "domains show", "clusters list", "clusters show",
              "strategies sample", "strategies baseline", "strategies validate", "strategies show",
              "datasets list", "datasets show", "datasets import-autosync", "datasets compact",
+             "datasets repair",
              "registry list", "registry show", "registry promote", "cleanup"}
 
 

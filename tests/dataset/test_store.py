@@ -96,15 +96,61 @@ def test_truncated_last_line_is_skipped_then_repaired(tmp_path):
     assert [r.id for r in TrialStore(store.path).records()] == ["r0", "r1", "r2", "r3"]
 
 
-def test_garbage_last_line_with_newline_is_repaired(tmp_path):
+def test_complete_garbage_last_line_is_an_error_and_kept(tmp_path):
+    """Only a last line without its newline is a torn write; a complete bad line is never cut."""
     store = TrialStore(tmp_path / "s.jsonl")
     store.append(make_record(0))
     with open(store.path, "ab") as f:
         f.write(b"\x00\x00{garbage\n")
-    with pytest.warns(TruncatedRecordWarning):
-        assert len(list(store.records())) == 1
+    before = store.path.read_bytes()
+    with pytest.raises(SpecError, match=r"s\.jsonl.*line 2 .*repair"):
+        list(TrialStore(store.path).records())
+    with pytest.raises(SpecError, match="line 2"):
+        TrialStore(store.path).append(make_record(1))
+    assert store.path.read_bytes() == before  # nothing deleted
+
+
+def test_invalid_record_line_names_the_line(tmp_path):
+    store = TrialStore(tmp_path / "s.jsonl")
+    store.append(make_record(0))
+    with open(store.path, "ab") as f:
+        f.write(b'{"id": "x", "status": "nonsense"}\n')
+    with pytest.raises(SpecError, match="line 2"):
+        list(store.records())
+
+
+def test_repair_moves_bad_lines_to_a_side_file(tmp_path):
+    store = TrialStore(tmp_path / "s.jsonl")
+    for i in range(3):
+        store.append(make_record(i))
+    lines = store.path.read_bytes().split(b"\n")[:-1]
+    bad = [b"{not json", b'{"id": "x", "status": "nonsense"}', b"[1, 2]"]
+    torn = make_record(3).model_dump_json().encode()[:40]
+    body = [lines[0], bad[0], lines[1], b"", bad[1], lines[2], bad[2]]
+    store.path.write_bytes(b"\n".join(body) + b"\n" + torn)  # torn last line, no newline
+    report = TrialStore(store.path).repair()
+    assert report.moved == (2, 5, 7, 8) and report.kept == 3
+    side = tmp_path / "s.jsonl.bad.jsonl"
+    assert report.bad_path == side
+    assert side.read_bytes() == b"\n".join([*bad, torn]) + b"\n"
+    assert [r.id for r in TrialStore(store.path).records()] == ["r0", "r1", "r2"]
+    # a clean store: nothing moved, nothing rewritten; the side file grows only by new bad lines
+    again = TrialStore(store.path)
+    ino = store.path.stat().st_ino
+    assert again.repair().moved == () and store.path.stat().st_ino == ino
+    assert again.append(make_record(4))  # a held store object appends to the new file
+    assert [r.id for r in TrialStore(store.path).records()] == ["r0", "r1", "r2", "r4"]
+
+
+def test_append_after_a_concurrent_repair_goes_to_the_new_file(tmp_path):
+    store = TrialStore(tmp_path / "s.jsonl")
+    store.append(make_record(0))
+    assert store.ids() == {"r0"}  # the id cache holds the old file
+    with open(store.path, "ab") as f:
+        f.write(b"{bad\n")
+    TrialStore(store.path).repair()  # another process replaces the file
     assert store.append(make_record(1))
-    assert [r.id for r in store.records()] == ["r0", "r1"]
+    assert [r.id for r in TrialStore(store.path).records()] == ["r0", "r1"]
 
 
 def test_complete_last_record_without_newline_is_kept(tmp_path):
