@@ -146,3 +146,29 @@ def test_sigint_mid_trial_on_emulated_cluster(tmp_path: Path) -> None:
     assert all(r["status"] == "ok" for r in _records(store))
     assert not set(mine) & set(list_namespaces())
     assert not _owned_namespaces(proc.pid)
+
+
+def test_sigterm_mid_search_is_not_recorded(tmp_path: Path) -> None:
+    store = tmp_path / "run.jsonl"
+    argv = [sys.executable, "-c", "from autosync_transfer.cli import main; main()", "search",
+            "ncf-A", "--launcher", "local", "--method", "random", "--budget", "20",
+            "--confirm", "0", "--no-log", "--warmup", "1", "--iters", "60", "--store", str(store),
+            "--max-foreign-cpu", "1"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            if store.exists() and store.read_text().count("\n") >= 1:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
+        time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, err.decode()[-2000:]
+    records = _records(store)
+    assert records and all(r["status"] == "ok" for r in records)
