@@ -29,6 +29,10 @@ __all__ = ["SimulatorProposer", "TrialRecorder", "AUTOTUNE_LAUNCHER"]
 
 log = logging.getLogger(__name__)
 
+#: builders every autotuning job tries besides the simulator's picks: the DDP-equivalent
+#: strategy (25 MB buckets) and one all-reduce group
+DEFAULT_BASELINES: tuple[str, ...] = ("ddp", "all_reduce")
+
 #: the ``launcher`` of trial records written from a job's autotuning steps
 AUTOTUNE_LAUNCHER = "autotune"
 
@@ -36,11 +40,12 @@ AUTOTUNE_LAUNCHER = "autotune"
 class SimulatorProposer:
     """Autotune candidates: ``proposer(graph, cluster)`` is the ``k`` strategies a simulator ranks
     fastest among the hand-optimized builders and ``candidates`` sampled ones (lossless only
-    unless ``lossless=False``). ``simulator``: a Simulator, a registry reference (loaded on the
+    unless ``lossless=False``), then the ``baselines`` builders not among them. ``simulator``: a Simulator, a registry reference (loaded on the
     first call, i.e. by rank 0 at setup), or ``None`` for the analytical cost model."""
 
     def __init__(self, simulator: Any = None, *, k: int = 4, candidates: int = 500, seed: int = 0,
-                 lossless: bool = True, preset: str = "dataset") -> None:
+                 lossless: bool = True, preset: str = "dataset",
+                 baselines: tuple[str, ...] = DEFAULT_BASELINES) -> None:
         if k < 1:
             raise ConfigError(f"k must be >= 1, got {k}")
         if candidates < 0:
@@ -51,6 +56,13 @@ class SimulatorProposer:
         self.seed = seed
         self.lossless = lossless
         self.preset = preset
+        from autosync_transfer.strategies.builders import BUILDERS
+
+        unknown = [b for b in baselines if b not in BUILDERS]
+        if unknown:
+            raise ConfigError(f"baselines: unknown builder {unknown[0]!r} (known: "
+                              f"{', '.join(BUILDERS)})")
+        self.baselines = tuple(baselines)
 
     def __call__(self, graph: ModelGraph, cluster: Cluster) -> list[Strategy]:
         from autosync_transfer.rankers.simulator import Simulator
@@ -79,6 +91,13 @@ class SimulatorProposer:
             out.append(s)
             if len(out) == self.k:
                 break
+        # the job's own baselines are always tried too: the lock-in is never slower than what
+        # the job measured of them (a simulator that ranks them low on this cluster is outvoted)
+        for name in self.baselines:
+            s = build(name, domain)
+            if s.fingerprint not in seen and (is_lossless(s) or not self.lossless):
+                seen.add(s.fingerprint)
+                out.append(s)
         log.info("autotune candidates for %s: %s", domain.name, ", ".join(s.id for s in out))
         return out
 

@@ -3,6 +3,8 @@ a job tried is appended to a trial store."""
 
 from __future__ import annotations
 
+import pytest
+
 from autosync_transfer.domains.cluster import Cluster, Node
 from autosync_transfer.runtime.autotune import AutotuneTrial, is_lossless
 from autosync_transfer.runtime.trial import Protocol, TrialResult
@@ -19,11 +21,32 @@ def test_simulator_proposes_k_distinct_lossless_candidates() -> None:
     from autosync_transfer.search.autotune import SimulatorProposer
 
     graph = tiny_net_graph()
-    got = SimulatorProposer(k=3, candidates=50, seed=1)(graph, _cluster())
+    got = SimulatorProposer(k=3, candidates=50, seed=1, baselines=())(graph, _cluster())
     assert len(got) == 3 and len({s.fingerprint for s in got}) == 3
     assert all(is_lossless(s) for s in got)
-    assert SimulatorProposer(k=3, candidates=50, seed=1)(graph, _cluster()) == got
-    assert len(SimulatorProposer(k=40, candidates=50, seed=1, lossless=False)(graph, _cluster())) == 40
+    assert SimulatorProposer(k=3, candidates=50, seed=1, baselines=())(graph, _cluster()) == got
+    assert len(SimulatorProposer(k=40, candidates=50, seed=1, lossless=False,
+                                 baselines=())(graph, _cluster())) == 40
+
+
+def test_the_jobs_baselines_are_always_candidates() -> None:
+    from autosync_transfer.errors import ConfigError
+    from autosync_transfer.search.autotune import SimulatorProposer
+
+    graph = tiny_net_graph()
+    picks = SimulatorProposer(k=3, candidates=50, seed=1, baselines=())(graph, _cluster())
+    got = SimulatorProposer(k=3, candidates=50, seed=1)(graph, _cluster())
+    assert got[:3] == picks  # the simulator's picks first, in its order
+    from autosync_transfer.domains.domain import Domain
+    from autosync_transfer.strategies.builders import build
+
+    domain = Domain(name="tiny-c", model=graph, cluster=_cluster())
+    # the same synchronization counts once (on a tiny model ddp's one bucket is all_reduce)
+    assert {build(b, domain).fingerprint for b in ("ddp", "all_reduce")} <= \
+        {s.fingerprint for s in got}
+    assert len({s.fingerprint for s in got}) == len(got) <= 5
+    with pytest.raises(ConfigError, match="baselines: unknown builder 'nope'"):
+        SimulatorProposer(baselines=("nope",))
 
 
 def test_trial_recorder_appends_the_jobs_steps_as_trials(tmp_path) -> None:
