@@ -78,3 +78,48 @@ def run_emulated(cluster, argv: Sequence[str], *, timeout_s: float = 900) -> int
             time.sleep(0.2)
         codes = [p.returncode for p in procs]
     return next((c for c in codes if c != 0), 0)
+
+
+def run_summary(parameters, losses: list[float], step_s: list[float], wall_s: float,
+                world: int) -> dict:  # noqa: ANN001 - an iterable of tensors
+    """What a training worker reports (collective: every rank calls it): the first loss, the
+    final loss (last 20 steps, averaged over workers), the wall and median step time, and
+    whether every rank's parameters are identical (a checksum of each replica)."""
+    import statistics
+
+    import torch.distributed as dist
+
+    flat = torch.cat([p.detach().reshape(-1) for p in parameters])
+    sums = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(sums, torch.stack([flat.double().sum(), flat.double().abs().sum()]))
+    tail = torch.tensor(losses[-20:]).mean()
+    dist.all_reduce(tail)
+    return {
+        "first_loss": losses[0],
+        "final_loss": float(tail) / world,
+        "wall_s": wall_s,
+        "median_step_ms": statistics.median(step_s[min(10, len(step_s) - 1):]) * 1000,
+        "replicas_identical": all(torch.equal(s, sums[0]) for s in sums),
+    }
+
+
+def worker_main(train, cfg_json: str) -> int:  # noqa: ANN001 - (rank, world, cfg) -> dict
+    """Entry of a worker started inside an emulated node (torchrun's environment): joins the
+    gloo group, runs ``train(rank, world, cfg)`` and rank 0 writes its result to
+    ``cfg["result_path"]``."""
+    import json
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    from autosync_transfer.runtime.launch import init_from_env
+
+    cfg = json.loads(cfg_json)
+    rank, world = init_from_env("gloo")
+    try:
+        result = train(rank, world, cfg)
+        if rank == 0:
+            Path(cfg["result_path"]).write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+    return 0

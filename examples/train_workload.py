@@ -29,13 +29,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import default_launcher, describe, run_emulated  # noqa: E402
+from _common import default_launcher, describe, run_emulated, run_summary, worker_main  # noqa: E402
 
 
 def train(rank: int, world: int, cfg: dict) -> dict:
     """One worker's training loop (the process group is already initialized)."""
     import torch
-    import torch.distributed as dist
 
     from autosync_transfer.domains.cluster import Cluster
     from autosync_transfer.domains.workload import load_workload
@@ -68,35 +67,10 @@ def train(rank: int, world: int, cfg: dict) -> dict:
             print(f"  step {step + 1:5d}  loss {recent:.4f}", flush=True)
     wall_s = time.perf_counter() - t0
     model.close()
-    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
-    sums = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
-    dist.all_gather(sums, torch.stack([flat.double().sum(), flat.double().abs().sum()]))
-    tail = torch.tensor(losses[-20:]).mean()
-    dist.all_reduce(tail)
-    return {
-        "first_loss": losses[0],
-        "final_loss": float(tail) / world,
-        "wall_s": wall_s,
-        "median_step_ms": statistics.median(step_s[min(10, len(step_s) - 1):]) * 1000,
-        "replicas_identical": all(torch.equal(s, sums[0]) for s in sums),
-    }
+    # the replicas must be identical: a checksum of every rank's parameters
+    return run_summary(module.parameters(), losses, step_s, wall_s, world)
 
 
-def _worker_main(cfg_json: str) -> int:
-    """Entry of a worker started inside an emulated node (torchrun's environment)."""
-    import torch.distributed as dist
-
-    from autosync_transfer.runtime.launch import init_from_env
-
-    cfg = json.loads(cfg_json)
-    rank, world = init_from_env("gloo")
-    try:
-        result = train(rank, world, cfg)
-        if rank == 0:
-            Path(cfg["result_path"]).write_text(json.dumps(result))
-    finally:
-        dist.destroy_process_group()
-    return 0
 
 
 def _strategy(name: str, domain):  # noqa: ANN001, ANN202
@@ -118,7 +92,7 @@ def _strategy(name: str, domain):  # noqa: ANN001, ANN202
 
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        return _worker_main(sys.argv[2])
+        return worker_main(train, sys.argv[2])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, metavar="SPEC", help="the workload (as --model)")
     ap.add_argument("--cluster-file", required=True, metavar="YAML",

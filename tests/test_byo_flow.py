@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from autosync_transfer.testing.workloads import resource_spec
+
 MODEL = """
 '''A tiny classifier over token ids: an embedding (row-sparse gradients) and two layers.'''
 import torch
@@ -44,16 +46,7 @@ def loss_fn(output, targets):
     return nn.functional.cross_entropy(output, targets)
 """
 
-CLUSTER = """
-nodes:
-  - address: 10.0.0.1
-    cpus: [0]
-    chief: true
-    network_bandwidth: 1
-  - address: 10.0.0.2
-    cpus: [0]
-    network_bandwidth: 0.5
-"""
+CLUSTER = resource_spec([(1, 1.0), (1, 0.5)])
 
 DOMAIN = "mynet-duo"
 

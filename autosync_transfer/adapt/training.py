@@ -32,12 +32,10 @@ statistics of the source kept.
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +44,7 @@ import numpy as np
 
 from autosync_transfer.adapt.data import ShotDataModule, TargetData
 from autosync_transfer.errors import ConfigError
+from autosync_transfer.rankers.simulator import quiet_lightning
 
 if TYPE_CHECKING:
     from autosync_transfer.rankers.costmodel import CostModelConfig
@@ -223,7 +222,7 @@ def finetune_full(
         callbacks.append(EarlyStopping(monitor="val_pairwise_acc", mode="max", patience=patience,
                                        check_finite=False))
     t0 = time.perf_counter()
-    with _quiet_lightning(), torch.random.fork_rng(devices=[]):
+    with quiet_lightning(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         ranker = build_ranker(source.kind, hp)
         ranker.load_state_dict(source.state_dict(), strict=True)
@@ -340,29 +339,6 @@ class _BestAndHistory(L.Callback):
             self.best, self.best_epoch = acc, int(trainer.current_epoch)
             self.best_state = {k: v.detach().clone()
                                for k, v in pl_module.ranker.state_dict().items()}
-
-
-#: Lightning's loggers, set to WARNING while fine-tuning (its start-up lines are not news)
-_LIGHTNING_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning",
-                      "lightning_fabric")
-#: Lightning warnings that say nothing about a CPU fine-tuning on an in-memory data module
-_QUIET_WARNINGS = (r".*does not have many workers.*", r".*GPU available but not used.*",
-                   r".*LeafSpec.*")
-
-
-@contextmanager
-def _quiet_lightning() -> Iterator[None]:
-    levels = {n: logging.getLogger(n).level for n in _LIGHTNING_LOGGERS}
-    try:
-        for n in _LIGHTNING_LOGGERS:
-            logging.getLogger(n).setLevel(logging.WARNING)
-        with warnings.catch_warnings():
-            for pattern in _QUIET_WARNINGS:
-                warnings.filterwarnings("ignore", message=pattern)
-            yield
-    finally:
-        for n, level in levels.items():
-            logging.getLogger(n).setLevel(level)
 
 
 def _val_accuracy(module: Any, dm: ShotDataModule, metrics: Any) -> float:

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from autosync_transfer.strategies.types import Strategy
 
 __all__ = ["Simulator", "train_simulator", "evaluate_simulator", "ANALYTICAL",
-           "CONFIG_FORMAT"]
+           "CONFIG_FORMAT", "quiet_lightning"]
 
 #: the kind of the analytical cost-model simulator (no weights)
 ANALYTICAL = "analytical"
@@ -373,14 +373,11 @@ def evaluate_simulator(simulator: Simulator, datamodule: TrialDataModule, split:
 
 
 @contextmanager
-def _quiet_deterministic_cpu() -> Iterator[None]:
-    """Lightning's log levels at WARNING, its chatty warnings ignored; every global switch a
-    deterministic Trainer sets is restored on exit."""
+def quiet_lightning() -> Iterator[None]:
+    """Lightning's log levels at WARNING and its warnings that say nothing about a CPU fit on an
+    in-memory data module ignored, both restored on exit (for every Trainer of the rankers and
+    the adapters)."""
     levels = {n: logging.getLogger(n).level for n in _LIGHTNING_LOGGERS}
-    det = torch.are_deterministic_algorithms_enabled()
-    det_warn = torch.is_deterministic_algorithms_warn_only_enabled()
-    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
-    cudnn = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
     try:
         for n in _LIGHTNING_LOGGERS:
             logging.getLogger(n).setLevel(logging.WARNING)
@@ -391,6 +388,20 @@ def _quiet_deterministic_cpu() -> Iterator[None]:
     finally:
         for n, level in levels.items():
             logging.getLogger(n).setLevel(level)
+
+
+@contextmanager
+def _quiet_deterministic_cpu() -> Iterator[None]:
+    """:func:`quiet_lightning`, and every global switch a deterministic Trainer sets is restored
+    on exit."""
+    det = torch.are_deterministic_algorithms_enabled()
+    det_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    cudnn = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+    try:
+        with quiet_lightning():
+            yield
+    finally:
         torch.use_deterministic_algorithms(det, warn_only=det_warn)
         if cublas is None:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from autosync_transfer.testing.cli import assert_one_line_error
+from autosync_transfer.testing.workloads import resource_spec
 
 GOOD = """
 import torch
@@ -28,16 +29,7 @@ def loss_fn(output, targets):
     return nn.functional.cross_entropy(output, targets)
 """
 
-CLUSTER = """
-nodes:
-  - address: 10.0.0.1
-    cpus: [0]
-    chief: true
-    network_bandwidth: 1
-  - address: 10.0.0.2
-    cpus: [0]
-    network_bandwidth: 1
-"""
+CLUSTER = resource_spec([(1, 1.0), (1, 1.0)])
 
 #: (file name, file text or None for no file, spec suffix, what the error line names)
 BAD_SPECS = {

@@ -10,22 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-MODEL = """
-import torch
-from torch import nn
+from autosync_transfer.testing.workloads import embedding_classifier_source
 
-BATCH_SIZE = 2
-
-def build_model():
-    return nn.Sequential(nn.Embedding(20, 4), nn.Flatten(), nn.Linear(12, 2))
-
-def example_batch(batch_size, generator):
-    ids = torch.randint(20, (batch_size, 3), generator=generator)
-    return ids, ids[:, 0] % 2
-
-def loss_fn(output, targets):
-    return nn.functional.cross_entropy(output, targets)
-"""
+MODEL = embedding_classifier_source(vocab=20, tokens=3, classes=2, batch_size=2)
 
 
 def test_collect_a_workload_through_torchrun_workers(tmp_path: Path) -> None:

@@ -13,21 +13,9 @@ from autosync_transfer.dataset.loader import (file_meta, find_domain, load_trial
                                               store_domains, strategy_table)
 from autosync_transfer.dataset.store import TrialStore, domain_entry, domains_from_meta
 from autosync_transfer.errors import SpecError, UnknownNameError
+from autosync_transfer.testing.workloads import embedding_classifier_source
 
-MODEL = """
-import torch
-from torch import nn
-
-def build_model():
-    return nn.Sequential(nn.Embedding(30, 4), nn.Flatten(), nn.Linear(8, 3))
-
-def example_batch(batch_size, generator):
-    ids = torch.randint(30, (batch_size, 2), generator=generator)
-    return ids, ids[:, 0] % 3
-
-def loss_fn(output, targets):
-    return nn.functional.cross_entropy(output, targets)
-"""
+MODEL = embedding_classifier_source()
 
 
 @pytest.fixture

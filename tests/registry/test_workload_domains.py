@@ -9,33 +9,13 @@ from typing import Any
 
 import pytest
 
+from autosync_transfer.testing.workloads import embedding_classifier_source, resource_spec
+
 pytest.importorskip("mlflow")
 
-MODEL = """
-import torch
-from torch import nn
+MODEL = embedding_classifier_source()
 
-def build_model():
-    return nn.Sequential(nn.Embedding(30, 4), nn.Flatten(), nn.Linear(8, 3))
-
-def example_batch(batch_size, generator):
-    ids = torch.randint(30, (batch_size, 2), generator=generator)
-    return ids, ids[:, 0] % 3
-
-def loss_fn(output, targets):
-    return nn.functional.cross_entropy(output, targets)
-"""
-
-CLUSTER = """
-nodes:
-  - address: 10.0.0.1
-    cpus: [0, 1]
-    chief: true
-    network_bandwidth: 1
-  - address: 10.0.0.2
-    cpus: [0]
-    network_bandwidth: 0.3
-"""
+CLUSTER = resource_spec([(2, 1.0), (1, 0.3)])
 
 
 @pytest.fixture
