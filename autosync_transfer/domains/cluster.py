@@ -41,8 +41,8 @@ class Node(BaseModel):
     address: str = Field(min_length=1)
     workers: int = Field(ge=1)
     device: Literal["gpu", "cpu"] = "cpu"
-    bandwidth_gbps: float = Field(gt=0)
-    latency_ms: float = Field(default=0.0, ge=0)
+    bandwidth_gbps: float = Field(gt=0, allow_inf_nan=False)
+    latency_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     chief: bool = False
     ssh_config: str | None = None
 
@@ -239,8 +239,8 @@ class ResourceSpecNode(BaseModel):
     gpus: _DeviceIndices | None = None
     cpus: _DeviceIndices | None = None
     chief: bool = Field(default=False, strict=True)
-    network_bandwidth: float = Field(default=1.0, strict=True, gt=0)
-    latency_ms: float = Field(default=0.0, strict=True, ge=0)
+    network_bandwidth: float = Field(default=1.0, strict=True, gt=0, allow_inf_nan=False)
+    latency_ms: float = Field(default=0.0, strict=True, ge=0, allow_inf_nan=False)
     ssh_config: str | None = None
 
     @model_validator(mode="after")
@@ -281,6 +281,9 @@ _RULES: dict[str | tuple[str, str], str] = {
     "chief": "'chief' must be true/false",
     "network_bandwidth": "'network_bandwidth' must be a number (Gbit/s)",
     ("network_bandwidth", "greater_than"): "'network_bandwidth' must be > 0 Gbit/s",
+    ("network_bandwidth", "finite_number"): "'network_bandwidth' must be a finite number of "
+                                            "Gbit/s",
+    ("latency_ms", "finite_number"): "'latency_ms' must be a finite number >= 0",
     "latency_ms": "'latency_ms' must be a number >= 0",
     "ssh": "'ssh' must be a mapping of groups",
 }
