@@ -123,3 +123,12 @@ def worker_main(train, cfg_json: str) -> int:  # noqa: ANN001 - (rank, world, cf
     finally:
         dist.destroy_process_group()
     return 0
+
+
+def report_line(result: dict, steps: int, total_s: float) -> str:
+    """The one line a training example prints about its run (see :func:`run_summary`)."""
+    return (f"final loss {result['final_loss']:.4f} (first {result['first_loss']:.4f}); "
+            f"{steps} steps in {result['wall_s']:.1f} s, median "
+            f"{result['median_step_ms']:.1f} ms/step; replicas identical: "
+            f"{'yes' if result['replicas_identical'] else 'NO'}; total with start-up "
+            f"{total_s:.1f} s")

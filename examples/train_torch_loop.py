@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (TextClassifier, batch, default_launcher, describe, run_emulated,  # noqa: E402
-                     run_summary, worker_main)
+from _common import (TextClassifier, batch, default_launcher, describe, report_line,  # noqa: E402
+                     run_emulated, run_summary, worker_main)
 
 
 def train(rank: int, world: int, cfg: dict) -> dict:
@@ -121,10 +121,7 @@ def main() -> int:
         if result is None:
             return 1
     total_s = time.perf_counter() - t0
-    print(f"final loss {result['final_loss']:.4f} (first {result['first_loss']:.4f}); "
-          f"{args.steps} steps in {result['wall_s']:.1f} s, median {result['median_step_ms']:.1f} ms/step; "
-          f"replicas identical: {'yes' if result['replicas_identical'] else 'NO'}; "
-          f"total with start-up {total_s:.1f} s")
+    print(report_line(result, args.steps, total_s), flush=True)
     return 0 if result["replicas_identical"] else 1
 
 

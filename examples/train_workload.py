@@ -29,7 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import default_launcher, describe, run_emulated, run_summary, worker_main  # noqa: E402
+from _common import (default_launcher, describe, report_line, run_emulated,  # noqa: E402
+                     run_summary, worker_main)
 
 
 def train(rank: int, world: int, cfg: dict) -> dict:
@@ -132,11 +133,7 @@ def main() -> int:
         if result is None:
             return 1
     total_s = time.perf_counter() - t0
-    print(f"final loss {result['final_loss']:.4f} (first {result['first_loss']:.4f}); "
-          f"{args.steps} steps in {result['wall_s']:.1f} s, median "
-          f"{result['median_step_ms']:.1f} ms/step; replicas identical: "
-          f"{'yes' if result['replicas_identical'] else 'NO'}; total with start-up "
-          f"{total_s:.1f} s", flush=True)
+    print(report_line(result, args.steps, total_s), flush=True)
     if os.environ.get("AUTOSYNC_RESULT_JSON"):
         Path(os.environ["AUTOSYNC_RESULT_JSON"]).write_text(json.dumps(
             {**result, "total_s": total_s, "strategy": strategy.id, "domain": domain.name}))
