@@ -35,8 +35,9 @@ import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field
 
 from autosync_transfer.errors import ConfigError
+from autosync_transfer.runtime.accuracy import is_lossless
 from autosync_transfer.runtime.trial import Protocol, TrialResult
-from autosync_transfer.strategies.types import AllReduce, Strategy
+from autosync_transfer.strategies.types import Strategy
 
 if TYPE_CHECKING:
     from autosync_transfer.domains.cluster import Cluster
@@ -46,17 +47,6 @@ if TYPE_CHECKING:
 __all__ = ["AutotuneConfig", "AutotuneTrial", "Autotuner", "is_lossless"]
 
 log = logging.getLogger(__name__)
-
-
-def is_lossless(strategy: Strategy) -> bool:
-    """Whether ``strategy`` synchronizes exactly (no compressed all-reduce)."""
-    for node in strategy.nodes:
-        syncs = ([node.synchronizer] if node.partition is None
-                 else list(node.partition.synchronizers))
-        for s in syncs:
-            if isinstance(s, AllReduce) and s.compressor != "none":
-                return False
-    return True
 
 
 class AutotuneConfig(BaseModel):
