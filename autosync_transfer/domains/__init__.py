@@ -16,9 +16,15 @@ from autosync_transfer.domains.catalog import (
 from autosync_transfer.domains.cluster import Cluster, Node, ResourceSpec, SSHConfig
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.domains.graph import ModelGraph, Variable
+from autosync_transfer.domains.profile import (ActionCost, ClusterCalibration, NodeCalibration,
+                                               WorkloadProfile)
 from autosync_transfer.domains.workload import Workload, load_workload, zoo_workload
 
 __all__ = [
+    "ActionCost",
+    "ClusterCalibration",
+    "NodeCalibration",
+    "WorkloadProfile",
     "CLUSTERS",
     "Cluster",
     "Domain",
