@@ -16,10 +16,18 @@ Two layouts, told apart by :func:`checkout_root`: the package imported from a so
   ``autosync-runs/`` in the current directory: ``autosync-runs/trials/``,
   ``autosync-runs/parquet/``, ``autosync-runs/search/``.
 
+- Measured physics (the step-time simulator's inputs): workload profiles are a cache
+  (:func:`profiles_dir`: ``$XDG_CACHE_HOME/autosync-transfer/profiles``, default
+  ``~/.cache/autosync-transfer/profiles``), cluster calibrations are data kept per user
+  (:func:`calibrations_dir`: ``calibrations/`` in :func:`user_data_dir`); the ones the project
+  measured ship in ``datasets/profiles`` and ``datasets/calibrations`` (installed:
+  ``autosync_transfer/shipped/profiles`` and ``.../calibrations``) and are read too.
+
 Environment variables override: ``$AUTOSYNC_DATASETS`` names the datasets folder in use (read
 by default; ``collect`` and ``datasets compact`` then write to its ``trials/`` and
 ``parquet/``), ``$AUTOSYNC_REGISTRY_DIR`` the registry folder (``$MLFLOW_TRACKING_URI`` replaces
-the whole store, see :mod:`autosync_transfer.registry.store`). Every command also takes the
+the whole store, see :mod:`autosync_transfer.registry.store`), ``$AUTOSYNC_PROFILES_DIR`` and
+``$AUTOSYNC_CALIBRATIONS_DIR`` the folders profiles and calibrations are written to. Every command also takes the
 path it reads or writes as an option (``--data``, ``--store``, ``--out``).
 """
 
@@ -30,17 +38,24 @@ import tomllib
 from pathlib import Path
 
 __all__ = [
+    "CALIBRATIONS_DIR_ENV",
     "DATASETS_ENV",
+    "PROFILES_DIR_ENV",
     "PROJECT_NAME",
     "REGISTRY_DIR_ENV",
     "RUNS_DIR_NAME",
+    "calibrations_dir",
     "checkout_root",
     "datasets_dir",
     "parquet_dir",
+    "profiles_dir",
     "registry_dir",
     "search_dir",
+    "shipped_calibrations_dir",
     "shipped_datasets_dir",
+    "shipped_profiles_dir",
     "trials_dir",
+    "user_cache_dir",
     "user_data_dir",
 ]
 
@@ -50,6 +65,10 @@ PROJECT_NAME = "autosync-transfer"
 DATASETS_ENV = "AUTOSYNC_DATASETS"
 #: environment variable naming the registry folder
 REGISTRY_DIR_ENV = "AUTOSYNC_REGISTRY_DIR"
+#: environment variable naming the folder of cached workload profiles
+PROFILES_DIR_ENV = "AUTOSYNC_PROFILES_DIR"
+#: environment variable naming the folder of cluster calibrations
+CALIBRATIONS_DIR_ENV = "AUTOSYNC_CALIBRATIONS_DIR"
 #: folder below the current directory that an installed package writes its stores to
 RUNS_DIR_NAME = "autosync-runs"
 
@@ -129,3 +148,43 @@ def search_dir() -> Path:
     ``runs/search``, else ``./autosync-runs/search``."""
     root = checkout_root()
     return root / "runs" / "search" if root is not None else Path.cwd() / RUNS_DIR_NAME / "search"
+
+
+def user_cache_dir() -> Path:
+    """The per-user cache folder: ``$XDG_CACHE_HOME/autosync-transfer`` (when set to an absolute
+    path), else ``~/.cache/autosync-transfer``."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / PROJECT_NAME
+
+
+def profiles_dir() -> Path:
+    """Where measured workload profiles are cached: ``$AUTOSYNC_PROFILES_DIR``, else
+    ``profiles/`` in :func:`user_cache_dir` (checkout or installed alike: a profile is a property
+    of the machine, not of the checkout)."""
+    env = _env_path(PROFILES_DIR_ENV)
+    return env if env is not None else user_cache_dir() / "profiles"
+
+
+def calibrations_dir() -> Path:
+    """Where cluster calibrations are written: ``$AUTOSYNC_CALIBRATIONS_DIR``, else
+    ``calibrations/`` in :func:`user_data_dir`."""
+    env = _env_path(CALIBRATIONS_DIR_ENV)
+    return env if env is not None else user_data_dir() / "calibrations"
+
+
+def _shipped(kind: str) -> Path:
+    root = checkout_root()
+    return root / "datasets" / kind if root is not None else shipped_datasets_dir() / kind
+
+
+def shipped_profiles_dir() -> Path:
+    """The profiles the project measured: the checkout's ``datasets/profiles``, installed
+    ``autosync_transfer/shipped/profiles``."""
+    return _shipped("profiles")
+
+
+def shipped_calibrations_dir() -> Path:
+    """The cluster calibrations the project measured: the checkout's ``datasets/calibrations``,
+    installed ``autosync_transfer/shipped/calibrations``."""
+    return _shipped("calibrations")

@@ -100,6 +100,13 @@ class WorkloadProfile(BaseModel):
     steps: int = Field(default=1, ge=1, description="profiled steps the medians are over")
     versions: dict[str, str] = Field(default_factory=dict, description="torch version, ...")
     created_at: str = ""
+    clock: Literal["wall", "cpu"] = Field(
+        default="wall", description="what the times count: wall-clock seconds, or the process's "
+                                    "CPU seconds (one thread: the undisturbed wall time)")
+    seconds: float = Field(default=0.0, ge=0, description="how long the profiling took")
+    foreign_cpu: float | None = Field(
+        default=None, ge=0, le=1, description="share of the machine's CPU that other processes "
+                                              "used while it was measured")
 
     @property
     def compute_s(self) -> float:
@@ -139,6 +146,12 @@ class ClusterCalibration(BaseModel):
     host_cores: int = Field(default=1, ge=1)
     seconds: float = Field(default=0.0, ge=0, description="how long the calibration took")
     created_at: str = ""
+    allreduce_s: dict[int, float] = Field(
+        default_factory=dict, description="median seconds of one all-reduce over every worker, "
+                                          "by message bytes (a check for the simulator)")
+    foreign_cpu: float | None = Field(
+        default=None, ge=0, le=1, description="share of the machine's CPU that other processes "
+                                              "used while it was measured")
 
     def slowdown(self, processes: int) -> float:
         """Compute slowdown of ``processes`` concurrent workers on one host (interpolated; beyond
