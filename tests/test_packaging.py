@@ -28,7 +28,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 #: what building the wheel reads from the checkout
 WHEEL_SOURCES = ("pyproject.toml", "README.md", "autosync_transfer", "datasets/README.md",
-                 "datasets/parquet")
+                 "datasets/parquet", "datasets/profiles", "datasets/calibrations")
 
 
 def test_pyproject_lists_every_package() -> None:

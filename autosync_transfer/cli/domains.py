@@ -110,3 +110,59 @@ def show(
             vt.add_row(str(v.order), v.name, "x".join(map(str, v.shape)), v.dtype,
                        "yes" if v.sparse else "", fmt_bytes(v.nbytes))
         con.print(vt)
+
+
+@app.command("profile", cls=Command)
+def profile(
+    name: Optional[str] = typer.Argument(None, metavar="[NAME]", help="A zoo model (bert-3l) or a domain (bert-3l-A: its model); or --model."),
+    model: Optional[str] = typer.Option(None, "--model", metavar="SPEC", help="Your workload: path/to/file.py or package.module with build_model(), example_batch(batch_size, generator) and loss_fn(output, targets); ...:NAME for a Workload object or factory; or a zoo model name."),
+    threads: int = typer.Option(1, "--threads", min=1, help="Compute threads of the worker (trial workers use 1)."),
+    force: bool = typer.Option(False, "--force", help="Measure again even when a profile of this model on this worker type is stored."),
+    json_out: bool = json_option(),
+) -> None:
+    """Profile a workload on this machine (one process, no cluster): forward, backward and
+    optimizer time, when each gradient is ready, and the cost of every synchronization action vs
+    tensor size. Cached by (model fingerprint, worker type); the step-time simulator's input."""
+    import time
+
+    from autosync_transfer.cli._common import out, print_json
+    from autosync_transfer.domains.catalog import model_names, split_domain_name
+    from autosync_transfer.domains.workload import absolute_spec, load_workload
+    from autosync_transfer.errors import ConfigError
+
+    if (name is None) == (model is None):
+        raise ConfigError("give NAME (a zoo model or a domain) or --model SPEC, one of them")
+    if model is not None:
+        spec = absolute_spec(model.strip())
+    elif name in model_names():
+        spec = f"zoo:{name}"
+    else:
+        spec = f"zoo:{split_domain_name(name)[0]}"
+    wl = load_workload(spec)
+    from autosync_transfer.runtime.profile import get_profile
+
+    t0 = time.monotonic()
+    prof, measured = get_profile(wl, threads=threads, force=force)
+    took = time.monotonic() - t0
+    if json_out:
+        print_json({"measured": measured, "seconds": round(took, 3),
+                    "profile": prof.model_dump(mode="json")})
+        return
+    con = out()
+    head = (f"profiled {prof.workload} in {took:.1f} s" if measured else
+            f"{prof.workload}: stored profile reused ({took:.2f} s; --force measures again)")
+    foreign = "-" if prof.foreign_cpu is None else f"{prof.foreign_cpu:.0%}"
+    lines = [
+        head,
+        f"  worker {prof.worker_type}, batch {prof.batch_size}, {prof.clock} clock, measured "
+        f"{prof.created_at} in {prof.seconds:.1f} s (foreign CPU {foreign})",
+        f"  forward {prof.forward_s * 1e3:.1f} ms, backward {prof.backward_s * 1e3:.1f} ms, "
+        f"optimizer {prof.optimizer_s * 1e3:.1f} ms; {len(prof.ready_s)} gradients ready "
+        f"from {min(prof.ready_s.values(), default=0) * 1e3:.1f} to "
+        f"{max(prof.ready_s.values(), default=0) * 1e3:.1f} ms into backward",
+    ]
+    for a in prof.actions.values():
+        lines.append(f"  {a.action}: {a.seconds[0] * 1e6:.1f} us at {a.elements[0]} elements .. "
+                     f"{a.seconds[-1] * 1e3:.2f} ms at {a.elements[-1]}")
+    for line in lines:
+        con.print(line, markup=False, highlight=False)

@@ -221,7 +221,8 @@ def test_a_continued_search_keeps_its_protocol(tmp_path: Path) -> None:
 
 # -- --json ------------------------------------------------------------------------------------
 REPORTING = {"collect", "run", "train", "evaluate", "adapt", "search", "recommend",
-             "domains list", "domains show", "clusters list", "clusters show",
+             "domains list", "domains show", "domains profile", "clusters list", "clusters show",
+             "clusters calibrate",
              "strategies sample", "strategies baseline", "strategies validate", "strategies show",
              "datasets list", "datasets show", "datasets import-autosync", "datasets compact",
              "datasets repair",
