@@ -138,6 +138,14 @@ def profile(
         spec = f"zoo:{name}"
     else:
         spec = f"zoo:{split_domain_name(name)[0]}"
+    if spec.startswith("zoo:"):
+        from autosync_transfer.domains.zoo import MODELS
+
+        zoo_name = spec.removeprefix("zoo:")
+        if zoo_name in MODELS and not MODELS[zoo_name].runnable:
+            runnable = ", ".join(m for m, s in MODELS.items() if s.runnable)
+            raise ConfigError(f"model {zoo_name!r} is not runnable on a CPU here (runnable zoo "
+                              f"models: {runnable})")
     wl = load_workload(spec)
     from autosync_transfer.runtime.profile import get_profile
 

@@ -147,7 +147,8 @@ class ClusterCalibration(BaseModel):
     seconds: float = Field(default=0.0, ge=0, description="how long the calibration took")
     created_at: str = ""
     allreduce_s: dict[int, float] = Field(
-        default_factory=dict, description="median seconds of one all-reduce over every worker, "
+        default_factory=dict, description="seconds of one all-reduce over every worker (fastest "
+                                          "repetition, slowest rank), "
                                           "by message bytes (a check for the simulator)")
     foreign_cpu: float | None = Field(
         default=None, ge=0, le=1, description="share of the machine's CPU that other processes "

@@ -8,14 +8,16 @@ script (``python -m autosync_transfer.runtime.calibrate '<json>'``) on a gloo pr
 * **point to point**, between the first workers of every pair of nodes: a ping-pong of a 4-byte
   message (half its round trip is the pair's one-way latency), and messages of 1 MiB and 8 MiB
   answered by a 4-byte acknowledgement; the pair's rate is the slope between the two sizes
-  (so latencies and token-bucket bursts cancel out);
+  (so latencies and token-bucket bursts cancel out). Every time is the fastest of its
+  repetitions (20 ping-pongs, ``reps`` large messages): other processes' load only adds to it;
 * **incast**, for every node: every other node's first worker sends to it at once, up to 8 MiB
   each in proportion to its pair rate (so that, were the receiving NIC unlimited, all flows would
   end together); the aggregate rate is what the node's NIC carries when every peer pushes (a NIC
   faster than all of its peers together cannot be saturated in this cluster, and is reported as
   that sum);
 * **intra-node**, when a node has two workers: the same ping-pong and slope between them;
-* **all-reduce** over every worker of 4 bytes, 64 KiB, 1 MiB and 8 MiB;
+* **all-reduce** over every worker of 4 bytes, 64 KiB, 1 MiB and 8 MiB (the fastest
+  repetition, the slowest rank);
 * **compute**: the same small training step (a 3-layer MLP's forward and backward) run at once
   by ``k`` workers for ``k = 1 .. world size`` (the others wait), timed in CPU seconds.
 
@@ -23,7 +25,7 @@ From these (:class:`~autosync_transfer.domains.profile.ClusterCalibration`):
 
 * a node's ``bandwidth_gbps`` is the largest of its pair rates and its incast rate (goodput:
   the shaped line rate times ~0.957, what TCP gets through tbf); its ``latency_s`` is half the
-  mean one-way latency of its pairs (a message between nodes i and j takes ``latency_i +
+  median one-way latency of its pairs (a message between nodes i and j takes ``latency_i +
   latency_j``); a cluster of one node keeps its spec's bandwidth;
 * ``intra_bandwidth_gbps`` / ``intra_latency_s`` from the intra-node pair (without a node of
   two workers: the fastest node's figures, which no strategy then uses);
@@ -104,8 +106,9 @@ def _bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
         dist.barrier()
         if rank != a:
             return None
-        t_small = statistics.median(out[str(_SMALL)])
-        t_mid, t_big = statistics.median(out[str(_MID)]), statistics.median(out[str(_BIG)])
+        # the fastest repetition: other processes' load only ever adds to a time
+        t_small = min(out[str(_SMALL)])
+        t_mid, t_big = min(out[str(_MID)]), min(out[str(_BIG)])
         slope = max(t_big - t_mid, 1e-9)
         return {"one_way_s": t_small / 2, "gbps": (_BIG - _MID) * 8 / slope / 1e9,
                 "t_mid_s": t_mid, "t_big_s": t_big}
@@ -168,7 +171,7 @@ def _bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
             t0 = time.perf_counter()
             dist.all_reduce(t)
             times.append(time.perf_counter() - t0)
-        mx = torch.tensor([statistics.median(times[1:])])
+        mx = torch.tensor([min(times[1:])])
         dist.all_reduce(mx, op=dist.ReduceOp.MAX)
         if rank == 0:
             result["allreduce"][str(size)] = float(mx.item())
@@ -288,7 +291,7 @@ def _summarize(cluster: Cluster, launcher: str, raw: dict[str, Any], seconds: fl
                                          latency_s=0.0))
             continue
         bw = max([p["gbps"] for p in mine] + [raw["incast"].get(n, 0.0)])
-        lat = statistics.mean(p["one_way_s"] for p in mine) / 2
+        lat = statistics.median(p["one_way_s"] for p in mine) / 2
         nodes.append(NodeCalibration(name=n, bandwidth_gbps=round(bw, 4), latency_s=lat))
     intra = raw.get("intra")
     if intra:
@@ -297,7 +300,7 @@ def _summarize(cluster: Cluster, launcher: str, raw: dict[str, Any], seconds: fl
         fastest = max(nodes, key=lambda c: c.bandwidth_gbps)
         intra_bw, intra_lat = fastest.bandwidth_gbps, fastest.latency_s
     world = cluster.world_size
-    msg_lat = statistics.mean(p["one_way_s"] for p in pairs) if pairs else (intra_lat or 0.0)
+    msg_lat = statistics.median(p["one_way_s"] for p in pairs) if pairs else (intra_lat or 0.0)
     tiny = raw["allreduce"].get(str(_SMALL), 0.0)
     coll = max(0.0, tiny - 2 * (world - 1) * msg_lat) if world > 1 else 0.0
     cores = os.cpu_count() or 1

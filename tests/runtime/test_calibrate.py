@@ -107,6 +107,7 @@ def test_emulated_calibration_recovers_shaped_bandwidth() -> None:
     (["domains", "profile"], "give NAME"),
     (["domains", "profile", "bert-3l", "--model", "zoo:ncf"], "one of them"),
     (["domains", "profile", "nosuch"], "nosuch"),
+    (["domains", "profile", "bert-large-A"], "not runnable"),
     (["domains", "profile", "--model", "/nonexistent/m.py"], "m.py"),
     (["domains", "profile", "ncf", "--threads", "0"], "--threads"),
 ])
