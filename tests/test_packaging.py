@@ -142,6 +142,12 @@ def test_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
     assert best["id"]
     _run([script, "recommend", "bert-B", "--candidates", "200"], "recommend (analytical)",
          timings, **here)
+    # the measured physics ship too: a catalog cluster's calibration, a zoo model's profile
+    shown = json.loads(_run([script, "clusters", "show", "A", "--json"], "clusters show",
+                            timings, **here).stdout)
+    assert shown["calibration"] is not None and shown["calibration"]["cluster"] == "A"
+    assert len(list((package / "shipped" / "profiles").glob("*.json"))) == \
+        len(list((ROOT / "datasets" / "profiles").glob("*.json"))) > 0
     assert not (tmp_path / "xdg").exists(), "wrote to the user data folder"
     print("\nwheel test timings (s): "
           + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
