@@ -4,6 +4,8 @@ Trials are measured by a :class:`TrialPool` that a :class:`Launcher` opens (``lo
 ``emulated``, ``torchrun``: :data:`LAUNCHERS`, :func:`get_launcher`, :func:`open_pool`).
 Names are imported lazily (torch is heavy): ``from autosync_transfer.runtime import WorkerPool``;
 ``AutoSyncStrategy`` (a Lightning strategy) is the only name that imports Lightning.
+The step-time simulator's physics are measured here too: :func:`profile_workload` (one worker,
+no cluster) and :func:`calibrate_cluster` (a cluster's links and cores, through the launchers).
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ _EXPORTS = {
     "EmulatedCluster": "emulation",
     "spawn_local": "launch",
     "init_from_env": "launch",
+    "profile_workload": "profile",
+    "get_profile": "profile",
+    "worker_type": "profile",
+    "calibrate_cluster": "calibrate",
+    "get_calibration": "calibrate",
 }
 
 __all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
