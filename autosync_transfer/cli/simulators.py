@@ -187,7 +187,8 @@ def ui(
                     highlight=False, soft_wrap=True)
     out().print(f"MLflow UI on http://127.0.0.1:{port} (store {uri}); Ctrl-C stops it",
                 markup=False, highlight=False)
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    # python -m from the caller's folder would import modules from it first: PYTHONSAFEPATH
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONSAFEPATH": "1"}
     code = subprocess.call(cmd, env=env)
     if code:
         raise typer.Exit(code)

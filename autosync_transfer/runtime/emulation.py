@@ -319,7 +319,7 @@ class EmulatedCluster:
         dst_addr = self.address_of(dst_node)
         recv = self.popen(
             dst_node,
-            [sys.executable, "-c", _RECEIVER, dst_addr, str(port)],
+            [sys.executable, "-I", "-c", _RECEIVER, dst_addr, str(port)],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -331,7 +331,7 @@ class EmulatedCluster:
                 raise ConfigError(f"link-rate receiver on {dst_node!r} failed to listen: {first!r}")
             send = self.popen(
                 src_node,
-                [sys.executable, "-c", _SENDER, dst_addr, str(port), str(nbytes)],
+                [sys.executable, "-I", "-c", _SENDER, dst_addr, str(port), str(nbytes)],
             )
             out, _ = recv.communicate(timeout=timeout_s)
             send.wait(timeout=timeout_s)
