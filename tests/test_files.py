@@ -307,3 +307,23 @@ def test_link_rate_helpers_do_not_import_from_the_working_folder(tmp_path: Path,
     with EmulatedCluster(cluster) as ec:
         rate = ec.measure_link_rate("w0", "w1", nbytes=1 << 20)
     assert rate > 0 and not marker.exists()
+
+
+def test_worker_logs_are_not_appended_through_a_link(tmp_path: Path) -> None:
+    """Fix 10: the trial workers' logs (``<store folder>/logs/<run>/worker-<rank>.log``, written
+    as root on the emulated launcher) are opened with O_NOFOLLOW; a planted link is refused
+    before any worker starts."""
+    from autosync_transfer.domains.catalog import get_domain
+    from autosync_transfer.runtime.trial import Protocol, WorkerPool
+    from autosync_transfer.strategies.builders import build
+
+    victim = _victim(tmp_path)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "worker-1.log").symlink_to(victim)
+    d = get_domain("ncf-A")
+    with WorkerPool(d, "local", Protocol(warmup=0, iters=1), log_dir=logs) as pool:
+        res = pool.run(build("ps", d))
+    # the environment's failure (a collection stops on it), never the strategy's
+    assert res.infrastructure and "worker-1.log' is a symbolic link" in res.error
+    assert victim.read_text() == "precious\n"
