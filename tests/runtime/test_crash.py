@@ -18,7 +18,18 @@ import pytest
 pytestmark = pytest.mark.netns
 
 CLI = [sys.executable, "-c", "from autosync_transfer.cli import main; main()"]
-QUICK = ["--warmup", "1", "--iters", "40", "--timeout", "120", "--max-foreign-cpu", "1"]
+#: a tiny workload's trial takes about a second at 200 timed iterations
+QUICK = ["--warmup", "1", "--iters", "200", "--timeout", "120", "--max-foreign-cpu", "1"]
+#: two nodes of one worker each: the smallest emulated cluster
+SPEC = """nodes:
+  - address: 10.79.0.1
+    cpus: [0]
+    network_bandwidth: 1
+    chief: true
+  - address: 10.79.0.2
+    cpus: [0]
+    network_bandwidth: 1
+"""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,13 +41,23 @@ def _netns() -> None:
         pytest.skip(why)
 
 
+def _target(store: Path) -> list[str]:
+    """A tiny workload (an embedding and a linear layer) on :data:`SPEC`."""
+    from autosync_transfer.testing.workloads import write_workload
+
+    spec = store.with_name("cluster.yml")
+    spec.write_text(SPEC)
+    model = write_workload(store.parent, "tiny", vocab=20, tokens=3, classes=2, batch_size=2)
+    return ["--model", str(model), "--cluster-file", str(spec)]
+
+
 def _collect(store: Path, count: int) -> list[str]:
-    return [*CLI, "collect", "ncf-A", "--launcher", "emulated", "-n", str(count),
+    return [*CLI, "collect", *_target(store), "--launcher", "emulated", "-n", str(count),
             "--reference-every", "0", "--store", str(store), "--seed", "5", *QUICK]
 
 
 def _search(store: Path) -> list[str]:
-    return [*CLI, "search", "ncf-A", "--launcher", "emulated", "--method", "random",
+    return [*CLI, "search", *_target(store), "--launcher", "emulated", "--method", "random",
             "--budget", "3", "-k", "3", "--confirm", "0", "--no-log", "--store", str(store),
             "--seed", "5", *QUICK]
 
@@ -65,20 +86,24 @@ def _owned(pid: int) -> list[str]:
 def _start_and_wait(argv: list[str], store: Path, records: int
                     ) -> tuple[subprocess.Popen, list[str]]:
     """Start ``argv``; return once ``store`` holds ``records`` committed records and the next
-    trial is in flight, with the namespaces the process owns."""
+    trial is in flight, with the namespaces of the emulated cluster the process owns."""
+    from autosync_transfer.runtime.emulation import list_namespaces
+
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
-    mine: list[str] = []
+    mine: set[str] = set()
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        mine = mine or _owned(proc.pid)
+        mine |= set(_owned(proc.pid))
         if store.exists() and store.read_text().count("\n") >= records:
             break
         time.sleep(0.1)
     if proc.poll() is not None:
         raise AssertionError(proc.communicate()[1].decode()[-2000:])
     time.sleep(0.3)  # the next trial is in flight
-    return proc, mine or _owned(proc.pid)
+    mine |= set(_owned(proc.pid))
+    # the cluster's namespaces (the launcher's probe of a namespace is gone by now)
+    return proc, sorted(mine & set(list_namespaces()))
 
 
 def _sigkill(proc: subprocess.Popen) -> None:
