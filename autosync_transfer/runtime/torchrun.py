@@ -2,8 +2,10 @@
 
 :class:`TorchrunPool` appends one job per trial to a queue file and waits for its result in a
 results file, which rank 0 of the torchrun workers (``autosync-transfer worker --torchrun
---follow``, :func:`autosync_transfer.runtime.worker.follow_queue`) writes. Both files are
-append-only: a pool opened again finds the results of jobs measured meanwhile, and the workers
+--follow``, :func:`autosync_transfer.runtime.worker.follow_queue`) writes. Both files follow the
+trial store's rules (:mod:`autosync_transfer._files`): whole lines appended under an exclusive
+``flock`` and fsynced, a torn last line cut off by the next append and skipped by readers, a
+complete line that is not a job or a result an error naming it. Both files are append-only: a pool opened again finds the results of jobs measured meanwhile, and the workers
 skip jobs that already have a result. :data:`STOP` at the end of the queue ends the workers.
 
 Queue lines: ``{"record_id", "strategy", "warmup", "iters"}`` (``strategy`` a strategy object
