@@ -16,7 +16,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "autosync_transfer"
 
 #: rooms every room may use
-BASE = {"errors", "_lazy", "paths"}
+BASE = {"errors", "_lazy", "paths", "_files"}
 
 #: lower rooms each room may import (besides itself and BASE); flow: domains -> strategies ->
 #: rankers / runtime -> dataset -> registry -> adapt -> search -> cli
@@ -25,6 +25,8 @@ ALLOWED: dict[str, set[str]] = {
     "_lazy": set(),
     # where shipped data, the registry and default stores live (autosync_transfer/paths.py)
     "paths": set(),
+    # files in shared folders: locked side files, atomic writes, no links (autosync_transfer/_files.py)
+    "_files": {"errors"},
     "domains": set(),
     "strategies": {"domains"},
     "rankers": {"domains", "strategies"},

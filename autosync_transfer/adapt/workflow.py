@@ -129,10 +129,13 @@ def collect_target(domain: Domain, store_path: str | Path, n: int, *, seed: int 
     :func:`~autosync_transfer.dataset.collect.collect`, appending them to ``store_path``;
     returns the ids of the newly measured strategies that ran ok (torch's own DDP, which has
     no strategy, and failed trials are not returned). The workers run the workload the
-    domain's graph was traced from (a user's workload), else the zoo model of its name."""
-    from autosync_transfer.dataset.collect import collect
+    domain's graph was traced from (a user's workload), else the zoo model of its name; a
+    domain the store holds trials of is measured with their warm-up, timed iterations and
+    timeout (the library's ``Protocol()`` otherwise)."""
+    from autosync_transfer.dataset.collect import RESUME_PROTOCOL_KEYS, collect
     from autosync_transfer.dataset.store import TrialStore
     from autosync_transfer.domains.workload import workload_of
+    from autosync_transfer.runtime.trial import Protocol
 
     if n < 1:
         raise ConfigError(f"n (trials to collect) must be >= 1, got {n}")
@@ -140,10 +143,14 @@ def collect_target(domain: Domain, store_path: str | Path, n: int, *, seed: int 
     path.parent.mkdir(parents=True, exist_ok=True)
     store = TrialStore(path)
     before = store.ids()  # a store that does not exist yet is empty
-    done = sum(1 for r in store.records()
-               if r.domain == domain.name and not r.reference and r.supersedes is None)
+    mine = [r for r in store.records() if r.domain == domain.name and r.supersedes is None]
+    done = sum(1 for r in mine if not r.reference)
+    # more trials of a stored domain are measured as its stored ones were
+    kept = {k: mine[-1].protocol[k] for k in RESUME_PROTOCOL_KEYS
+            if mine and k in mine[-1].protocol}
     collect(domain, path, trials=done + n, launcher=launcher, seed=seed,
-            log_dir=path.parent / "logs" / domain.name, workload=workload_of(domain)[0])
+            protocol=Protocol(**kept), log_dir=path.parent / "logs" / domain.name,
+            workload=workload_of(domain)[0])
     new = {r.strategy_id for r in store.records()
            if r.id not in before and r.domain == domain.name and not r.reference
            and r.status == "ok" and r.strategy is not None and r.strategy_id}

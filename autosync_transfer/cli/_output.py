@@ -88,6 +88,8 @@ def check_out(path: str | None, option: str) -> None:
     if path is None:
         return
     p = Path(path)
+    if p.is_symlink():
+        raise ConfigError(f"{option} {path!r} is a symbolic link; refusing to write through it")
     if p.exists():
         raise ConfigError(f"{option} {path!r} already exists; refusing to overwrite it")
     if not p.parent.is_dir():
@@ -108,24 +110,12 @@ def export_strategy(strategy, domain, json_path: str | None,  # noqa: ANN001
 
 
 def write_atomic(path: str, data: bytes, option: str) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it into place; ``option``
-    names the path in errors."""
-    import os
-    from pathlib import Path
+    """Write ``data`` to a temporary file with an unpredictable name beside ``path`` and rename
+    it into place (a link at ``path`` is refused, never followed); ``option`` names the path in
+    errors."""
+    from autosync_transfer._files import atomic_write
 
-    from autosync_transfer.errors import ConfigError
-
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise ConfigError(f"cannot write {option} {path!r}: {e.strerror}") from e
+    atomic_write(path, data, option)
 
 
 def write_jsonl(path: str, strategies, option: str = "--out") -> None:  # noqa: ANN001

@@ -57,7 +57,7 @@ def search(
 
     from autosync_transfer.cli._common import err, resolve_target
     from autosync_transfer.cli._output import check_out, export_strategy
-    from autosync_transfer.errors import ConfigError
+    from autosync_transfer.errors import AutosyncError, ConfigError
     from autosync_transfer.search.loop import SearchConfig, Searcher, default_store_path, run_name
     from autosync_transfer.search.warm import warm_version
 
@@ -96,37 +96,45 @@ def search(
         export_strategy(result.chosen, domain, export_json, export_autodist)
     elif export_json or export_autodist:
         err().print("no strategy measured ok: nothing exported")
-    version = (_log_search(result, domain, name, config, path, per_round, launcher.value,
-                           warm_start, lineage) if log else None)
+    version = failure = None
+    if log:
+        try:
+            version = _log_search(result, domain, name, config, path, per_round, launcher.value,
+                                  warm_start, lineage)
+        except AutosyncError as e:  # the measurements are in the store: report them first
+            failure = e
     if json_out:
         _print_search_json(result, domain.name, name, path, version)
     else:
         _print_search(result, domain.name, name, path, version,
                       exported=bool(export_json or export_autodist))
+    if failure is not None:
+        raise ConfigError(f"{failure}; the search's trials are kept in {str(path)!r}: run the "
+                          f"same command again to log it (nothing is measured twice)")
 
 
 def _search_protocol(path, domain: str, name: str, warmup: int | None,  # noqa: ANN001, ANN202
                      iters: int | None, timeout_s: float | None):
-    """The protocol of a search: the options given, over the warm-up and timed iterations of the
-    run's stored trials when it continues one (so a continued run measures as it began), else
+    """The protocol of a search: the options given, over the warm-up, timed iterations and
+    timeout of the run's stored trials when it continues one (so a continued run measures as it began), else
     over the library's ``Protocol()``."""
     from autosync_transfer.cli._common import err
     from autosync_transfer.cli._params import protocol
 
     base = protocol(None, None, None)
-    if (warmup is None or iters is None) and path.exists():
+    if None in (warmup, iters, timeout_s) and path.exists():
         from autosync_transfer.dataset.store import TrialStore
 
         prefix = f"{domain}/search/{name}/"  # the record ids of one run (search.loop)
         stored = next((r.protocol for r in TrialStore(path).records()
                        if r.id.startswith(prefix) and r.protocol), None)
         if stored:
-            kept = {k: stored[k] for k in ("warmup", "iters") if k in stored}
+            kept = {k: stored[k] for k in ("warmup", "iters", "timeout_s") if k in stored}
             base = base.model_copy(update=kept)
             if any(getattr(base, k) != getattr(protocol(None, None, None), k) for k in kept):
                 err().print(f"continuing {name} in {path} with its protocol: {base.warmup} "
-                            f"warm-up + {base.iters} timed iterations", markup=False,
-                            highlight=False)
+                            f"warm-up + {base.iters} timed iterations, timeout "
+                            f"{base.timeout_s:g} s", markup=False, highlight=False)
     return protocol(warmup, iters, timeout_s, base=base)
 
 

@@ -151,6 +151,8 @@ def ui(
     import shlex
     import subprocess
     import sys
+    import tempfile
+    from pathlib import Path
 
     from autosync_transfer.cli._common import out
     from autosync_transfer.registry import store
@@ -159,6 +161,10 @@ def ui(
     if uri.startswith(("http://", "https://")):
         out().print(f"the registry is a tracking server: open {uri}", markup=False, highlight=False)
         return
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):  # relative path
+        uri = f"sqlite:///{Path(uri.removeprefix('sqlite:///')).resolve()}"
+    elif "://" not in uri and ":" not in uri.split("/")[0]:  # a local folder (file store)
+        uri = str(Path(uri).resolve())
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
            "--host", "127.0.0.1", "--port", str(port)]
     root = store.artifact_root()
@@ -187,8 +193,11 @@ def ui(
                     highlight=False, soft_wrap=True)
     out().print(f"MLflow UI on http://127.0.0.1:{port} (store {uri}); Ctrl-C stops it",
                 markup=False, highlight=False)
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    code = subprocess.call(cmd, env=env)
+    # python -m (and the server's workers, which put their folder on sys.path) would import
+    # modules from the caller's folder first: PYTHONSAFEPATH, and a private empty folder to run in
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONSAFEPATH": "1"}
+    with tempfile.TemporaryDirectory(prefix="autosync-ui-") as home:
+        code = subprocess.call(cmd, env=env, cwd=home)
     if code:
         raise typer.Exit(code)
 

@@ -33,7 +33,7 @@ from autosync_transfer.strategies.types import TORCH_DDP, Strategy
 
 __all__ = ["CollectProgress", "planned_strategies", "record_for", "collect", "REFERENCE_BUILDER",
            "TORCH_DDP", "measure_undisturbed", "MAX_FOREIGN_CPU", "REMEASURE_REASONS",
-           "remeasure_candidates", "remeasure"]
+           "remeasure_candidates", "remeasure", "RESUME_PROTOCOL_KEYS", "check_same_measurement"]
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +156,32 @@ def measure_undisturbed(pool: TrialPool, strategy: Strategy | None, max_foreign_
     return res, start, facts
 
 
+#: the protocol settings a stored collection or search run continues only with
+RESUME_PROTOCOL_KEYS: tuple[str, ...] = ("warmup", "iters", "timeout_s")
+
+
+def check_same_measurement(records: Iterator[TrialRecord] | list[TrialRecord], *,
+                           protocol: Protocol, launcher: str, where: str) -> None:
+    """Trials continue a stored collection or run only as they were measured: with the same
+    ``launcher`` and the same :data:`RESUME_PROTOCOL_KEYS` of ``protocol`` as its last stored
+    trial (``records``, in store order; re-measurements aside). One line naming the setting,
+    the stored and the given value (:class:`ConfigError`), else nothing."""
+    last: TrialRecord | None = None
+    for r in records:
+        if r.supersedes is None:
+            last = r
+    if last is None:
+        return
+    want = protocol.model_dump(mode="json")
+    stored = [("launcher", last.launcher, launcher)]
+    stored += [(k, last.protocol[k], want[k]) for k in RESUME_PROTOCOL_KEYS if k in last.protocol]
+    for key, old, new in stored:
+        if old != new and not (isinstance(old, (int, float)) and isinstance(new, (int, float))
+                               and float(old) == float(new)):
+            raise ConfigError(f"{where} was measured with {key}={old!r}, not {new!r}; continue "
+                              f"it with the same settings or use another store")
+
+
 def _existing(domain: Domain, store: TrialStore, store_path: str | Path) -> dict[str, TrialRecord]:
     """The store's records of ``domain`` by id; records of another model or cluster under the
     same domain name are a :class:`ConfigError`."""
@@ -203,6 +229,8 @@ def collect(
     protocol = protocol or Protocol()
     store = TrialStore(store_path)
     existing = _existing(domain, store, store_path)
+    check_same_measurement(existing.values(), protocol=protocol, launcher=launcher,
+                           where=f"store {str(store_path)!r} of {domain.name}")
     firsts = [r for r in existing.values() if not r.reference and r.supersedes is None]
     done = len(firsts)
     refs = sum(1 for r in existing.values() if r.reference)

@@ -29,6 +29,7 @@ import os
 import platform
 import socket
 import sys
+import tempfile
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from autosync_transfer._files import atomic_write, open_nofollow, refuse_symlink
 from autosync_transfer.errors import ConfigError, SpecError, format_pydantic_error
 
 if TYPE_CHECKING:
@@ -369,14 +371,14 @@ class TrialStore:
         if exclusive:
             created = not self.path.exists()
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+                fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, "trial store")
             except OSError as e:
                 raise SpecError(f"cannot open trial store {str(self.path)!r}: {e.strerror}") from e
             if created:
                 _fsync_dir(self.path.parent)
         else:
             try:
-                fd = os.open(self.path, os.O_RDONLY)
+                fd = open_nofollow(self.path, os.O_RDONLY, "trial store")
             except FileNotFoundError:
                 yield None, True
                 return
@@ -553,10 +555,19 @@ class TrialStore:
         meta = {"autosync_schema_version": str(SCHEMA_VERSION),
                 "autosync_meta": json.dumps(self.read_meta(), sort_keys=True)}
         table = pa.Table.from_pylist(rows, schema=arrow_schema().with_metadata(meta))
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        refuse_symlink(target, "parquet file")
         try:
-            pq.write_table(table, tmp)
-            _fsync_file(tmp)
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                            dir=target.parent)
+        except OSError as e:
+            raise SpecError(f"cannot write parquet {str(target)!r}: {e.strerror}") from e
+        tmp = Path(tmp_name)
+        try:
+            os.fchmod(fd, 0o644)
+            with os.fdopen(fd, "wb") as f:  # the file mkstemp created, never one by its name
+                pq.write_table(table, f)
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp, target)
         except OSError as e:
             tmp.unlink(missing_ok=True)
@@ -567,6 +578,7 @@ class TrialStore:
     # -- collection metadata --------------------------------------------------------------------
     def read_meta(self) -> dict[str, Any]:
         """The sidecar metadata (empty when there is none)."""
+        refuse_symlink(self.meta_path, "store metadata")
         try:
             text = self.meta_path.read_text()
         except FileNotFoundError:
@@ -612,17 +624,8 @@ class TrialStore:
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"collection metadata must be JSON-serializable: {e}") from e
             merged = {**current, **dict(updates)}
-            tmp = self.meta_path.with_name(f".{self.meta_path.name}.{os.getpid()}.tmp")
-            try:
-                with open(tmp, "w") as f:
-                    json.dump(merged, f, indent=2, sort_keys=True)
-                    f.write("\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.meta_path)
-            except OSError as e:
-                tmp.unlink(missing_ok=True)
-                raise SpecError(f"cannot write {str(self.meta_path)!r}: {e.strerror}") from e
+            text = json.dumps(merged, indent=2, sort_keys=True) + "\n"
+            atomic_write(self.meta_path, text.encode(), "store metadata")
         return merged
 
 
@@ -687,8 +690,6 @@ def _same_file(fd: int, path: Path) -> bool:
 def _atomic_write(path: Path, data: bytes) -> None:
     """Replace ``path`` by ``data``: an unpredictably named temporary file in the same folder,
     fsynced, renamed into place."""
-    import tempfile
-
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
@@ -732,14 +733,6 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:

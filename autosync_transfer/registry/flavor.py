@@ -416,13 +416,24 @@ def _ensure_registered_model(c: MlflowClient, name: str, domain: str) -> None:
 def _download(mv: ModelVersionInfo, tmp: str) -> Path:
     """The local folder of the pyfunc artifacts of version ``mv`` (downloaded into ``tmp``)."""
     import mlflow.artifacts
+    from mlflow.exceptions import MlflowException
 
     from autosync_transfer.registry import store
 
-    local = Path(mlflow.artifacts.download_artifacts(
-        artifact_uri=f"models:/{mv.name}/{mv.version}", dst_path=tmp,
-        tracking_uri=store.tracking_uri(), registry_uri=store.tracking_uri()))
-    return local / "artifacts"  # pyfunc artifacts live there
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(
+            artifact_uri=f"models:/{mv.name}/{mv.version}", dst_path=tmp,
+            tracking_uri=store.tracking_uri(), registry_uri=store.tracking_uri()))
+    except MlflowException as e:
+        raise SpecError(f"the artifacts of {mv.model_uri} cannot be read (deleted or moved?): "
+                        f"{' '.join(e.message.split())[:300]}") from e
+    except OSError as e:
+        raise SpecError(f"the artifacts of {mv.model_uri} cannot be read (deleted or moved?): "
+                        f"{e}") from e
+    folder = local / "artifacts"  # pyfunc artifacts live there
+    if not folder.is_dir() or not any(folder.iterdir()):
+        raise SpecError(f"the artifacts of {mv.model_uri} are missing (deleted or moved?)")
+    return folder
 
 
 def _simulator_in(folder: Path, mv: ModelVersionInfo) -> Simulator:

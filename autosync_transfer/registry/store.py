@@ -13,6 +13,7 @@ mlflow is imported inside functions only, so importing this module is cheap.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "artifact_root",
     "configure",
     "client",
+    "check_reachable",
     "experiment_id",
     "lightning_logger",
 ]
@@ -92,7 +94,9 @@ def configure() -> str:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     # creating a local database's tables is routine, not news (and would break one-line errors)
-    for name in ("mlflow.store.db.utils", "alembic.runtime.migration"):
+    # nor is an empty download (a missing artifact is reported by the caller, in one line)
+    for name in ("mlflow.store.db.utils", "alembic.runtime.migration",
+                 "mlflow.store.artifact.artifact_repo"):
         logging.getLogger(name).setLevel(logging.WARNING)
     _local_paths()
     uri = tracking_uri()
@@ -102,11 +106,35 @@ def configure() -> str:
 
 
 def client() -> MlflowClient:
-    """An ``MlflowClient`` on the store (tracking and registry)."""
+    """An ``MlflowClient`` on the store (tracking and registry); a tracking server that does
+    not answer is a :class:`ConfigError` at once (:func:`check_reachable`), not minutes of
+    retries and a traceback."""
     from mlflow import MlflowClient
 
     uri = configure()
+    check_reachable(uri)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+@functools.lru_cache(maxsize=8)
+def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
+    """For a tracking server (``http(s)://``): one request to its ``/health`` within
+    ``timeout_s``; no connection is a :class:`ConfigError` naming the URI (any HTTP answer,
+    even an error status, means that the server is there). Other stores pass."""
+    import urllib.error
+    import urllib.request
+
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
+            return
+    except urllib.error.HTTPError:
+        return  # it answered
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        why = getattr(e, "reason", e)
+        raise ConfigError(f"the MLflow tracking server {uri} does not answer ({why}); start it "
+                          f"or point MLFLOW_TRACKING_URI at another store") from None
 
 
 def experiment_id(c: MlflowClient | None = None) -> str:

@@ -229,13 +229,22 @@ def resolve(uri_or_name: str, version: str | int | None = None, alias: str = CHA
 
 # -- aliases --------------------------------------------------------------------------------------
 def promote(name: str, version: str | int, alias: str = CHAMPION) -> ModelVersionInfo:
-    """Point ``alias`` of registered model ``name`` at ``version``."""
+    """Point ``alias`` of registered model ``name`` at ``version``; a version whose simulator
+    and domain do not load (artifacts deleted or unreadable) is refused
+    (:class:`ConfigError`), and the alias is left as it was."""
     from mlflow.exceptions import MlflowException
 
+    from autosync_transfer.errors import AutosyncError
     from autosync_transfer.registry import store
+    from autosync_transfer.registry.flavor import load_version
 
     c = store.client()
     mv = model_version(c, name, version)
+    try:
+        load_version(name, str(mv.version))
+    except AutosyncError as e:
+        raise ConfigError(f"version {mv.version} of {name!r} does not load, not promoted: "
+                          f"{e}") from e
     try:
         c.set_registered_model_alias(name, alias, str(mv.version))
     except MlflowException as e:

@@ -59,8 +59,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from autosync_transfer._files import atomic_write
 from autosync_transfer.domains.cluster import Cluster
-from autosync_transfer.errors import ConfigError
+from autosync_transfer.errors import AutosyncError, ConfigError
 
 __all__ = [
     "EmulatedCluster",
@@ -319,7 +320,7 @@ class EmulatedCluster:
         dst_addr = self.address_of(dst_node)
         recv = self.popen(
             dst_node,
-            [sys.executable, "-c", _RECEIVER, dst_addr, str(port)],
+            [sys.executable, "-I", "-c", _RECEIVER, dst_addr, str(port)],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -331,7 +332,7 @@ class EmulatedCluster:
                 raise ConfigError(f"link-rate receiver on {dst_node!r} failed to listen: {first!r}")
             send = self.popen(
                 src_node,
-                [sys.executable, "-c", _SENDER, dst_addr, str(port), str(nbytes)],
+                [sys.executable, "-I", "-c", _SENDER, dst_addr, str(port), str(nbytes)],
             )
             out, _ = recv.communicate(timeout=timeout_s)
             send.wait(timeout=timeout_s)
@@ -656,8 +657,9 @@ def _write_owner_record(prefix: str, run_id: str, namespaces: list[str]) -> None
     record = {"pid": pid, "start_ticks": _proc_start_ticks(pid), "namespaces": namespaces}
     try:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
-        _owner_path(prefix, run_id).write_text(json.dumps(record))
-    except OSError as e:  # the record only protects live clusters from cleanup_leftovers
+        # whole or not at all: a concurrent cleanup never reads half a record as a dead owner
+        atomic_write(_owner_path(prefix, run_id), json.dumps(record).encode(), "owner record")
+    except (OSError, AutosyncError) as e:  # the record only protects live clusters from cleanup_leftovers
         logger.warning("cannot write owner record under %s: %s", STATE_DIR, e)
 
 

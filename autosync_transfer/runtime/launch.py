@@ -307,7 +307,9 @@ class TorchrunLauncher(Launcher):
             what = f"--domain {domain.model.name if cluster_file else domain.name}"
         spec = f" --cluster-file {cluster_file}" if cluster_file else ""
         seed_opt = f" --seed {seed}" if seed else ""
-        return (f"torchrun --nnodes {domain.cluster.num_nodes} --node_rank <i> "
+        # PYTHONSAFEPATH: python -m (torchrun -m) must not import modules from the folder
+        # the command is started in
+        return (f"PYTHONSAFEPATH=1 torchrun --nnodes {domain.cluster.num_nodes} --node_rank <i> "
                 f"--nproc_per_node <workers of node i> --master_addr <node 0> --master_port 29500 "
                 f"-m autosync_transfer worker --torchrun --follow {what}{spec} "
                 f"--strategies {queue} --results {results} "

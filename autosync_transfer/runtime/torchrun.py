@@ -2,8 +2,10 @@
 
 :class:`TorchrunPool` appends one job per trial to a queue file and waits for its result in a
 results file, which rank 0 of the torchrun workers (``autosync-transfer worker --torchrun
---follow``, :func:`autosync_transfer.runtime.worker.follow_queue`) writes. Both files are
-append-only: a pool opened again finds the results of jobs measured meanwhile, and the workers
+--follow``, :func:`autosync_transfer.runtime.worker.follow_queue`) writes. Both files follow the
+trial store's rules (:mod:`autosync_transfer._files`): whole lines appended under an exclusive
+``flock`` and fsynced, a torn last line cut off by the next append and skipped by readers, a
+complete line that is not a job or a result an error naming it. Both files are append-only: a pool opened again finds the results of jobs measured meanwhile, and the workers
 skip jobs that already have a result. :data:`STOP` at the end of the queue ends the workers.
 
 Queue lines: ``{"record_id", "strategy", "warmup", "iters"}`` (``strategy`` a strategy object
@@ -20,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autosync_transfer._files import append_line, complete_lines, cut_torn_tail, locked
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.runtime.launch import TorchrunLauncher
 from autosync_transfer.runtime.trial import Protocol, TrialPool, TrialResult
@@ -33,6 +36,8 @@ __all__ = ["TorchrunPool", "STOP"]
 
 #: the line that ends the workers' job queue
 STOP = "stop"
+#: how the job queue and the results file are named in errors
+QUEUE, RESULTS = "torchrun job queue", "torchrun results file"
 
 
 class TorchrunPool(TrialPool):
@@ -54,6 +59,7 @@ class TorchrunPool(TrialPool):
         self.wait_s = wait_s if wait_s is not None else self.protocol.timeout_s + 600
         self.poll_s = poll_s
         self._offset = 0
+        self._line_no = 0
         self._seen: dict[str, dict[str, Any]] = {}
         self._session = uuid.uuid4().hex[:8]
         self._jobs = 0
@@ -67,36 +73,37 @@ class TorchrunPool(TrialPool):
         self._opened = True
 
     def _drop_stop(self) -> None:
-        """A queue that ended with ``stop`` (an earlier, finished run) is continued."""
-        if self.queue.exists():
-            lines = self.queue.read_text().splitlines()
-            if lines and lines[-1].strip() == STOP:
-                tmp = self.queue.with_name(self.queue.name + ".tmp")
-                tmp.write_text("".join(f"{ln}\n" for ln in lines[:-1]))
-                os.replace(tmp, self.queue)
+        """A queue that ended with ``stop`` (an earlier, finished run) is continued: the line is
+        cut off in place, under the queue's lock."""
+        if not self.queue.exists() and not self.queue.is_symlink():
+            return
+        with locked(self.queue, QUEUE) as fd:
+            assert fd is not None
+            cut_torn_tail(fd)
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, size, 0)
+            body = data.rstrip(b"\n")
+            start = body.rfind(b"\n") + 1
+            if body[start:].strip() == STOP.encode():
+                os.ftruncate(fd, start)
 
     def _append(self, line: str) -> None:
-        with open(self.queue, "a") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_line(self.queue, line, QUEUE)
 
     def _read_results(self) -> None:
-        if not self.results.exists():
-            return
-        with open(self.results, "rb") as f:
-            f.seek(self._offset)
-            data = f.read()
-        end = data.rfind(b"\n")
-        if end < 0:
-            return
-        for line in data[:end + 1].decode().splitlines():
+        """Read the results added since the last call; a complete line that is not a result is
+        a :class:`ConfigError` naming it (a torn last line waits for its writer)."""
+        lines, self._offset = complete_lines(self.results, RESULTS, self._offset)
+        for raw in lines:
+            self._line_no += 1
+            if not raw.strip():
+                continue
             try:
-                row = json.loads(line)
+                row = json.loads(raw)
                 self._seen[row["record_id"]] = row
             except (ValueError, KeyError, TypeError):
-                continue
-        self._offset += end + 1
+                raise ConfigError(f"{RESULTS} {str(self.results)!r}: line {self._line_no} is "
+                                  f"not a result; move it away and run again") from None
 
     def run(self, strategy: Strategy | None, protocol: Protocol | None = None, *,
             job_id: str | None = None) -> TrialResult:

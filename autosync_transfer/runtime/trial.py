@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autosync_transfer._files import open_nofollow, refuse_symlink
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import ConfigError, Interrupted
 from autosync_transfer.runtime.launch import Launcher, ProcessLauncher, as_launcher, free_port
@@ -178,9 +179,11 @@ class WorkerPool(TrialPool):
         world = cluster.world_size
         port = free_port()
         rank_nodes = cluster.rank_nodes()
-        master = self.launcher.start(cluster)  # rank 0 hosts the rendezvous store
         if self.log_dir:
             self.log_dir.mkdir(parents=True, exist_ok=True)
+            for rank in range(world):  # before anything starts
+                refuse_symlink(self.log_dir / f"worker-{rank}.log", "worker log")
+        master = self.launcher.start(cluster)  # rank 0 hosts the rendezvous store
         for rank in range(world):
             cfg = {
                 "rank": rank, "world_size": world, "master_addr": master, "master_port": port,
@@ -191,7 +194,10 @@ class WorkerPool(TrialPool):
             argv = [sys.executable, "-m", "autosync_transfer.runtime.worker", json.dumps(cfg)]
             stderr: Any = subprocess.DEVNULL
             if self.log_dir:
-                stderr = open(self.log_dir / f"worker-{rank}.log", "ab")  # noqa: SIM115
+                # a log folder beside a shared store: never append through a planted link
+                stderr = os.fdopen(open_nofollow(self.log_dir / f"worker-{rank}.log",
+                                                 os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                                                 "worker log"), "ab")
             argv, env = self.launcher.command(rank_nodes[rank], argv, _worker_env(), port)
             try:
                 # own session: the terminal's Ctrl-C goes to the controller, which stops them

@@ -367,37 +367,55 @@ def follow_queue(harness: TrialHarness, queue: str, results: str, *, warmup: int
     "error"}`` to ``results`` (fsynced) and passes the row to ``on_result``. Jobs whose record
     id is in ``results`` already are skipped; a line ``stop`` ends the loop. A job that outlives
     ``timeout_s`` gets a ``timeout`` row, then the worker exits (see :class:`Watchdog`)."""
-    offset = 0
-    done: set[str] = set()
+    from autosync_transfer._files import append_line
+    from autosync_transfer.errors import AutosyncError, ConfigError
+
     watchdog = Watchdog(timeout_s)
-    if harness.rank == 0 and os.path.exists(results):
-        with open(results) as f:
-            for line in f:
+    problem: str | None = None
+    done: set[str] = set()
+    if harness.rank == 0:
+        try:
+            for no, line in _numbered(results, 0, 0, "torchrun results file")[0]:
                 try:
                     done.add(json.loads(line)["record_id"])
                 except (ValueError, KeyError, TypeError):
-                    continue
+                    raise ConfigError(f"torchrun results file {results!r}: line {no} is not a "
+                                      f"result; move it away and start again") from None
+        except AutosyncError as e:
+            problem = str(e)
+    problem = harness.broadcast(problem)
+    if problem is not None:  # every rank stops, none waits for a broadcast that never comes
+        raise ConfigError(problem)
+    offset, line_no = 0, 0
     while True:
         jobs: list[Any] = []
         if harness.rank == 0:
-            lines, offset = _new_lines(queue, offset)
-            for line in lines:
+            lines, offset, line_no = _new_lines(queue, offset, line_no)
+            for no, line in lines:
                 if line == STOP:
                     jobs.append(STOP)
                     break
-                job = json.loads(line)
-                if job["record_id"] not in done:
+                try:
+                    job = json.loads(line)
+                    rid = job["record_id"]
+                    job["strategy"]  # noqa: B018 - a job names its strategy
+                except (ValueError, KeyError, TypeError):
+                    jobs = [{"error": f"torchrun job queue {queue!r}: line {no} is not a job"}]
+                    break
+                if rid not in done:
                     jobs.append(job)
         for job in harness.broadcast(jobs):
             if job == STOP:
                 return
+            if "error" in job:
+                raise ConfigError(job["error"])
             strategy = job["strategy"]
             line = TORCH_DDP if strategy == TORCH_DDP else json.dumps(strategy)
 
             def record(result: TrialResult, rid: str = job["record_id"]) -> None:
                 row = {"record_id": rid, "status": result.status, "error": result.error,
                        "iteration_times_s": result.iteration_times_s, "wall_s": result.wall_s}
-                _append_row(results, row)
+                append_line(results, json.dumps(row), "torchrun results file")
                 done.add(rid)
                 if on_result is not None:
                     on_result(row)
@@ -406,30 +424,32 @@ def follow_queue(harness: TrialHarness, queue: str, results: str, *, warmup: int
                          int(job.get("iters", iters)), watchdog, record)
 
 
-def _new_lines(path: str, offset: int, poll_s: float = 0.2) -> tuple[list[str], int]:
-    """Block until ``path`` has complete lines past ``offset``; return them and the new offset."""
+def _numbered(path: str, offset: int, line_no: int, what: str
+              ) -> tuple[list[tuple[int, str]], int, int]:
+    """The non-blank complete lines of ``path`` after ``offset`` with their line numbers (read
+    under the file's lock; a torn last line is left for its writer), the new offset and the
+    number of the last line read."""
+    from autosync_transfer._files import complete_lines
+
+    raw, offset = complete_lines(path, what, offset)
+    out = []
+    for r in raw:
+        line_no += 1
+        text = r.decode(errors="replace").strip()
+        if text:
+            out.append((line_no, text))
+    return out, offset, line_no
+
+
+def _new_lines(path: str, offset: int, line_no: int, poll_s: float = 0.2
+               ) -> tuple[list[tuple[int, str]], int, int]:
+    """Block until ``path`` has complete lines past ``offset``; return them (numbered), the new
+    offset and line number."""
     while True:
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
-        except FileNotFoundError:
-            data = b""
-        end = data.rfind(b"\n")
-        if end >= 0:
-            chunk = data[:end + 1]
-            lines = [ln.strip() for ln in chunk.decode().splitlines() if ln.strip()]
-            if lines:
-                return lines, offset + len(chunk)
-            offset += len(chunk)
+        lines, offset, line_no = _numbered(path, offset, line_no, "torchrun job queue")
+        if lines:
+            return lines, offset, line_no
         time.sleep(poll_s)
-
-
-def _append_row(path: str, row: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 if __name__ == "__main__":

@@ -138,7 +138,13 @@ class Searcher:
     def _check_resumable(self) -> None:
         check_resumable(self.store, self.name, self._prefix(), self.config,
                         warm=self.warm is not None, warm_source=self.warm_source,
-                        warm_version=self.warm_version)
+                        warm_version=self.warm_version, launcher=self.launcher,
+                        protocol=self._protocol())
+
+    def _protocol(self) -> Protocol:
+        from autosync_transfer.runtime.trial import Protocol
+
+        return self.protocol or Protocol()
 
     def _start(self) -> tuple[SearchProgress, dict[str, Strategy]]:
         """Check that the stored run may continue, record its settings, read it, and bind the
@@ -147,7 +153,8 @@ class Searcher:
         self._check_resumable()
         write_run_meta(self.store, self.name, {
             "domain": self.domain.name, "config": self.config.model_dump(mode="json"),
-            "launcher": self.launcher, "warm_source": self.warm_source,
+            "launcher": self.launcher, "protocol": self._protocol().model_dump(mode="json"),
+            "warm_source": self.warm_source,
             "warm_version": self.warm_version,
             "cluster_spec": self.domain.cluster.to_resource_spec()})
         self.store.record_domain(self.domain)  # the domain travels with its trials

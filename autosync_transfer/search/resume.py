@@ -18,6 +18,7 @@ from autosync_transfer.strategies.types import Strategy
 
 if TYPE_CHECKING:
     from autosync_transfer.domains.domain import Domain
+    from autosync_transfer.runtime.trial import Protocol
     from autosync_transfer.search.config import SearchConfig
 
 __all__ = ["RESUMABLE", "check_resumable", "load_run", "record_prefix", "run_meta",
@@ -89,13 +90,21 @@ def load_run(domain: Domain, store: TrialStore | str | Path, name: str, budget: 
 
 
 def check_resumable(store: TrialStore, name: str, prefix: str, config: SearchConfig, *,
-                    warm: bool, warm_source: str | None, warm_version: str | None) -> None:
+                    warm: bool, warm_source: str | None, warm_version: str | None,
+                    launcher: str | None = None, protocol: Protocol | None = None) -> None:
     """A stored run continues only with the settings it was started with (the budget and the
-    number of confirmations aside) and, warm, from the same registered version (else the same
-    source): one line naming the first difference, else nothing."""
+    number of confirmations aside), measured as it was (the same ``launcher`` and warm-up,
+    timed iterations and timeout of ``protocol``) and, warm, from the same registered version
+    (else the same source): one line naming the first difference, else nothing."""
+    from autosync_transfer.dataset.collect import check_same_measurement
+
     meta = run_meta(store, name)
     stored = meta.get("config")
-    if not isinstance(stored, dict) or not any(r.id.startswith(prefix) for r in store.records()):
+    mine = [r for r in store.records() if r.id.startswith(prefix)]
+    if launcher is not None and protocol is not None:
+        check_same_measurement(mine, protocol=protocol, launcher=launcher,
+                               where=f"store {str(store.path)!r} holds a {name} run that")
+    if not isinstance(stored, dict) or not mine:
         return
     current = config.model_dump(mode="json")
     for key in sorted(set(stored) & set(current) - RESUMABLE):

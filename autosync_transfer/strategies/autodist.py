@@ -522,10 +522,7 @@ def write_autodist_file(
     strategy: Strategy, cluster: Cluster, path: str | Path, graph: ModelGraph | None = None
 ) -> Path:
     """Write ``strategy`` as an AutoDist strategy file; returns the path written."""
-    p = Path(path)
+    from autosync_transfer._files import atomic_write
+
     payload = strategy_to_autodist(strategy, cluster, graph=graph)
-    try:
-        p.write_bytes(payload)
-    except OSError as e:
-        raise SpecError(f"{_PREFIX}cannot write {str(p)!r}: {e.strerror}") from e
-    return p
+    return atomic_write(path, payload, "AutoDist strategy file")

@@ -2,7 +2,8 @@
 (:mod:`autosync_transfer.strategies.knobs`), told every measured runtime.
 
 The study lives in an Optuna journal beside the store (``<store>.tpe.journal``, one study per run,
-named after the run), so that a killed search resumes from the study itself: trials it had asked
+named after the run; written under an exclusive ``flock`` on the journal itself, a torn last line
+cut off at the start, a complete malformed line an error naming it), so that a killed search resumes from the study itself: trials it had asked
 for but never measured are marked failed, and one measured but not yet told is told from the
 store. A store written before the journal, with TPE's knob assignments in the side file
 ``<store>.knobs.jsonl``, is read once into a new study.
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from autosync_transfer._files import FileLock, complete_lines, cut_torn_tail
 from autosync_transfer.errors import ConfigError, NotFittedError
 from autosync_transfer.search.proposers.base import Proposer, uniform_knobs
 from autosync_transfer.strategies.types import Strategy
@@ -32,6 +34,8 @@ __all__ = ["TPEProposer", "journal_path", "legacy_knobs_path"]
 
 #: user attribute of a study's trial: the id of the strategy it was measured as
 STRATEGY_ID = "strategy_id"
+#: the journal, as errors name it
+JOURNAL = "TPE journal"
 
 
 def journal_path(store_path: str | Path) -> Path:
@@ -80,8 +84,10 @@ class TPEProposer(Proposer):
                      else optuna.distributions.IntDistribution(k.low, k.high)) for k in KNOBS}
         path = journal_path(store.path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        _drop_torn_line(path)
-        storage = JournalStorage(JournalFileBackend(str(path)))
+        lock = FileLock(path, JOURNAL)  # the journal's own flock, like the store's
+        with lock as fd:
+            _check_journal(fd, path)
+        storage = JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
         known = any(s.study_name == run for s in storage.get_all_studies())
         sampler = optuna.samplers.TPESampler(seed=self.seed,
                                              n_startup_trials=self.n_startup_trials)
@@ -131,12 +137,16 @@ class TPEProposer(Proposer):
         if not side.exists():
             return
         knobs: dict[str, dict[str, Any]] = {}
-        for line in side.read_text().splitlines():
+        lines, _ = complete_lines(side, "TPE knobs file")  # a torn last line is left out
+        for no, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
             try:
                 row = json.loads(line)
                 knobs[row["strategy_id"]] = row["params"]
             except (ValueError, KeyError, TypeError):
-                continue  # a torn last line
+                raise ConfigError(f"TPE knobs file {str(side)!r}: line {no} is not a knob "
+                                  f"assignment; move it away or use another store") from None
         penalty = progress.failure_penalty_s
         for r in progress.trials:
             params = knobs.get(r.strategy_id)
@@ -214,14 +224,18 @@ def _value(record: TrialRecord, penalty: float) -> float:
     return float(record.median_s) if record.status == "ok" and record.median_s else penalty
 
 
-def _drop_torn_line(path: Path) -> None:
-    """Cut a journal's last line when a killed writer left it without its newline (the journal
-    would not read past it once more lines follow)."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    with open(path, "rb+") as f:
-        f.seek(-1, os.SEEK_END)
-        if f.read(1) == b"\n":
-            return
-        f.seek(0)
-        f.truncate(f.read().rfind(b"\n") + 1)
+def _check_journal(fd: int, path: Path) -> None:
+    """Under the journal's lock: cut a last line a killed writer left without its newline (the
+    journal would not read past it once more lines follow); a complete line that is not JSON is
+    a :class:`ConfigError` naming it (never deleted)."""
+    cut_torn_tail(fd)
+    data = os.pread(fd, os.fstat(fd).st_size, 0)
+    for no, line in enumerate(data.split(b"\n")[:-1], 1):
+        if not line.strip():
+            continue
+        try:
+            json.loads(line)
+        except ValueError:
+            raise ConfigError(f"{JOURNAL} {str(path)!r}: line {no} is not a journal entry; move "
+                              f"the journal away (the study starts afresh) or use another "
+                              f"store") from None
