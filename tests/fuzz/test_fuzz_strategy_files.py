@@ -118,3 +118,33 @@ def test_special_paths(path: str, validate: bool) -> None:
         argv = ("strategies", "validate", DOMAIN, path) if validate else \
             ("strategies", "show", path)
         check(run_cli(*argv), "strategy JSON", written=files(d) - before)
+
+
+@fuzz(60)
+@given(st.lists(st.one_of(st.just("GOOD"), st.just("torch_ddp"), json_values().map(json.dumps),
+                          st.text(max_size=40)), max_size=4),
+       st.sampled_from(["utf-8", "latin-1-garbage", "nested"]))
+def test_strategies_jsonl(lines: list, how: str) -> None:
+    """The strategies file of a torchrun collection (``worker --strategies``), as the library
+    reads it on every rank: a ConfigError naming the line, or the lines to measure."""
+    from fuzz_harness import CASES
+
+    from autosync_transfer.domains.catalog import get_domain
+    from autosync_transfer.dataset.torchrun import read_strategies
+    from autosync_transfer.errors import ConfigError
+
+    good = json.dumps(_good()[0])
+    text = "\n".join(good if ln == "GOOD" else ln for ln in lines)
+    raw = text.encode("utf-8", "surrogatepass")
+    if how == "latin-1-garbage":
+        raw += b"\n\xff\xfe"
+    elif how == "nested":
+        raw += b"\n" + b"[" * 10_000
+    CASES["strategies JSONL"] += 1
+    with workdir() as d:
+        path = d / "s.jsonl"
+        path.write_bytes(raw)
+        try:
+            read_strategies(path, get_domain(DOMAIN))
+        except ConfigError as e:
+            assert "\n" not in str(e)
