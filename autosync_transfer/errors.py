@@ -82,6 +82,20 @@ def interrupt_exit_code(exc: BaseException) -> int:
     return exc.exit_code if isinstance(exc, Interrupted) else 130
 
 
+def _shown(value: object) -> str:
+    """``repr(value)`` for an error line; containers by type, a huge number by its size."""
+    if isinstance(value, (dict, list, tuple, set, frozenset)):
+        return type(value).__name__
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 192:
+        return f"a {value.bit_length()}-bit integer"
+    if isinstance(value, (str, bytes)) and len(value) > 60:
+        value = value[:60]
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails is still named by its type
+        return type(value).__name__
+
+
 def format_pydantic_error(exc: Exception, what: str = "") -> str:
     """Turn a pydantic ``ValidationError`` into one line naming the field and the value."""
     errors = getattr(exc, "errors", None)
@@ -92,7 +106,7 @@ def format_pydantic_error(exc: Exception, what: str = "") -> str:
         loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         value = err.get("input")
-        shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+        shown = _shown(value)
         if len(shown) > 60:
             shown = shown[:57] + "..."
         parts.append(f"{loc}: {msg} (got {shown})" if loc else f"{msg} (got {shown})")

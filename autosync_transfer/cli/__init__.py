@@ -31,6 +31,17 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug",
+                               help="Print the traceback of an unexpected error (also "
+                                    "AUTOSYNC_DEBUG=1)."),
+) -> None:
+    """Read by main(): an error raised before any callback runs still honours it."""
+
+
 app.add_typer(domains.app, name="domains")
 app.add_typer(clusters.app, name="clusters")
 app.add_typer(strategies.app, name="strategies")
@@ -52,7 +63,9 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: user mistakes become one red line and exit code 2.
 
     Library errors (:class:`AutosyncError`) and click's usage errors (a missing argument, a value
-    outside an option's choices, ...) are printed here as one line, never a traceback.
+    outside an option's choices, ...) are printed here as one line, never a traceback. Any other
+    exception is a bug (the parsers turn bad input into an :class:`AutosyncError`); it is still
+    one line and exit code 2, unless ``--debug`` (or ``AUTOSYNC_DEBUG=1``) asks for the traceback.
     """
     from autosync_transfer.cli._params import click_exceptions
     from autosync_transfer.errors import AutosyncError, interrupt_exit_code
@@ -84,6 +97,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(interrupt_exit_code(e))
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as e:  # the net under the parsers: a bug, said in one line
+        if _debug(sys.argv[1:] if argv is None else argv):
+            raise
+        _error_line(f"unexpected {type(e).__name__}: {_shorten(str(e))} "
+                    f"(run with --debug for the traceback)")
+        sys.exit(2)
     finally:
         restore()
     if received and code == 130:  # typer turns the KeyboardInterrupt into exit code 130
@@ -91,6 +110,27 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(128 + received[0])
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _debug(argv: list[str]) -> bool:
+    """Whether the command line (before its command word) or ``AUTOSYNC_DEBUG`` asks for
+    tracebacks."""
+    import os
+
+    if os.environ.get("AUTOSYNC_DEBUG", "").strip().lower() in ("1", "true", "yes"):
+        return True
+    for tok in argv:
+        if not tok.startswith("-"):
+            return False
+        if tok == "--debug":
+            return True
+    return False
+
+
+def _shorten(text: str, limit: int = 300) -> str:
+    """``text`` on one line, at most ``limit`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _interrupt_on_signals(received: list[int]) -> Any:
@@ -133,9 +173,15 @@ def _usage_message(e: Any) -> str:
         found = errors()
         if found and "input" in found[0]:
             return choice_error(choices, _param_name(param), found[0]["input"])
+    given = ""
+    if callable(errors):  # the value that was refused, as given (a long one cut short)
+        found = errors()
+        if found and isinstance(found[0].get("input"), str):
+            value = found[0]["input"]
+            given = f", got {value[:40]!r}" + ("..." if len(value) > 40 else "")
     ctx = getattr(e, "ctx", None)
     hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-    return f"{e.format_message()}{hint}"
+    return f"{e.format_message()}{given}{hint}"
 
 
 def _param_name(param: Any) -> str:
@@ -150,5 +196,5 @@ def _error_line(message: str) -> None:
 
     from autosync_transfer.cli._common import err
 
-    line = " ".join(message.split())
+    line = _shorten(message, 2000)
     err().print(f"[bold red]error:[/bold red] {escape(line)}", markup=True, highlight=False)

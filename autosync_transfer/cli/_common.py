@@ -87,11 +87,12 @@ def load_strategy(path: str, domain=None):  # noqa: ANN001, ANN201 - Strategy
     if domain is not None:
         from pathlib import Path
 
+        from autosync_transfer.domains.parsing import MAX_JSON_BYTES, read_bounded
         from autosync_transfer.errors import SpecError
         from autosync_transfer.strategies.types import looks_like_json
 
         try:
-            raw = Path(path).read_bytes()
+            raw = read_bounded(Path(path), MAX_JSON_BYTES, "strategy file")
         except OSError as e:
             raise SpecError(f"cannot read strategy file {path!r}: {e.strerror}") from e
         if not looks_like_json(raw):
@@ -120,12 +121,13 @@ def fmt_count(n: float) -> str:
 
 
 def cluster_table(cluster):  # noqa: ANN001, ANN201 - Cluster -> rich Table
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table()
     for col in ("node", "address", "workers", "device", "NIC Gbit/s", "latency ms", "chief"):
         table.add_column(col)
     for n in cluster.nodes:
-        table.add_row(n.name, n.address, str(n.workers), n.device, f"{n.bandwidth_gbps:g}",
+        table.add_row(escape(n.name), escape(n.address), str(n.workers), n.device, f"{n.bandwidth_gbps:g}",
                       f"{n.latency_ms:g}", "yes" if n.chief else "")
     return table

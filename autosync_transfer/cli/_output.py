@@ -61,9 +61,10 @@ def strategy_summary(strategy, domain=None) -> dict:  # noqa: ANN001
 
 def strategy_table(rows: list[dict], title: str):  # noqa: ANN201 - rich Table
     """A table of :func:`strategy_summary` rows."""
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=escape(title))
     cols = ["id", "kind", "partitioned", "ps_items", "ar_items", "servers", "ar_groups",
             "compressors"]
     if rows and "estimated_sync_s" in rows[0]:
@@ -75,7 +76,7 @@ def strategy_table(rows: list[dict], title: str):  # noqa: ANN201 - rich Table
         vals = [str(r[c]) if c != "compressors" else comp for c in cols]
         if "estimated_sync_s" in cols:
             vals[-1] = f"{r['estimated_sync_s']:.4f}"
-        table.add_row(*vals)
+        table.add_row(*map(escape, vals))
     return table
 
 

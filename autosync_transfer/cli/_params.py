@@ -30,7 +30,8 @@ __all__ = [
     "click_exceptions", "Command", "renamed", "deprecated_aliases", "data_option", "store_option", "json_option",
     "cluster_file_option", "model_option", "MODEL_HELP", "warmup_option", "iters_option",
     "timeout_option", "protocol",
-    "PROTOCOL_HELP_DEFAULTS", "LIBRARY_PARAMETERS", "in_flags",
+    "PROTOCOL_HELP_DEFAULTS", "LIBRARY_PARAMETERS", "in_flags", "NumericBounds",
+    "NUMERIC_BOUNDS",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -39,6 +40,51 @@ _ALIASES_ATTR = "__deprecated_options__"
 
 #: the library's Protocol() defaults as the help texts state them (a test keeps them equal)
 PROTOCOL_HELP_DEFAULTS: dict[str, float] = {"warmup": 10, "iters": 40, "timeout_s": 300.0}
+
+
+class NumericBounds:
+    """The bounds every numeric option of every command keeps, besides its own ``min``/``max``:
+    a float is finite; an integer is at most ``max_int`` unless its parameter is named in
+    ``int_max``, a float at most ``float_max[name]`` where named. One place, so that no count,
+    budget or seed reaches the library as ``inf``, ``nan`` or a thousand-digit number."""
+
+    def __init__(self, max_int: int, int_max: dict[str, int], float_max: dict[str, float]):
+        self.max_int, self.int_max, self.float_max = max_int, dict(int_max), dict(float_max)
+
+    def check(self, name: str, value: Any) -> str | None:
+        """The rule ``value`` of parameter ``name`` breaks, or None."""
+        import math
+
+        if isinstance(value, bool) or value is None:
+            return None
+        if isinstance(value, int):
+            top = self.int_max.get(name, self.max_int)
+            if value > top:
+                return f"must be <= {top}"
+            if value < -top:
+                return f"must be >= {-top}"
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                return "must be a finite number"
+            top_f = self.float_max.get(name)
+            if top_f is not None and value > top_f:
+                return f"must be <= {top_f:g}"
+        return None
+
+
+#: seeds fit numpy's and torch's generators; counts, budgets, candidates, iterations at most a
+#: million; a trial's watchdog at most a week; the diversity weight at most 100
+NUMERIC_BOUNDS = NumericBounds(
+    max_int=10**6,
+    int_max={"seed": 2**32 - 1, "port": 65535, "seeds": 1000, "epochs": 100_000},
+    float_max={"timeout_s": 7 * 24 * 3600.0, "timeout": 7 * 24 * 3600.0, "diversity": 100.0},
+)
+
+
+def _shown(value: Any) -> str:
+    """``value`` as an error line shows it (a thousand-digit number cut short)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def click_exceptions() -> Any:
@@ -122,7 +168,20 @@ class Command(TyperCommand):
         aliases = deprecated_aliases(self)
         if aliases and not ctx.resilient_parsing:
             args = self._rename(aliases, args, ctx)
-        return super().parse_args(ctx, args)
+        rest = super().parse_args(ctx, args)
+        if not ctx.resilient_parsing:
+            self._check_numbers(ctx)
+        return rest
+
+    def _check_numbers(self, ctx: Any) -> None:
+        """Every numeric value within :data:`NUMERIC_BOUNDS` (a usage error naming the option)."""
+        for p in self.params:
+            value = ctx.params.get(p.name)
+            rule = NUMERIC_BOUNDS.check(str(p.name), value)
+            if rule is not None:
+                name = max(p.opts, key=len) if p.param_type_name == "option" and p.opts \
+                    else str(p.name).upper()
+                raise click_exceptions().UsageError(f"{name} {rule}, got {_shown(value)}", ctx)
 
     def _rename(self, aliases: dict[str, str], args: list[str], ctx: Any = None) -> list[str]:
         """``args`` with old option names replaced by the new ones (values left alone)."""

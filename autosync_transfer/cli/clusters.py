@@ -97,7 +97,9 @@ def show(
         print_json(data)
         return
 
-    out().print(f"[bold]{cluster.name}[/bold]: {cluster.description}  "
+    from rich.markup import escape
+
+    out().print(f"[bold]{escape(cluster.name)}[/bold]: {escape(cluster.description)}  "
                 f"({cluster.num_nodes} nodes, {cluster.world_size} workers, fingerprint "
                 f"{cluster.fingerprint})")
     out().print(cluster_table(cluster))

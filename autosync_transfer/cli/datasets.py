@@ -59,13 +59,15 @@ def list_cmd(
     if not rows:
         out().print(f"no trials in {where}", markup=False, highlight=False)
         return
-    table = Table(title=f"trial datasets in {where}", box=box.SIMPLE_HEAD)
+    from rich.markup import escape
+
+    table = Table(title=escape(f"trial datasets in {where}"), box=box.SIMPLE_HEAD)
     table.add_column("domain", no_wrap=True)
     for col in ("ok", "failed", "timeout", "strategies", "refs", "median s", "best s", "worst s",
                 "spread"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(r["domain"], str(r["ok"]), str(r["failed"]), str(r["timeout"]),
+        table.add_row(escape(str(r["domain"])), str(r["ok"]), str(r["failed"]), str(r["timeout"]),
                       str(r["strategies"]), str(r["references"]), _s(r["median_s"]),
                       _s(r["best_s"]), _s(r["worst_s"]),
                       f"{_s(r['spread'], 2)}x" if r["spread"] is not None else "-")
@@ -94,9 +96,11 @@ def show(
     if json_out:
         print_json(info)
         return
+    from rich.markup import escape
+
     con = out()
     c = info["counts"]
-    con.print(f"[bold]{domain}[/bold]: {info['trials']} trials (ok {c['ok']}, failed "
+    con.print(f"[bold]{escape(domain)}[/bold]: {info['trials']} trials (ok {c['ok']}, failed "
               f"{c['failed']}, timeout {c['timeout']}), {info['strategies']} strategies measured, "
               f"{info['references']} reference re-measurements", highlight=False)
     con.print(f"model {', '.join(info['models'])}; cluster {', '.join(info['clusters'])} "
@@ -115,7 +119,8 @@ def show(
         table.add_column("median s", justify="right")
         table.add_column("measurements", justify="right")
         for i, r in enumerate(info["fastest"], 1):
-            table.add_row(str(i), r["strategy_id"], r["kind"], _s(r["median_s"]),
+            table.add_row(str(i), escape(str(r["strategy_id"])), escape(str(r["kind"])),
+                          _s(r["median_s"]),
                           str(r["measurements"]))
         _print_table(table)
     noise = info["reference_noise"]

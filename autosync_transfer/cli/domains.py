@@ -88,19 +88,22 @@ def show(
         return
     from rich.table import Table
 
+    from rich.markup import escape
+
     con = out()
-    con.print(f"[bold]{domain.name}[/bold]  (fingerprint {domain.fingerprint})")
-    con.print(f"model [bold]{model.name}[/bold]: {model.description}")
+    con.print(f"[bold]{escape(domain.name)}[/bold]  (fingerprint {domain.fingerprint})")
+    con.print(f"model [bold]{escape(model.name)}[/bold]: {escape(model.description)}")
     cfg = ", ".join(f"{k}={v}" for k, v in model.config.items() if k not in ("parameters", "bytes"))
     if cfg:
-        con.print(f"  config: {cfg}")
+        con.print(f"  config: {cfg}", markup=False)
     con.print(
         f"  {fmt_count(model.num_parameters)} parameters ({model.num_parameters:,}), "
         f"{fmt_bytes(model.nbytes)} of gradients per step, {len(model.variables)} variables "
         f"({len(model.sparse_variables)} sparse), per-worker batch {model.batch_size} x seq "
         f"{model.seq_len}"
     )
-    con.print(f"cluster [bold]{cluster.name}[/bold]: {cluster.description or '(from file)'}")
+    con.print(f"cluster [bold]{escape(cluster.name)}[/bold]: "
+              f"{escape(cluster.description or '(from file)')}")
     con.print(cluster_table(cluster))
     if variables:
         vt = Table(title="variables (forward order)")

@@ -194,7 +194,9 @@ def run(
         print_json(rec.model_dump())
         return
     if not res.ok:
-        out().print(f"[red]{res.status}[/red]: {res.error}")
+        from rich.markup import escape
+
+        out().print(f"[red]{res.status}[/red]: {escape(str(res.error))}")
         raise typer.Exit(1)
     ts = res.iteration_times_s
     cv = statistics.pstdev(ts) / statistics.mean(ts) if len(ts) > 1 else 0.0

@@ -254,7 +254,10 @@ def registry_show(
     from rich.table import Table
 
     con = out()
-    con.print(f"[bold]{info['name']}[/bold]: {info['description']}", highlight=False)
+    from rich.markup import escape
+
+    con.print(f"[bold]{escape(str(info['name']))}[/bold]: {escape(str(info['description']))}",
+              highlight=False)
     table = Table(box=box.SIMPLE_HEAD)
     for col in ("version", "aliases", "ranker", "trials", "seed", "source", *TABLE_METRICS, "run"):
         table.add_column(col, no_wrap=True)

@@ -124,7 +124,8 @@ def validate_cmd(
         print_json({"valid": True, "strategy": strategy.id, "variables": len(strategy.nodes),
                     "domain": domain.name})
         return
-    out().print(f"valid: {strategy.id} ({len(strategy.nodes)} variables) on {domain.name}")
+    out().print(f"valid: {strategy.id} ({len(strategy.nodes)} variables) on {domain.name}",
+                markup=False, highlight=False)
 
 
 @app.command("show", cls=Command)

@@ -21,7 +21,6 @@ duplicate. Record ids are ``autosync/<model>/<cluster>/<ID>``, so importing agai
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,6 +29,8 @@ from typing import Any
 
 from autosync_transfer.dataset.store import TrialRecord, TrialStore
 from autosync_transfer.domains.cluster import Cluster
+from autosync_transfer.domains.parsing import (MAX_JSON_BYTES, MAX_YAML_BYTES, load_json,
+                                                load_yaml, read_bounded)
 from autosync_transfer.errors import SpecError
 from autosync_transfer.strategies.autodist import strategy_from_autodist
 
@@ -118,17 +119,15 @@ def _folder_spec(folder: Path) -> Path | None:
 def _read_runtime(path: Path) -> tuple[float, list[float]]:
     """(average, per-iteration times) of one runtime file."""
     try:
-        text = path.read_text()
+        text = read_bounded(path, MAX_YAML_BYTES, "runtime file").decode()
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"cannot read runtime file {str(path)!r}: {e}") from e
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        import yaml
-
+        data = load_json(text, "runtime file")
+    except SpecError:
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
+            data = load_yaml(text, "runtime file")
+        except SpecError as e:
             raise SpecError(f"runtime file {str(path)!r} is neither JSON nor YAML") from e
     if not isinstance(data, dict) or "average" not in data:
         raise SpecError(f"runtime file {str(path)!r} has no 'average'")
@@ -189,7 +188,8 @@ def import_autosync(
                 report._skip("bad_spec", f"{where}: {cluster}")
                 continue
             try:
-                strategy = strategy_from_autodist(strategy_file.read_bytes(), cluster)
+                raw = read_bounded(strategy_file, MAX_JSON_BYTES, "strategy file")
+                strategy = strategy_from_autodist(raw, cluster)
             except (SpecError, OSError) as e:
                 report._skip("bad_strategy", f"{where}: {e}")
                 continue
@@ -231,9 +231,11 @@ def _load_spec(
     path: Path, name: str, cache: dict[tuple[str, str], Cluster | SpecError]
 ) -> Cluster | SpecError:
     try:
-        text = path.read_text()
+        text = read_bounded(path, MAX_YAML_BYTES, "resource spec").decode()
     except (OSError, UnicodeDecodeError) as e:
         return SpecError(f"cannot read resource spec {str(path)!r}: {e}")
+    except SpecError as e:
+        return e
     key = (name, text)
     if key not in cache:  # v2 keeps a copy of the same spec next to every sample
         try:

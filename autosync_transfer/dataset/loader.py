@@ -78,14 +78,39 @@ def dataset_files(paths_or_dir: PathLike | Sequence[PathLike] | None = None) -> 
     files: list[Path] = []
     for t in targets:
         if t.is_dir():
-            found = [p for p in t.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".parquet")
-                     and not p.name.startswith(".")]
-            files.extend(sorted(found))
+            files.extend(_trial_files_under(t))
         elif t.is_file():
             files.append(t)
         else:
             raise SpecError(f"no trial dataset at {str(t)!r} (no such file or folder)")
     return files
+
+
+#: the most entries a folder of trial data may hold (so that ``--data /`` is an error, not a
+#: walk of the whole disk)
+MAX_FOLDER_ENTRIES = 100_000
+
+
+def _trial_files_under(folder: Path) -> list[Path]:
+    """The ``*.jsonl`` and ``*.parquet`` files below ``folder`` (not hidden), sorted."""
+
+    def refuse(e: OSError) -> None:
+        raise SpecError(f"cannot read the trial data folder {str(folder)!r}: "
+                        f"{e.strerror} ({e.filename})") from e
+
+    found: list[Path] = []
+    seen = 0
+    for root, dirs, names in os.walk(folder, onerror=refuse):
+        seen += len(dirs) + len(names)
+        if seen > MAX_FOLDER_ENTRIES:
+            raise SpecError(f"{str(folder)!r} holds more than {MAX_FOLDER_ENTRIES} files and "
+                            f"folders; give the folder of the trial data")
+        dirs.sort()
+        for name in names:
+            p = Path(root) / name
+            if p.suffix in (".jsonl", ".parquet") and not name.startswith(".") and p.is_file():
+                found.append(p)
+    return sorted(found)
 
 
 def _read_file(path: Path) -> pandas.DataFrame:
@@ -99,7 +124,9 @@ def _read_file(path: Path) -> pandas.DataFrame:
         missing = [c for c in columns if c not in table.column_names and c not in _ADDED_COLUMNS]
         if missing:
             raise SpecError(f"{str(path)!r} is not a trial table: no column {missing[0]!r}")
-        df = table.select([c for c in columns if c in table.column_names]).to_pandas()
+        table = _checked_table(table.select([c for c in columns if c in table.column_names]),
+                               path)
+        df = table.to_pandas()
         for c, default in _ADDED_COLUMNS.items():  # written by an older schema version
             if c not in df.columns:
                 df[c] = default
@@ -111,6 +138,38 @@ def _read_file(path: Path) -> pandas.DataFrame:
         df = TrialStore(path).to_pandas()
     df["source"] = str(path)
     return df
+
+
+def _checked_table(table: Any, path: Path) -> Any:
+    """``table`` with the trial table's column types, every row a valid
+    :class:`TrialRecord`; else a :class:`SpecError` naming the column or row."""
+    pa = require("pyarrow")
+    from pydantic import ValidationError
+
+    from autosync_transfer.dataset.store import arrow_schema
+    from autosync_transfer.errors import format_pydantic_error
+
+    schema = arrow_schema()
+    for name in table.column_names:
+        want = schema.field(name).type
+        if table.schema.field(name).type != want:
+            try:
+                column = table.column(name).cast(want)
+            except (pa.ArrowException, ValueError, TypeError) as e:
+                got = str(table.schema.field(name).type)
+                got = got if len(got) <= 40 else got[:37] + "..."
+                raise SpecError(f"{str(path)!r} is not a trial table: column {name!r} is "
+                                f"{got}, not {want}") from e
+            table = table.set_column(table.column_names.index(name), name, column)
+    for i, row in enumerate(table.to_pylist()):
+        try:
+            TrialRecord.from_row({**_ADDED_COLUMNS, **row})
+        except ValidationError as e:
+            raise SpecError(f"{str(path)!r} row {i}: {format_pydantic_error(e, 'trial')}") from e
+        except (ValueError, TypeError, RecursionError) as e:  # a JSON column that is not JSON
+            raise SpecError(f"{str(path)!r} row {i}: a JSON column does not hold JSON "
+                            f"({' '.join(str(e).split())[:100]})") from e
+    return table
 
 
 def _disturbed(machine: object) -> bool:

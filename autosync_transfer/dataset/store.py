@@ -713,7 +713,7 @@ def _parse_line(raw: bytes) -> dict[str, Any] | None:
     (an incomplete or malformed line)."""
     try:
         obj = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, a 5000-digit number, nested
         return None
     return obj if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
 

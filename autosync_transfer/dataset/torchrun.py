@@ -31,30 +31,33 @@ def read_strategies(path: str | Path, domain: Domain, done: set[str] | frozenset
     """The lines of ``path`` (strategies as JSON, or ``torch_ddp``) whose record id
     (``<domain>/<strategy id>``) is not in ``done``, each checked against ``domain``. A
     :class:`ConfigError` names the first bad line."""
+    from autosync_transfer.domains.parsing import MAX_JSON_BYTES, read_bounded
     from autosync_transfer.strategies.validate import validate
 
     todo = []
     try:
-        f = open(path)  # noqa: SIM115 - closed below
+        text = read_bounded(path, MAX_JSON_BYTES, "strategies file").decode()
     except OSError as e:
         raise ConfigError(f"strategies file {str(path)!r}: {e.strerror}") from e
-    with f:
-        for no, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            if line == TORCH_DDP:
-                sid = TORCH_DDP
-            else:
-                try:
-                    strategy = Strategy.from_json(line)
-                    validate(strategy, domain)
-                except (ValueError, StrategyValidationError) as e:
-                    why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                    raise ConfigError(f"strategies file {str(path)!r} line {no}: {why}") from None
-                sid = strategy.id
-            if f"{domain.name}/{sid}" not in done:
-                todo.append(line)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"strategies file {str(path)!r} is not UTF-8 text ({e.reason} at byte "
+                          f"{e.start})") from e
+    for no, line in enumerate(text.split("\n"), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if line == TORCH_DDP:
+            sid = TORCH_DDP
+        else:
+            try:
+                strategy = Strategy.from_json(line)
+                validate(strategy, domain)
+            except (ValueError, StrategyValidationError) as e:
+                why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ConfigError(f"strategies file {str(path)!r} line {no}: {why}") from None
+            sid = strategy.id
+        if f"{domain.name}/{sid}" not in done:
+            todo.append(line)
     return todo
 
 

@@ -131,12 +131,15 @@ def resolve_domain(name: str, cluster_file: str | None = None) -> Domain:
         return get_domain(name)
     from autosync_transfer.errors import ConfigError
 
+    from autosync_transfer.domains.parsing import is_safe_name
+
     cluster = Cluster.from_file(cluster_file)
-    if "-" in cluster.name or cluster.name in CLUSTERS:
+    if not is_safe_name(cluster.name) or cluster.name in CLUSTERS:
         raise ConfigError(
             f"cluster_file {cluster_file!r}: the cluster is named after the file ({cluster.name!r}), "
-            f"which must not contain '-' nor be a catalog cluster ({', '.join(CLUSTERS)}); "
-            f"rename the file or set a top-level 'name:'"
+            f"which must not contain '-' nor be a catalog cluster ({', '.join(CLUSTERS)}), and "
+            f"must be 1-64 letters, digits, '_' or '.'; rename the file or set a top-level "
+            f"'name:'"
         )
     model_name = name
     if name not in model_names():

@@ -13,7 +13,14 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from autosync_transfer.errors import SpecError, UnknownNameError, format_pydantic_error
 
-__all__ = ["Cluster", "Node", "ResourceSpec", "ResourceSpecNode", "SSHConfig"]
+__all__ = ["Cluster", "Node", "ResourceSpec", "ResourceSpecNode", "SSHConfig", "MAX_NODES",
+           "MAX_WORKERS_PER_NODE", "ADDRESS_PATTERN"]
+
+#: the most nodes a cluster has, and worker processes (devices) a node has
+MAX_NODES = 4096
+MAX_WORKERS_PER_NODE = 1024
+#: a host name, IPv4 or IPv6 address (with an optional ``%zone``)
+ADDRESS_PATTERN = r"^[A-Za-z0-9_.:%-]+$"
 
 
 class SSHConfig(BaseModel):
@@ -37,9 +44,9 @@ class Node(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    address: str = Field(min_length=1)
-    workers: int = Field(ge=1)
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    address: str = Field(min_length=1, max_length=255, pattern=ADDRESS_PATTERN)
+    workers: int = Field(ge=1, le=MAX_WORKERS_PER_NODE)
     device: Literal["gpu", "cpu"] = "cpu"
     bandwidth_gbps: float = Field(gt=0, allow_inf_nan=False)
     latency_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
@@ -57,7 +64,7 @@ class Cluster(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(min_length=1)
-    nodes: tuple[Node, ...]
+    nodes: tuple[Node, ...] = Field(max_length=MAX_NODES)
     ssh: dict[str, SSHConfig] = Field(default_factory=dict)
     description: str = ""
 
@@ -202,27 +209,32 @@ class Cluster(BaseModel):
 
     @classmethod
     def from_yaml(cls, text: str, name: str = "custom") -> Cluster:
-        import yaml
+        """Parse resource-spec YAML (nesting, aliases and size bounded: :func:`.parsing.load_yaml`)."""
+        from autosync_transfer.domains.parsing import load_yaml
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            first = str(e).replace("\n", " ")
-            raise SpecError(f"resource spec is not valid YAML: {first}") from e
-        return cls.from_resource_spec(data, name=name)
+        return cls.from_resource_spec(load_yaml(text, "resource spec"), name=name)
 
     @classmethod
     def from_file(cls, path: str | Path) -> Cluster:
+        """Read a resource-spec YAML file (a regular file of at most 4 MiB); the cluster is
+        named after the file unless the spec sets ``name:``."""
+        from autosync_transfer.domains.parsing import MAX_YAML_BYTES, read_bounded
+
         p = Path(path)
         try:
-            text = p.read_text()
+            raw = read_bounded(p, MAX_YAML_BYTES, "resource spec")
+            text = raw.decode("utf-8-sig")
         except OSError as e:
             raise SpecError(f"cannot read resource spec {str(p)!r}: {e.strerror}") from e
+        except UnicodeDecodeError as e:
+            raise SpecError(f"resource spec {str(p)!r} is not UTF-8 text ({e.reason} at byte "
+                            f"{e.start})") from e
         return cls.from_yaml(text, name=p.stem)
 
 
 # -- the AutoDist resource-spec file, as written -----------------------------------------------
-_DeviceIndices = Annotated[list[Annotated[int, Field(strict=True, ge=0)]], Field(strict=True)]
+_DeviceIndices = Annotated[list[Annotated[int, Field(strict=True, ge=0, lt=1 << 16)]],
+                           Field(strict=True, max_length=MAX_WORKERS_PER_NODE)]
 
 
 class ResourceSpecNode(BaseModel):
@@ -234,7 +246,7 @@ class ResourceSpecNode(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", coerce_numbers_to_str=True)
 
-    address: str = Field(min_length=1)
+    address: str = Field(min_length=1, max_length=255, pattern=ADDRESS_PATTERN)
     name: str | None = None
     gpus: _DeviceIndices | None = None
     cpus: _DeviceIndices | None = None
@@ -257,7 +269,7 @@ class ResourceSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    nodes: list[ResourceSpecNode] = Field(min_length=1, strict=True)
+    nodes: list[ResourceSpecNode] = Field(min_length=1, max_length=MAX_NODES, strict=True)
     ssh: dict[str, SSHConfig] | None = None
     name: str | None = None
 
@@ -276,6 +288,11 @@ _RULES: dict[str | tuple[str, str], str] = {
     "": "must be a mapping with a 'nodes' list",
     "nodes": "'nodes' must be a non-empty list",
     "address": "missing field 'address'",
+    ("address", "string_pattern_mismatch"): "'address' must be a host name or IP address",
+    ("address", "string_too_long"): "'address' must be a host name or IP address",
+    ("gpus", "too_long"): f"'gpus' lists more than {MAX_WORKERS_PER_NODE} devices",
+    ("cpus", "too_long"): f"'cpus' lists more than {MAX_WORKERS_PER_NODE} devices",
+    ("nodes", "too_long"): f"'nodes' lists more than {MAX_NODES} nodes",
     "gpus": "'gpus' must be a list of device indices",
     "cpus": "'cpus' must be a list of device indices",
     "chief": "'chief' must be true/false",

@@ -228,9 +228,11 @@ class Workload(BaseModel):
 
     def domain(self, cluster: Cluster) -> Domain:
         """The domain ``<name>-<cluster>`` of this workload on ``cluster``."""
-        if "-" in cluster.name:
-            raise ConfigError(f"cluster name must not contain '-' (it ends a domain name), "
-                              f"got {cluster.name!r}")
+        from autosync_transfer.domains.parsing import is_safe_name
+
+        if not is_safe_name(cluster.name):
+            raise ConfigError(f"cluster name must not contain '-' (it ends a domain name) and "
+                              f"must be 1-64 letters, digits, '_' or '.', got {cluster.name!r}")
         return Domain(name=f"{self.name}-{cluster.name}", model=self.graph(), cluster=cluster)
 
 

@@ -507,9 +507,11 @@ def strategy_from_autodist(data: bytes, cluster: Cluster | None = None) -> Strat
 # ================================================================================================
 def read_autodist_file(path: str | Path, cluster: Cluster | None = None) -> Strategy:
     """Read an AutoDist strategy file (serialized protobuf, as in the AutoSync dataset)."""
+    from autosync_transfer.domains.parsing import MAX_JSON_BYTES, read_bounded
+
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        raw = read_bounded(p, MAX_JSON_BYTES, f"{_PREFIX}file")
     except OSError as e:
         raise SpecError(f"{_PREFIX}cannot read {str(p)!r}: {e.strerror}") from e
     try:

@@ -156,11 +156,9 @@ class Strategy(BaseModel):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Strategy:
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise SpecError(f"strategy is not valid JSON: {e}") from e
-        return cls.from_dict(data)
+        from autosync_transfer.domains.parsing import load_json
+
+        return cls.from_dict(load_json(text, "strategy"))
 
     @classmethod
     def from_dict(cls, data: object) -> Strategy:
@@ -173,9 +171,11 @@ class Strategy(BaseModel):
 
     @classmethod
     def from_file(cls, path: str | Path) -> Strategy:
+        from autosync_transfer.domains.parsing import MAX_JSON_BYTES, read_bounded
+
         p = Path(path)
         try:
-            raw = p.read_bytes()
+            raw = read_bounded(p, MAX_JSON_BYTES, "strategy file")
         except OSError as e:
             raise SpecError(f"cannot read strategy file {str(p)!r}: {e.strerror}") from e
         raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark

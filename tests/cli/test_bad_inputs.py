@@ -287,3 +287,47 @@ def test_usage_errors_exit_2_without_traceback(cli, argv):
     res = cli(*argv)
     assert res.code == 2, (res.code, res.err)
     assert "Traceback" not in res.err + res.out
+
+
+def test_cluster_name_that_would_be_a_path(cli, tmp_path):
+    spec = tmp_path / "lab.yml"
+    spec.write_text("name: ../../x\nnodes: [{address: 10.0.0.1, cpus: [0]}]")
+    res = cli("strategies", "sample", "bert-3l", "--cluster-file", str(spec), "-n", "1")
+    assert_one_line_error(res, "1-64 letters, digits, '_' or '.'")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (("strategies", "sample", DOMAIN, "-n", "9" * 30), "--count must be <= 1000000"),
+    (("strategies", "sample", DOMAIN, "-n", "2", "--seed", str(2**32)), "--seed must be <="),
+    (("run", DOMAIN, "-s", "ps", "--timeout", "inf"), "--timeout must be a finite number"),
+    (("search", DOMAIN, "--diversity", "inf"), "--diversity must be a finite number"),
+    (("strategies", "sample", DOMAIN, "-n", "1e3"), "got '1e3'"),
+], ids=["huge-count", "huge-seed", "inf-timeout", "inf-diversity", "float-count"])
+def test_numbers_are_finite_and_bounded(cli, argv, needle):
+    assert_one_line_error(cli(*argv), needle)
+
+
+def test_markup_in_a_strategy_id_is_printed_as_is(cli, tmp_path, good_strategy):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({**good_strategy, "id": "[/][red]x"}))
+    res = cli("strategies", "show", str(path))
+    assert res.code == 0, res.err
+    assert "[/][red]x" in res.out
+
+
+def test_unexpected_errors_are_one_line_unless_debug(cli, monkeypatch):
+    """A bug (any exception that is not a user mistake) is one line and exit 2; --debug or
+    AUTOSYNC_DEBUG=1 gives the traceback."""
+    import autosync_transfer.domains.catalog as catalog
+
+    def broken(name):  # noqa: ANN001, ANN202 - stands in for a bug in a parser
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(catalog, "get_cluster", broken)
+    res = cli("clusters", "show", "Z")
+    assert_one_line_error(res, "unexpected RuntimeError: boom second line (run with --debug")
+    with pytest.raises(RuntimeError, match="boom"):
+        cli("--debug", "clusters", "show", "Z")
+    monkeypatch.setenv("AUTOSYNC_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        cli("clusters", "show", "Z")

@@ -75,6 +75,9 @@ def surface() -> dict[str, Any]:
     def walk(cmd: Any, path: list[str]) -> None:
         subs = getattr(cmd, "commands", None)
         if subs is not None:
+            if not path:  # the options before the command word (--debug)
+                found["(global)"] = {"hidden": False, "deprecated_aliases": {},
+                                     "params": [_param(p) for p in cmd.params]}
             for name in sorted(subs):
                 walk(subs[name], [*path, name])
             return
