@@ -6,9 +6,10 @@ results file, which rank 0 of the torchrun workers (``autosync-transfer worker -
 append-only: a pool opened again finds the results of jobs measured meanwhile, and the workers
 skip jobs that already have a result. :data:`STOP` at the end of the queue ends the workers.
 
-Queue lines: ``{"record_id", "strategy", "warmup", "iters"}`` (``strategy`` a strategy object
-or :data:`~autosync_transfer.strategies.TORCH_DDP`); result lines: ``{"record_id", "status",
-"iteration_times_s", "wall_s", "error"}``.
+Queue lines: ``{"record_id", "strategy", "warmup", "iters", "fidelity_steps"}`` (``strategy`` a
+strategy object or :data:`~autosync_transfer.strategies.TORCH_DDP`); result lines:
+``{"record_id", "status", "iteration_times_s", "wall_s", "error", "fidelity"}`` (``fidelity``
+absent in rows of older workers).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.runtime.launch import TorchrunLauncher
-from autosync_transfer.runtime.trial import Protocol, TrialPool, TrialResult
+from autosync_transfer.runtime.trial import Protocol, TrialPool, TrialResult, fidelity_of
 from autosync_transfer.strategies.types import TORCH_DDP
 
 if TYPE_CHECKING:
@@ -112,7 +113,8 @@ class TorchrunPool(TrialPool):
         if record_id not in self._seen:
             job = {"record_id": record_id,
                    "strategy": TORCH_DDP if strategy is None else json.loads(strategy.to_json()),
-                   "warmup": proto.warmup, "iters": proto.iters}
+                   "warmup": proto.warmup, "iters": proto.iters,
+                   "fidelity_steps": proto.fidelity_steps}
             self._append(json.dumps(job))
         deadline = time.monotonic() + self.wait_s
         while record_id not in self._seen:
@@ -127,7 +129,8 @@ class TorchrunPool(TrialPool):
         status = row.get("status", "failed")
         return TrialResult(status if status in ("ok", "failed", "timeout") else "failed",
                            [float(t) for t in row.get("iteration_times_s", [])],
-                           error=str(row.get("error", "")), wall_s=float(row.get("wall_s", 0.0)))
+                           error=str(row.get("error", "")), wall_s=float(row.get("wall_s", 0.0)),
+                           fidelity=fidelity_of(row.get("fidelity")))
 
     def close(self) -> None:
         """End the workers' job (they exit after the jobs before it)."""
