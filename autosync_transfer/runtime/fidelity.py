@@ -28,13 +28,49 @@ import torch.distributed as dist
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.runtime.accuracy import GradientFidelity
 
-__all__ = ["probe_fidelity", "compare_gradients", "DEFAULT_FIDELITY_STEPS"]
+__all__ = ["probe_fidelity", "compare_gradients", "DEFAULT_FIDELITY_STEPS", "compressors",
+           "unchecked_lossy"]
 
 #: probed steps per trial of a lossy strategy (``Protocol.fidelity_steps``)
 DEFAULT_FIDELITY_STEPS = 3
 
 #: significant digits kept of each per-variable error (trial records stay small)
 _DIGITS = 4
+
+
+def compressors(strategy: Any) -> list[str]:
+    """The compressors ``strategy`` uses (``powersgd rank r``; sorted; empty when lossless)."""
+    from autosync_transfer.strategies.types import AllReduce
+
+    found: set[str] = set()
+    for node in strategy.nodes:
+        syncs = ([node.synchronizer] if node.partition is None
+                 else list(node.partition.synchronizers))
+        for s in syncs:
+            if isinstance(s, AllReduce) and s.compressor != "none":
+                found.add(s.compressor if s.compressor != "powersgd"
+                          else f"powersgd rank {s.powersgd_rank}")
+    return sorted(found)
+
+
+def unchecked_lossy(strategy: Any, check: Any = None) -> str | None:
+    """One line of warning when ``strategy`` is lossy and ``check`` (a
+    :class:`~autosync_transfer.runtime.accuracy.ConvergenceCheck`) is not a passed check of it;
+    ``None`` otherwise (a lossless strategy, or a passed check of this strategy)."""
+    found = compressors(strategy)
+    if not found:
+        return None
+    if check is not None and check.strategy_id == strategy.id and check.passed:
+        return None
+    what = f"strategy {strategy.id!r} is lossy ({', '.join(found)})"
+    if check is None:
+        why = "and has no convergence check"
+    elif check.strategy_id != strategy.id:
+        why = f"and the convergence check given is of another strategy ({check.strategy_id!r})"
+    else:
+        why = f"and its {check.summary()}"
+    return (f"{what} {why}: its averaged gradients differ from exact synchronization, so "
+            f"training may need more steps or reach a worse loss")
 
 
 def _round(x: float) -> float:

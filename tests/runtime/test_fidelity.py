@@ -149,3 +149,68 @@ def test_probe_needs_a_step(steps):
 
     with pytest.raises(ConfigError, match="steps must be >= 1, got 0"):
         probe_fidelity(object(), lambda k: None, steps)
+
+
+def _check(sid: str, passed: bool):  # noqa: ANN202
+    from autosync_transfer.runtime.accuracy import ConvergenceCheck
+
+    return ConvergenceCheck(strategy_id=sid, steps=50, target_loss=1.0,
+                            steps_to_target=30 if passed else None, exact_steps_to_target=29,
+                            final_loss=0.5 if passed else 1.4, exact_final_loss=0.5,
+                            step_ratio=30 / 29 if passed else float("inf"),
+                            final_gap=0.0 if passed else 1.8, passed=passed)
+
+
+def _warning_worker(rank: int, world: int, cases: list[tuple[str, str | None, bool]]
+                    ) -> list[list[str]]:
+    """For each (strategy, check of which strategy, passed): the warnings DistributedModel logs
+    on this rank while it sets up and trains one step."""
+    import logging
+
+    from autosync_transfer.runtime.ddp import DistributedModel
+
+    strategies = {s.id: s for s in [*LOSSLESS, FP16, POWERSGD_ALL]}
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(logging.WARNING)
+    logging.getLogger("autosync_transfer").addHandler(handler)
+    cluster = _cluster([1, 1])
+    out = []
+    for sid, checked, passed in cases:
+        records.clear()
+        check = _check(checked, passed) if checked else None
+        torch.manual_seed(0)
+        model = DistributedModel(TinyNet(), strategies[sid], cluster, graph=_dense_graph(),
+                                 convergence_check=check)
+        model(*tiny_batches(1, world)[0][rank]).backward()
+        model.close()
+        out.append([r.getMessage() for r in records])
+    return out
+
+
+def test_distributed_model_warns_on_an_unchecked_lossy_strategy():
+    cases = [("ar", None, False), ("fp16", None, False), ("fp16", "fp16", True),
+             ("psgd1-all", "psgd1-all", False), ("psgd1-all", "fp16", True)]
+    per_rank = spawn_local(_warning_worker, 2, cases, timeout_s=240)
+    rank0, rank1 = per_rank
+    assert all(not w for w in rank1)  # rank zero only
+    lossless, unchecked, checked, failed, other = rank0
+    assert lossless == [] and checked == []
+    assert len(unchecked) == 1 and "'fp16' is lossy (fp16)" in unchecked[0]
+    assert "no convergence check" in unchecked[0]
+    assert "powersgd rank 1" in failed[0] and "convergence check failed" in failed[0]
+    assert "another strategy ('fp16')" in other[0]
+
+
+def test_lightning_strategy_takes_the_check():
+    from autosync_transfer.errors import ConfigError
+    from autosync_transfer.runtime.lightning import AutoSyncStrategy
+
+    check = _check("fp16", True)
+    assert AutoSyncStrategy(FP16, convergence_check=check).convergence_check is check
+    with pytest.raises(ConfigError, match="convergence_check must be a ConvergenceCheck"):
+        AutoSyncStrategy(FP16, convergence_check={"passed": True})
