@@ -41,23 +41,33 @@ def _check(sid: str, passed: bool) -> ConvergenceCheck:
 def lossy_search(tmp_path_factory):  # noqa: ANN201
     """A search on real trial workers where the lossy strategies win on time (their measured
     times divided by 10: a slow network on which compression pays), so that the unchecked
-    choice is lossy; the workers probe every lossy trial's gradient fidelity."""
+    choice is lossy; its first pick is PowerSGD rank 1 on every dense variable, the strategy
+    that damages training. The workers probe every lossy trial's gradient fidelity."""
+    from autosync_transfer.search.proposers.random import RandomProposer
+
     d = _domain()
     store = tmp_path_factory.mktemp("search") / "run.jsonl"
-    # PowerSGD rank 1 on every dense variable: the strategy that damages training
-    psgd = build("all_reduce", d, compressor="powersgd", powersgd_rank=1)
+    psgd = build("all_reduce", d, compressor="powersgd",
+                 powersgd_rank=1).model_copy(update={"id": "all_reduce+psgd1"})
     cfg = SearchConfig(method="random", budget=2, per_round=2, candidates=20, seed=3, confirm=0,
                        preset="dataset")
+
+    class PowerSGDFirst(RandomProposer):
+        def propose(self, round_no, k, measured, history, parents=()):  # noqa: ANN001, ANN201
+            rest = super().propose(round_no, k - 1, measured, history, parents)
+            return [psgd, *rest] if round_no == 0 else rest
+
     with WorkerPool(d, "local", QUICK) as pool:
         def measure(strategy, record_id):  # noqa: ANN001, ANN202
-            if strategy is not None and record_id.endswith("/reference/all_reduce+fp16"):
-                strategy = psgd.model_copy(update={"id": "all_reduce+psgd1"})
             res = pool.run(strategy)
             if res.ok and strategy is not None and not is_lossless(strategy):
-                res = replace(res, iteration_times_s=[t / 10 for t in res.iteration_times_s])
+                scale = 100 if strategy.id == psgd.id else 10
+                res = replace(res, iteration_times_s=[t / scale for t in res.iteration_times_s])
             return res, {}
 
-        result = Searcher(d, store, cfg, launcher="local", protocol=QUICK).run(measure)
+        result = Searcher(d, store, cfg, proposer=PowerSGDFirst(d, cfg), launcher="local",
+                          protocol=QUICK).run(measure)
+    assert result.best.id == psgd.id
     return d, result
 
 
@@ -68,7 +78,8 @@ def test_an_unchecked_lossy_pick_is_refused_at_export(lossy_search):
     assert choice.strategy is not None and is_lossless(choice.strategy), choice
     assert not choice.error
     refused = {e.strategy_id.split(" ")[0]: e for e in choice.excluded}
-    assert result.chosen.id in refused
+    assert result.chosen.id in refused and choice.source in ("search", result.summary[
+        "best_builder"])
     # the damaging strategy: the probe measured how far its gradients are, and the reason says so
     psgd = refused["all_reduce+psgd1"]
     assert "powersgd rank 1" in psgd.reason and "no convergence check" in psgd.reason
