@@ -3,7 +3,8 @@
 :func:`probe_fidelity` runs ``steps`` training steps on every rank with a
 :class:`~autosync_transfer.runtime.executor.StrategyExecutor`. In each, backward runs with
 synchronization held back (the executor's ``no_sync`` mode), so every rank holds its local
-gradient; a copy of it is averaged exactly with one plain ``all_reduce`` (sum, then divided by
+gradient; a copy of it (of the variables a compressed all-reduce synchronizes; the others are
+synchronized exactly) is averaged exactly with one plain ``all_reduce`` (sum, then divided by
 the world size, in float32 or wider), then the executor synchronizes the very same local
 gradients as the strategy says (compressors, error feedback, parameter servers, shards, sparse
 rows) and the two averages are compared per variable and over all variables
@@ -79,15 +80,22 @@ def _round(x: float) -> float:
 
 def compare_gradients(synced: dict[str, torch.Tensor], exact: dict[str, torch.Tensor]
                       ) -> tuple[float, float, dict[str, float]]:
-    """``(rel_error, cosine, per_variable)`` of ``synced`` against ``exact`` (same names and
-    shapes): ``||g - g_exact|| / ||g_exact||`` over all variables, their cosine, and each
-    variable's relative error. A variable whose exact average is zero counts its error relative
-    to the whole gradient's norm (0 when it is zero too). All zeros on both sides: 0 and 1."""
+    """``(rel_error, cosine, per_variable)`` of ``synced`` against ``exact`` (same shapes):
+    ``||g - g_exact|| / ||g_exact||`` over all variables, their cosine, and each variable's
+    relative error. A variable of ``synced`` missing from ``exact`` is exact (its synchronizer is
+    lossless: no error, its norm counts in the total). A variable whose exact average is zero
+    counts its error relative to the whole gradient's norm (0 when it is zero too). All zeros on
+    both sides: 0 and 1."""
     diff_sq = dot = s_sq = e_sq = 0.0
     per: dict[str, tuple[float, float]] = {}
-    for name, e in exact.items():
-        g = synced[name].detach().to(e.dtype).reshape(-1)
-        e = e.reshape(-1)
+    for name, g in synced.items():
+        if name not in exact:
+            n2 = float(torch.sum(g.detach().to(torch.float32) ** 2))
+            per[name] = (0.0, n2)
+            e_sq, s_sq, dot = e_sq + n2, s_sq + n2, dot + n2
+            continue
+        e = exact[name].reshape(-1)
+        g = g.detach().to(e.dtype).reshape(-1)
         d = float(torch.sum((g - e) ** 2))
         en = float(torch.sum(e * e))
         per[name] = (d, en)
@@ -113,20 +121,29 @@ def compare_gradients(synced: dict[str, torch.Tensor], exact: dict[str, torch.Te
 
 
 def probe_fidelity(executor: Any, backward: Callable[[int], None], steps: int, *,
-                   step: Callable[[], None] | None = None, first: int = 0) -> GradientFidelity:
+                   step: Callable[[], None] | None = None, first: int = 0,
+                   every_variable: bool = False) -> GradientFidelity:
     """Probe ``steps`` steps (collective: every rank calls it with the same ``steps``).
 
     ``executor``: a set-up :class:`~autosync_transfer.runtime.executor.StrategyExecutor`
     (not ``deferred``, nothing in flight); ``backward(k)`` zeroes the gradients and runs the
     forward and backward of batch ``k`` (``first``, ``first + 1``, ...) on this rank's module;
-    ``step()`` the optimizer step after each probed step (none: the weights stay)."""
+    ``step()`` the optimizer step after each probed step (none: the weights stay).
+
+    Only the variables a compressed all-reduce synchronizes (in whole or in part) are averaged
+    again exactly: the others' synchronization is exact (the executor's parity tests), so their
+    averaged gradient is their exact average and enters the totals as such, without a second
+    all-reduce of, say, a whole embedding table. ``every_variable=True`` averages every variable
+    again (a check of the lossless synchronizers too)."""
     if steps < 1:
         raise ConfigError(f"steps must be >= 1, got {steps}")
     if executor.in_flight or executor.deferred:
         raise ConfigError("the executor must be idle (nothing in flight, not deferred) to probe")
     world = dist.get_world_size()
     group = executor.groups.ar
-    names = list(executor.plan.var_tasks)
+    every = list(executor.plan.var_tasks)
+    lossy = {p.var for b in executor.plan.buckets if b.compressor != "none" for p in b.pieces}
+    names = every if every_variable else [n for n in every if n in lossy]
     params = executor.params
     worst_rel, worst_cos = 0.0, 1.0
     worst_per: dict[str, float] = {}
@@ -137,18 +154,20 @@ def probe_fidelity(executor: Any, backward: Callable[[int], None], steps: int, *
             backward(first + k)
             local = [params[n].grad if params[n].grad is not None else torch.zeros_like(params[n])
                      for n in names]
-            dtype = torch.promote_types(torch.float32, local[0].dtype) if local else torch.float32
-            flat = torch.cat([g.detach().reshape(-1).to(dtype) for g in local])
-            dist.all_reduce(flat, group=group)  # the exact sum; nothing else is in flight
-            flat.div_(world)
-            exact, off = {}, 0
-            for n, g in zip(names, local):
-                exact[n] = flat[off:off + g.numel()].view(g.shape)
-                off += g.numel()
+            exact: dict[str, torch.Tensor] = {}
+            if local:
+                dtype = torch.promote_types(torch.float32, local[0].dtype)
+                flat = torch.cat([g.detach().reshape(-1).to(dtype) for g in local])
+                dist.all_reduce(flat, group=group)  # the exact sum; nothing else is in flight
+                flat.div_(world)
+                off = 0
+                for n, g in zip(names, local):
+                    exact[n] = flat[off:off + g.numel()].view(g.shape)
+                    off += g.numel()
             executor.sync_enabled = True
             executor.finish()  # the strategy averages the same local gradients
             synced = {n: (params[n].grad if params[n].grad is not None
-                          else torch.zeros_like(params[n])) for n in names}
+                          else torch.zeros_like(params[n])) for n in every}
             rel, cos, per = compare_gradients(synced, exact)
             worst_rel, worst_cos = max(worst_rel, rel), min(worst_cos, cos)
             for n, v in per.items():
