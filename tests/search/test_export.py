@@ -29,6 +29,21 @@ def _domain() -> Domain:
     return Domain(name="ncf-x2x1", model=get_model("ncf"), cluster=cluster)
 
 
+SPEC = """nodes:
+  - address: 10.66.0.1
+    cpus: [0]
+    network_bandwidth: 1
+    chief: true
+  - address: 10.66.0.2
+    cpus: [0]
+    network_bandwidth: 1
+"""
+#: the search's settings, as flags of ``search`` (the CLI continues the stored run)
+SEARCH_FLAGS = ["--launcher", "local", "--method", "random", "--budget", "2", "-k", "2",
+                "--candidates", "20", "--seed", "3", "--confirm", "0", "--preset", "dataset",
+                "--no-log", "--max-foreign-cpu", "1"]
+
+
 def _check(sid: str, passed: bool) -> ConvergenceCheck:
     return ConvergenceCheck(strategy_id=sid, steps=100, target_loss=0.5,
                             steps_to_target=60 if passed else None, exact_steps_to_target=58,
@@ -45,8 +60,12 @@ def lossy_search(tmp_path_factory):  # noqa: ANN201
     that damages training. The workers probe every lossy trial's gradient fidelity."""
     from autosync_transfer.search.proposers.random import RandomProposer
 
-    d = _domain()
-    store = tmp_path_factory.mktemp("search") / "run.jsonl"
+    from autosync_transfer.cli._common import resolve_domain
+
+    folder = tmp_path_factory.mktemp("search")
+    (folder / "spec.yml").write_text(SPEC)
+    d = resolve_domain("ncf", str(folder / "spec.yml"))  # the domain the CLI resolves
+    store = folder / "run.jsonl"
     psgd = build("all_reduce", d, compressor="powersgd",
                  powersgd_rank=1).model_copy(update={"id": "all_reduce+psgd1"})
     cfg = SearchConfig(method="random", budget=2, per_round=2, candidates=20, seed=3, confirm=0,
@@ -68,11 +87,11 @@ def lossy_search(tmp_path_factory):  # noqa: ANN201
         result = Searcher(d, store, cfg, proposer=PowerSGDFirst(d, cfg), launcher="local",
                           protocol=QUICK).run(measure)
     assert result.best.id == psgd.id
-    return d, result
+    return d, result, folder
 
 
 def test_an_unchecked_lossy_pick_is_refused_at_export(lossy_search):
-    d, result = lossy_search
+    d, result, _ = lossy_search
     assert result.chosen is not None and not is_lossless(result.chosen)  # the unchecked pick
     choice = search_choice(result, d)
     assert choice.strategy is not None and is_lossless(choice.strategy), choice
@@ -87,7 +106,7 @@ def test_an_unchecked_lossy_pick_is_refused_at_export(lossy_search):
 
 
 def test_a_passed_check_or_allow_lossy_exports_it(lossy_search):
-    d, result = lossy_search
+    d, result, _ = lossy_search
     lossy = result.chosen
     passed = search_choice(result, d, {lossy.id: _check(lossy.id, True)})
     assert passed.strategy == lossy and passed.source == result.chosen_from
@@ -127,3 +146,28 @@ def test_recommend_passes_over_lossy_candidates():
         assert anything.id == choice.excluded[0].strategy_id
     else:
         assert anything == choice.strategy
+
+
+def test_search_cli_export_refuses_unless_allowed(lossy_search, tmp_path: Path, cli) -> None:  # noqa: ANN001
+    """``search --export-json`` (continuing the stored run: nothing left to measure) exports the
+    lossless choice and names what it passed over; ``--allow-lossy`` exports the lossy pick."""
+    import json
+
+    from autosync_transfer.strategies.types import Strategy
+
+    d, result, folder = lossy_search
+    base = ["search", "ncf", "--cluster-file", str(folder / "spec.yml"), *SEARCH_FLAGS,
+            "--store", str(folder / "run.jsonl")]
+    safe = tmp_path / "safe.json"
+    res = cli(*base, "--export-json", str(safe))
+    assert res.code == 0, res.err
+    exported = Strategy.from_json(safe.read_text())
+    assert is_lossless(exported) and exported.id != result.chosen.id
+    assert f"not chosen      {result.chosen.id}" in res.out and "no convergence check" in res.out
+    assert f"chosen          {exported.id}" in res.out
+    lossy = tmp_path / "lossy.json"
+    res = cli(*base, "--allow-lossy", "--json", "--export-json", str(lossy))
+    assert res.code == 0, res.err
+    summary = json.loads(res.out)
+    assert summary["chosen_strategy"] == result.chosen.id and summary["excluded"] == []
+    assert Strategy.from_json(lossy.read_text()).id == result.chosen.id
