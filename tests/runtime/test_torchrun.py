@@ -137,8 +137,7 @@ def test_torchrun_measures_a_workload_spec(tmp_path: Path):
     gpt = Path(__file__).resolve().parents[2] / "examples" / "workloads" / "tiny_gpt.py"
     domain = load_workload(str(gpt)).domain(Cluster.from_file(spec))
     strategies = tmp_path / "s.jsonl"
-    strategies.write_text(build("ps_lb", domain).to_json() + "\ntorch_ddp\n"
-                          + build("ddp", domain, compressor="fp16").to_json() + "\n")
+    strategies.write_text(build("ps_lb", domain).to_json() + "\ntorch_ddp\n")
     store = tmp_path / "out.jsonl"
     torchrun = Path(sys.executable).with_name("torchrun")
     argv = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "autosync_transfer", "worker",
