@@ -118,10 +118,12 @@ def show(
         table.add_column("kind")
         table.add_column("median s", justify="right")
         table.add_column("measurements", justify="right")
+        table.add_column("grad error", justify="right")
         for i, r in enumerate(info["fastest"], 1):
+            err = r.get("fidelity_rel_error")
             table.add_row(str(i), escape(str(r["strategy_id"])), escape(str(r["kind"])),
-                          _s(r["median_s"]),
-                          str(r["measurements"]))
+                          _s(r["median_s"]), str(r["measurements"]),
+                          "-" if err is None else f"{err:.2%}")
         _print_table(table)
     noise = info["reference_noise"]
     if noise:

@@ -13,6 +13,9 @@ from autosync_transfer.cli._params import (cluster_file_option, data_option, ite
                                            timeout_option, warmup_option)
 
 _CONTINUED = ", or the stored run's when continuing one"
+_ALLOW_LOSSY_HELP = ("Export / recommend a lossy strategy (fp16, fp16_ef or PowerSGD compression) "
+                     "even without a passed convergence check; default: the best lossless or "
+                     "checked one instead.")
 
 
 def _fmt(v: Any, spec: str = ".2f", suffix: str = "") -> str:
@@ -47,6 +50,7 @@ def search(
     log: bool = typer.Option(True, "--log/--no-log", help="Log the run to MLflow and register the final simulator."),
     export_json: Optional[str] = typer.Option(None, "--export-json", metavar="PATH", help="Write the strategy to use as JSON: the fastest of the best found, the best builder and the best fp16 reference (by the confirmation when there is one)."),
     export_autodist: Optional[str] = typer.Option(None, "--export-autodist", metavar="PATH", help="Write the strategy to use (as --export-json) as an AutoDist strategy file."),
+    allow_lossy: bool = typer.Option(False, "--allow-lossy", help=_ALLOW_LOSSY_HELP),
     cluster_file: Optional[str] = cluster_file_option(),
     model: Optional[str] = model_option(),
     json_out: bool = json_option("Print the summary as JSON."),
@@ -91,11 +95,12 @@ def search(
         err().print(f"start the trial workers on every node (node 0 runs this search):\n"
                     f"  {searcher.torchrun_command(cluster_file)}")
     result = _run_with_progress(searcher, f"search {domain.name} {name}", budget)
+    from autosync_transfer.search.export import search_choice
+
+    choice = search_choice(result, domain, allow_lossy=allow_lossy)
     # the strategy to use is written first: a failure to log below does not lose it
-    if result.chosen is not None:
-        export_strategy(result.chosen, domain, export_json, export_autodist)
-    elif export_json or export_autodist:
-        err().print("no strategy measured ok: nothing exported")
+    if choice.strategy is not None:
+        export_strategy(choice.strategy, domain, export_json, export_autodist)
     version = failure = None
     if log:
         try:
@@ -104,13 +109,16 @@ def search(
         except AutosyncError as e:  # the measurements are in the store: report them first
             failure = e
     if json_out:
-        _print_search_json(result, domain.name, name, path, version)
+        _print_search_json(result, domain.name, name, path, version, choice)
     else:
-        _print_search(result, domain.name, name, path, version,
+        _print_search(result, domain.name, name, path, version, choice,
                       exported=bool(export_json or export_autodist))
     if failure is not None:
         raise ConfigError(f"{failure}; the search's trials are kept in {str(path)!r}: run the "
                           f"same command again to log it (nothing is measured twice)")
+    if choice.strategy is None and (export_json or export_autodist):
+        raise ConfigError(f"{choice.error}; nothing exported"
+                          + ("; pass --allow-lossy to export it anyway" if choice.excluded else ""))
 
 
 def _search_protocol(path, domain: str, name: str, warmup: int | None,  # noqa: ANN001, ANN202
@@ -186,18 +194,21 @@ def _log_search(result, domain, name: str, config, path, per_round: int,  # noqa
     return version
 
 
-def _print_search_json(result, domain: str, name: str, path, version) -> None:  # noqa: ANN001
+def _print_search_json(result, domain: str, name: str, path, version,  # noqa: ANN001
+                       choice) -> None:  # noqa: ANN001
     from autosync_transfer.cli._common import print_json
 
     print_json({"domain": domain, "run": name, "store": str(path),
                 "best_strategy": result.best.id if result.best else None,
-                "chosen_strategy": result.chosen.id if result.chosen else None,
-                "chosen_from": result.chosen_from,
+                "chosen_strategy": choice.strategy.id if choice.strategy else None,
+                "chosen_from": choice.source,
+                "excluded": [{"strategy": e.strategy_id, "reason": e.reason}
+                             for e in choice.excluded],
                 "registered_version": version.version if version else None,
                 **dict(result.summary)})
 
 
-def _print_search(result, domain: str, name: str, path, version,  # noqa: ANN001
+def _print_search(result, domain: str, name: str, path, version, choice,  # noqa: ANN001
                   exported: bool) -> None:
     from autosync_transfer.cli._common import out
 
@@ -216,9 +227,12 @@ def _print_search(result, domain: str, name: str, path, version,  # noqa: ANN001
         if c.get("fp16_builder_s"):
             con.print(f"  vs fp16 builder {c['fp16_builder_s'] * 1000:.1f} ms ({c['fp16_builder']}, "
                       f"confirmed the same way)  -> speed-up {c['speedup_vs_fp16_builder']:.2f}x")
-    if result.chosen is not None:
-        where = "the best found" if result.chosen_from == "search" else f"reference {result.chosen_from}"
-        con.print(f"  chosen          {result.chosen.id} ({where}{', exported' if exported else ''})")
+    for e in choice.excluded:
+        con.print(f"  not chosen      {e.line()}", markup=False, highlight=False)
+    if choice.strategy is not None:
+        where = "the best found" if choice.source == "search" else f"reference {choice.source}"
+        con.print(f"  chosen          {choice.strategy.id} ({where}{', exported' if exported else ''})",
+                  markup=False, highlight=False)
     con.print(f"  torch DDP       {_fmt(s['ddp_s'] and s['ddp_s'] * 1000, '.1f', ' ms')}"
               f"  -> speed-up {_fmt(s['speedup_vs_ddp'], '.2f', 'x')}")
     con.print(f"  trials to 1.1x / 1.2x / 1.3x over the best builder: {_fmt(s['trials_to_1.1x'], 'd')}"
@@ -239,6 +253,7 @@ def recommend(
     preset: SamplerPreset = typer.Option(SamplerPreset.dataset, "--preset", help="Sampler preset of the candidates."),
     export_json: Optional[str] = typer.Option(None, "--export-json", metavar="PATH", help="Write the strategy as JSON."),
     export_autodist: Optional[str] = typer.Option(None, "--export-autodist", metavar="PATH", help="Write the strategy as an AutoDist strategy file."),
+    allow_lossy: bool = typer.Option(False, "--allow-lossy", help=_ALLOW_LOSSY_HELP),
     cluster_file: Optional[str] = cluster_file_option(),
     model: Optional[str] = model_option(),
     json_out: bool = json_option("Print the strategy as JSON."),
@@ -249,7 +264,8 @@ def recommend(
     from autosync_transfer.cli._common import out, resolve_target
     from autosync_transfer.cli._output import (check_out, export_strategy, strategy_summary,
                                                strategy_table)
-    from autosync_transfer.search.recommend import recommend as do_recommend
+    from autosync_transfer.errors import ConfigError
+    from autosync_transfer.search.recommend import recommend_checked
 
     check_out(export_json, "--export-json")
     check_out(export_autodist, "--export-autodist")
@@ -264,8 +280,11 @@ def recommend(
         from autosync_transfer.registry.flavor import load_simulator
 
         sim = load_simulator(simulator)
-    best = do_recommend(domain.model, domain.cluster, sim, candidates=candidates, seed=seed,
-                        preset=preset.value)
+    choice = recommend_checked(domain.model, domain.cluster, sim, candidates=candidates,
+                               seed=seed, preset=preset.value, allow_lossy=allow_lossy)
+    best = choice.strategy
+    if best is None:
+        raise ConfigError(choice.error)
     export_strategy(best, domain, export_json, export_autodist)
     if json_out:
         sys.stdout.write(best.to_json(indent=2) + "\n")
@@ -273,3 +292,11 @@ def recommend(
     out().print(strategy_table([strategy_summary(best, domain)],
                                f"recommended for {domain.name} by "
                                f"{simulator or 'the analytical cost model'}"))
+    if choice.excluded:
+        from autosync_transfer.cli._common import err
+
+        shown = "; ".join(e.line() for e in choice.excluded[:3])
+        more = f" and {len(choice.excluded) - 3} more" if len(choice.excluded) > 3 else ""
+        err().print(f"passed over {len(choice.excluded)} lossy candidates ranked faster "
+                    f"without a passed convergence check ({shown}{more}); --allow-lossy "
+                    f"recommends them", markup=False, highlight=False)

@@ -89,7 +89,7 @@ def _run(domain_name, cluster_file, model, strategies, store, follow, results, w
         harness = torchrun_harness(domain, workload, seed=seed)
         try:
             follow_queue(harness, strategies, results, warmup=warmup, iters=iters,
-                         timeout_s=timeout_s,
+                         timeout_s=timeout_s, fidelity_steps=proto.fidelity_steps,
                          on_result=lambda row: _say(f"{row['record_id']}: {row['status']}"))
         finally:
             harness.close()

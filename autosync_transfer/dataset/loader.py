@@ -3,8 +3,11 @@
 The default location is :func:`autosync_transfer.paths.datasets_dir`: ``$AUTOSYNC_DATASETS``,
 else the checkout's ``datasets/`` folder, else the datasets shipped in the installed package.
 Tables have the columns of :meth:`~autosync_transfer.dataset.store.TrialRecord.to_row` plus
-``source`` (the file a row came from); ``strategy``, ``protocol`` and ``machine`` are JSON
-strings.
+``source`` (the file a row came from); ``strategy``, ``protocol``, ``machine`` and ``fidelity``
+are JSON strings. The per-strategy tables (:func:`strategy_runtimes`, :func:`strategy_table`) add
+``fidelity_rel_error`` and ``fidelity_cosine``: the worst gradient-fidelity probe of the
+strategy's trials (largest relative error, smallest cosine; NaN for a lossless strategy and for
+trials measured before the probe existed).
 
 A domain that is not in the catalog (a user's workload, a cluster file) is rebuilt from the
 metadata of the stores that hold its trials (:func:`store_domains`, :func:`find_domain`): the
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DATASETS_ENV",
+    "FIDELITY_COLUMNS",
     "STATUSES",
     "default_datasets_dir",
     "dataset_files",
@@ -57,7 +61,22 @@ STATUSES: tuple[str, ...] = ("ok", "failed", "timeout")
 PathLike = str | os.PathLike[str]
 
 #: columns added after schema version 1, with the value of a record that predates them
-_ADDED_COLUMNS: dict[str, Any] = {"supersedes": None}
+_ADDED_COLUMNS: dict[str, Any] = {"supersedes": None, "fidelity": None}
+
+#: the gradient-fidelity columns of :func:`strategy_runtimes` and :func:`strategy_table`
+FIDELITY_COLUMNS: tuple[str, ...] = ("fidelity_rel_error", "fidelity_cosine")
+
+
+def _fidelity_figures(value: object) -> tuple[float, float]:
+    """``(rel_error, cosine)`` of a trial's ``fidelity`` (a dict or its JSON; NaN when absent)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    if not isinstance(value, dict):
+        return math.nan, math.nan
+    return float(value.get("rel_error", math.nan)), float(value.get("cosine", math.nan))
 
 
 def default_datasets_dir() -> Path:
@@ -268,14 +287,19 @@ def load_trials(
 def strategy_runtimes(df: pandas.DataFrame) -> pandas.DataFrame:
     """One row per (domain, strategy_id) over the ok trials of ``df``: ``strategy_kind``,
     ``median_s`` (median of the trials' medians), ``measurements``, ``references`` (how many are
-    drift-reference re-measurements), ``min_s``/``max_s`` and ``strategy`` (JSON or None);
-    fastest first within each domain."""
+    drift-reference re-measurements), ``min_s``/``max_s``, ``strategy`` (JSON or None) and the
+    worst gradient fidelity of its trials (``fidelity_rel_error``, ``fidelity_cosine``; NaN when
+    none was probed); fastest first within each domain."""
     pd = require("pandas")
     cols = ["domain", "strategy_id", "strategy_kind", "median_s", "measurements", "references",
-            "min_s", "max_s", "strategy"]
+            "min_s", "max_s", "strategy", *FIDELITY_COLUMNS]
     ok = df[(df["status"] == "ok") & df["median_s"].notna()] if len(df) else df
     if not len(ok):
         return pd.DataFrame(columns=cols)
+    figures = [_fidelity_figures(v) for v in
+               (ok["fidelity"] if "fidelity" in ok.columns else [None] * len(ok))]
+    ok = ok.assign(fidelity_rel_error=[f[0] for f in figures],
+                   fidelity_cosine=[f[1] for f in figures])
     grouped = ok.groupby(["domain", "strategy_id"], sort=False)
     out = grouped.agg(
         strategy_kind=("strategy_kind", "first"),
@@ -285,6 +309,8 @@ def strategy_runtimes(df: pandas.DataFrame) -> pandas.DataFrame:
         min_s=("median_s", "min"),
         max_s=("median_s", "max"),
         strategy=("strategy", "first"),
+        fidelity_rel_error=("fidelity_rel_error", "max"),
+        fidelity_cosine=("fidelity_cosine", "min"),
     ).reset_index()
     out["references"] = out["references"].astype(int)
     return out.sort_values(["domain", "median_s"], kind="stable").reset_index(drop=True)[cols]
@@ -370,7 +396,11 @@ def describe_domain(
     per_strategy = strategy_runtimes(sub)
     fastest = [
         {"strategy_id": r.strategy_id, "kind": r.strategy_kind, "median_s": float(r.median_s),
-         "measurements": int(r.measurements)}
+         "measurements": int(r.measurements),
+         "fidelity_rel_error": (None if math.isnan(r.fidelity_rel_error)
+                                else float(r.fidelity_rel_error)),
+         "fidelity_cosine": (None if math.isnan(r.fidelity_cosine)
+                             else float(r.fidelity_cosine))}
         for r in per_strategy.head(top).itertuples()
     ]
     ok_times = per_strategy["median_s"]
@@ -400,12 +430,14 @@ def strategy_table(df: pandas.DataFrame) -> pandas.DataFrame:
     per distinct (domain, strategy_id) with an ok measurement, columns ``domain``,
     ``cluster_fingerprint`` (the first non-empty one of its trials), ``strategy_id``,
     ``strategy`` (a :class:`~autosync_transfer.strategies.types.Strategy`), ``runtime_s`` (median
-    of its trials' medians, reference re-measurements included) and ``measurements``. Trials
-    without a strategy (torch's own DDP) are left out. Fastest first within each domain."""
+    of its trials' medians, reference re-measurements included), ``measurements`` and the worst
+    gradient fidelity of its trials (``fidelity_rel_error``, ``fidelity_cosine``; NaN when none
+    was probed). Trials without a strategy (torch's own DDP) are left out. Fastest first within
+    each domain."""
     pd = require("pandas")
 
     cols = ["domain", "cluster_fingerprint", "strategy_id", "strategy", "runtime_s",
-            "measurements"]
+            "measurements", *FIDELITY_COLUMNS]
     missing = {"domain", "strategy_id", "strategy", "status", "median_s"} - set(df.columns)
     if missing:
         raise ConfigError(f"not a trial table: no column {sorted(missing)[0]!r}")
@@ -420,7 +452,9 @@ def strategy_table(df: pandas.DataFrame) -> pandas.DataFrame:
                      "cluster_fingerprint": fingerprints.get((r.domain, r.strategy_id), ""),
                      "strategy_id": r.strategy_id,
                      "strategy": strategy_from_record(data, graphs.get(r.domain)),
-                     "runtime_s": float(r.median_s), "measurements": int(r.measurements)})
+                     "runtime_s": float(r.median_s), "measurements": int(r.measurements),
+                     "fidelity_rel_error": float(r.fidelity_rel_error),
+                     "fidelity_cosine": float(r.fidelity_cosine)})
     return pd.DataFrame(rows, columns=cols)
 
 

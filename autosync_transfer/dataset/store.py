@@ -69,10 +69,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: version of the :class:`TrialRecord` layout written by this code (2 added ``supersedes``)
-SCHEMA_VERSION = 2
+#: version of the :class:`TrialRecord` layout written by this code (2 added ``supersedes``, 3
+#: ``fidelity``)
+SCHEMA_VERSION = 3
 #: dict-valued record fields that tables (pandas, parquet) hold as JSON strings
-JSON_COLUMNS: tuple[str, ...] = ("strategy", "protocol", "machine")
+JSON_COLUMNS: tuple[str, ...] = ("strategy", "protocol", "machine", "fidelity")
 
 Status = Literal["ok", "failed", "timeout"]
 
@@ -181,7 +182,9 @@ class TrialRecord(BaseModel):
     ``supersedes`` is the id of an earlier record of the same domain and strategy that this one
     measures again and replaces (a trial measured before disturbance checks existed, or one
     stored as disturbed); the loader leaves a record out once an undisturbed record supersedes
-    it, and the store keeps both.
+    it, and the store keeps both. ``fidelity`` is the gradient-fidelity probe of a lossy
+    strategy (:class:`~autosync_transfer.runtime.accuracy.GradientFidelity` as a dict: rel_error,
+    cosine, per_variable, steps); ``None`` for a lossless one and in records that predate it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -208,6 +211,7 @@ class TrialRecord(BaseModel):
     machine: dict[str, Any]
     estimated_sync_s: float | None = None
     supersedes: str | None = Field(default=None, min_length=1)
+    fidelity: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     @field_validator("iteration_times_s")
@@ -235,6 +239,15 @@ class TrialRecord(BaseModel):
         if parsed.tzinfo is None:
             raise ValueError(f"timestamp must carry a UTC offset (e.g. +00:00), got {v!r}")
         return v
+
+    @field_validator("fidelity")
+    @classmethod
+    def _fidelity(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        from autosync_transfer.runtime.accuracy import GradientFidelity
+
+        return GradientFidelity.model_validate(v).model_dump(mode="json")
 
     @field_validator("schema_version")
     @classmethod
@@ -302,6 +315,8 @@ class TrialRecord(BaseModel):
             machine=dict(machine),
             estimated_sync_s=estimated_sync_s,
             supersedes=supersedes,
+            fidelity=(result.fidelity.model_dump(mode="json")
+                      if getattr(result, "fidelity", None) is not None else None),
         )
 
     def to_row(self) -> dict[str, Any]:
@@ -640,7 +655,7 @@ def arrow_schema() -> Any:
         ("status", s), ("error", s), ("iteration_times_s", pa.list_(f64)), ("median_s", f64),
         ("protocol", s), ("launcher", s), ("reference", pa.bool_()), ("seed", pa.int64()),
         ("timestamp", s), ("wall_s", f64), ("machine", s), ("estimated_sync_s", f64),
-        ("supersedes", s), ("schema_version", pa.int64()),
+        ("supersedes", s), ("fidelity", s), ("schema_version", pa.int64()),
     ])
 
 

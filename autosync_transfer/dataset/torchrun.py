@@ -96,7 +96,8 @@ def collect_torchrun(domain: Domain, strategies: str | Path, store_path: str | P
 
     try:
         run_jobs(harness, todo, warmup=protocol.warmup, iters=protocol.iters,
-                 timeout_s=protocol.timeout_s, on_result=store_result)
+                 timeout_s=protocol.timeout_s, on_result=store_result,
+                 fidelity_steps=protocol.fidelity_steps)
     finally:
         harness.close()
     return len(todo)

@@ -22,6 +22,7 @@ _EXPORTS = {
     "ConvergenceCheck": "accuracy",
     "ConvergenceTolerance": "accuracy",
     "is_lossless": "accuracy",
+    "probe_fidelity": "fidelity",
     "AutoSyncStrategy": "lightning",
     "CommGroups": "executor",
     "Protocol": "trial",

@@ -242,7 +242,7 @@ class Autotuner:
         group = self.model.groups.ctl or self.model.groups.ps
         dist.all_reduce(times, op=dist.ReduceOp.MAX, group=group)  # the slowest rank's step
         timed = times.tolist()[1:]  # the first step of a candidate is its warm-up
-        protocol = Protocol(warmup=1, iters=len(timed))
+        protocol = Protocol(warmup=1, iters=len(timed), fidelity_steps=0)
         trial = AutotuneTrial(strategy=self._current,
                               result=TrialResult(status="ok", iteration_times_s=timed,
                                                  wall_s=float(times.sum())),

@@ -47,6 +47,7 @@ import torch.distributed as dist
 from autosync_transfer.domains.cluster import Cluster
 from autosync_transfer.domains.graph import ModelGraph
 from autosync_transfer.errors import ConfigError
+from autosync_transfer.runtime.accuracy import ConvergenceCheck
 from autosync_transfer.runtime.executor import (
     UNUSED_ERROR,
     UNUSED_FIND,
@@ -176,6 +177,9 @@ class DistributedModel(torch.nn.Module):
         seed: seeds the compressors' shared randomness (PowerSGD's initial Q).
         autotune: an :class:`~autosync_transfer.runtime.autotune.AutotuneConfig`: the first
             steps of the job try candidate strategies and lock in the fastest.
+        convergence_check: the :class:`~autosync_transfer.runtime.accuracy.ConvergenceCheck`
+            of ``strategy``. A lossy strategy (fp16, fp16_ef or PowerSGD compression) without
+            a passed check of it is used, with a warning (logged by rank 0 at setup).
     """
 
     def __init__(self, module: torch.nn.Module, strategy: Strategy | None = None,
@@ -183,14 +187,18 @@ class DistributedModel(torch.nn.Module):
                  graph: ModelGraph | None = None, groups: CommGroups | None = None,
                  broadcast_parameters: bool = True, broadcast_buffers: bool = True,
                  find_unused_parameters: bool = False, sync_on: str = "backward", seed: int = 0,
-                 autotune: Any = None):
+                 autotune: Any = None, convergence_check: ConvergenceCheck | None = None):
         super().__init__()
         if sync_on not in _SYNC_ON:
             raise ConfigError(f"sync_on must be one of {', '.join(_SYNC_ON)}, got {sync_on!r}")
         if strategy is not None and not isinstance(strategy, Strategy):
             raise ConfigError(f"strategy must be an autosync_transfer Strategy or None, got "
                               f"{type(strategy).__name__}")
+        if convergence_check is not None and not isinstance(convergence_check, ConvergenceCheck):
+            raise ConfigError(f"convergence_check must be a ConvergenceCheck or None, got "
+                              f"{type(convergence_check).__name__}")
         self.module = module
+        self.convergence_check = convergence_check
         #: the strategy in use (the configured one until setup; ``None``: the DDP builder's)
         self.strategy = strategy
         self._configured = strategy
@@ -235,7 +243,9 @@ class DistributedModel(torch.nn.Module):
             with torch.no_grad():
                 for t in [*self.module.parameters(), *self.module.buffers()]:
                     dist.broadcast(t.data, src=0)
-        self._install(self._initial_strategy())
+        initial = self._initial_strategy()
+        self._warn_if_unchecked_lossy(initial)
+        self._install(initial)
         if self.sync_on == "step":
             self._install_step_hook()
         if self.autotune is not None:
@@ -243,6 +253,14 @@ class DistributedModel(torch.nn.Module):
 
             self._tuner = Autotuner(self, self.autotune)
         return self
+
+    def _warn_if_unchecked_lossy(self, strategy: Strategy) -> None:
+        """Rank 0 logs a warning for a lossy strategy without a passed convergence check."""
+        from autosync_transfer.runtime.fidelity import unchecked_lossy
+
+        line = unchecked_lossy(strategy, self.convergence_check)
+        if line is not None and dist.get_rank() == 0:
+            log.warning("%s (pass a passed convergence_check to silence this)", line)
 
     def _initial_strategy(self) -> Strategy:
         state = self._restore

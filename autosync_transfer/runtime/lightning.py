@@ -54,6 +54,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from autosync_transfer.domains.cluster import Cluster
 from autosync_transfer.domains.graph import ModelGraph
 from autosync_transfer.errors import ConfigError, NotFittedError
+from autosync_transfer.runtime.accuracy import ConvergenceCheck
 from autosync_transfer.runtime.ddp import DistributedModel, as_cluster, ddp_equivalent
 from autosync_transfer.strategies.types import Strategy, VarConfig
 
@@ -105,6 +106,9 @@ class AutoSyncStrategy(DDPStrategy):
             steps of the job try candidate strategies and lock in the fastest.
         process_group_backend: Lightning's default for the device unless given (gloo on CPU,
             NCCL on CUDA; parameter-server messages always travel over gloo).
+        convergence_check: the :class:`~autosync_transfer.runtime.accuracy.ConvergenceCheck`
+            of the strategy; a lossy strategy without a passed check of it trains with a
+            warning (logged by rank 0 at setup, by the wrapped ``DistributedModel``).
         **ddp_kwargs: the process and device arguments of ``DDPStrategy`` (``accelerator``,
             ``parallel_devices``, ``cluster_environment``, ``checkpoint_io``,
             ``precision_plugin``, ``timeout``, ``start_method``). Other options of torch's
@@ -128,6 +132,7 @@ class AutoSyncStrategy(DDPStrategy):
         broadcast_buffers: bool = True,
         autotune: Any = None,
         process_group_backend: str | None = None,
+        convergence_check: ConvergenceCheck | None = None,
         **ddp_kwargs: Any,
     ) -> None:
         unknown = sorted(set(ddp_kwargs) - _PASSED_ON)
@@ -152,6 +157,10 @@ class AutoSyncStrategy(DDPStrategy):
         self.find_unused_parameters = find_unused_parameters
         self.broadcast_buffers = broadcast_buffers
         self.autotune = autotune
+        if convergence_check is not None and not isinstance(convergence_check, ConvergenceCheck):
+            raise ConfigError(f"convergence_check must be a ConvergenceCheck or None, got "
+                              f"{type(convergence_check).__name__}")
+        self.convergence_check = convergence_check
         given = isinstance(strategy, Strategy)
         self._given: Strategy | None = strategy if given else None
         self._picker: Picker = (strategy if strategy is not None and not given  # type: ignore[assignment]
@@ -301,7 +310,8 @@ class AutoSyncStrategy(DDPStrategy):
                 autotune = autotune.model_copy(update={"candidates": proposed})
         wrapped = DistributedModel(model, strategy, cluster, graph=graph,
                                    find_unused_parameters=self.find_unused_parameters,
-                                   broadcast_buffers=self.broadcast_buffers, autotune=autotune)
+                                   broadcast_buffers=self.broadcast_buffers, autotune=autotune,
+                                   convergence_check=self.convergence_check)
         if resume is not None:
             wrapped.load_sync_state_dict(resume)
         return wrapped.setup()

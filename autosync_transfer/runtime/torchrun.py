@@ -8,9 +8,10 @@ trial store's rules (:mod:`autosync_transfer._files`): whole lines appended unde
 complete line that is not a job or a result an error naming it. Both files are append-only: a pool opened again finds the results of jobs measured meanwhile, and the workers
 skip jobs that already have a result. :data:`STOP` at the end of the queue ends the workers.
 
-Queue lines: ``{"record_id", "strategy", "warmup", "iters"}`` (``strategy`` a strategy object
-or :data:`~autosync_transfer.strategies.TORCH_DDP`); result lines: ``{"record_id", "status",
-"iteration_times_s", "wall_s", "error"}``.
+Queue lines: ``{"record_id", "strategy", "warmup", "iters", "fidelity_steps"}`` (``strategy`` a
+strategy object or :data:`~autosync_transfer.strategies.TORCH_DDP`); result lines:
+``{"record_id", "status", "iteration_times_s", "wall_s", "error", "fidelity"}`` (``fidelity``
+absent in rows of older workers).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from autosync_transfer._files import append_line, complete_lines, cut_torn_tail, locked
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.runtime.launch import TorchrunLauncher
-from autosync_transfer.runtime.trial import Protocol, TrialPool, TrialResult
+from autosync_transfer.runtime.trial import Protocol, TrialPool, TrialResult, fidelity_of
 from autosync_transfer.strategies.types import TORCH_DDP
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ class TorchrunPool(TrialPool):
         if record_id not in self._seen:
             job = {"record_id": record_id,
                    "strategy": TORCH_DDP if strategy is None else json.loads(strategy.to_json()),
-                   "warmup": proto.warmup, "iters": proto.iters}
+                   "warmup": proto.warmup, "iters": proto.iters,
+                   "fidelity_steps": proto.fidelity_steps}
             self._append(json.dumps(job))
         deadline = time.monotonic() + self.wait_s
         while record_id not in self._seen:
@@ -134,7 +136,8 @@ class TorchrunPool(TrialPool):
         status = row.get("status", "failed")
         return TrialResult(status if status in ("ok", "failed", "timeout") else "failed",
                            [float(t) for t in row.get("iteration_times_s", [])],
-                           error=str(row.get("error", "")), wall_s=float(row.get("wall_s", 0.0)))
+                           error=str(row.get("error", "")), wall_s=float(row.get("wall_s", 0.0)),
+                           fidelity=fidelity_of(row.get("fidelity")))
 
     def close(self) -> None:
         """End the workers' job (they exit after the jobs before it)."""

@@ -1,7 +1,9 @@
 """The measurement protocol and persistent trial workers.
 
 Protocol (AutoSync's): ``warmup`` untimed iterations, then ``iters`` timed ones; the time of an
-iteration is the maximum over ranks; a trial keeps every iteration time and their median.
+iteration is the maximum over ranks; a trial keeps every iteration time and their median. A lossy
+strategy then gets ``fidelity_steps`` untimed probe steps
+(:func:`~autosync_transfer.runtime.fidelity.probe_fidelity`): the trial's ``fidelity``.
 
 A :class:`TrialPool` measures strategy after strategy of one domain (``run(strategy) ->
 TrialResult``); every :class:`~autosync_transfer.runtime.launch.Launcher` opens one.
@@ -37,12 +39,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from autosync_transfer._files import open_nofollow, refuse_symlink
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import ConfigError, Interrupted
+from autosync_transfer.runtime.accuracy import GradientFidelity
 from autosync_transfer.runtime.launch import Launcher, ProcessLauncher, as_launcher, free_port
 from autosync_transfer.runtime.worker import REPLY_PREFIX
 from autosync_transfer.strategies.types import Strategy
 
 __all__ = ["Protocol", "TrialResult", "TrialPool", "WorkerPool", "ERROR_GRACE_S",
-           "workload_spec_of"]
+           "workload_spec_of", "fidelity_of"]
 
 #: after one rank reports an error, how long the others get to report before the trial fails
 ERROR_GRACE_S = 5.0
@@ -59,6 +62,10 @@ class Protocol(BaseModel):
     iters: int = Field(default=40, ge=1)
     timeout_s: float = Field(default=300.0, gt=0, description="watchdog per trial")
     startup_timeout_s: float = Field(default=180.0, gt=0)
+    fidelity_steps: int = Field(
+        default=3, ge=0,
+        description="gradient-fidelity probe of a lossy strategy: untimed steps after the "
+                    "timed ones (0: no probe)")
 
 
 @dataclass
@@ -71,6 +78,8 @@ class TrialResult:
     wall_s: float = 0.0
     #: the failure is the environment's (workers did not start, pipes broke), not the strategy's
     infrastructure: bool = False
+    #: the gradient-fidelity probe of a lossy strategy (``None``: lossless, or not probed)
+    fidelity: GradientFidelity | None = None
 
     @property
     def median_s(self) -> float | None:
@@ -319,6 +328,7 @@ class WorkerPool(TrialPool):
         self._trial_no += 1
         tid = f"t{self._trial_no}"
         cmd = {"op": "trial", "id": tid, "warmup": proto.warmup, "iters": proto.iters,
+               "fidelity_steps": proto.fidelity_steps,
                "strategy": strategy.to_json() if strategy is not None else None}
         if fault:
             cmd.update(fault)
@@ -350,7 +360,8 @@ class WorkerPool(TrialPool):
             return TrialResult("failed", error=f"rank {bad[0].get('rank')}: {bad[0].get('error')}", wall_s=wall)
         per_rank = [r["times"] for r in replies]
         times = [max(ts) for ts in zip(*per_rank)]
-        return TrialResult("ok", iteration_times_s=times, wall_s=wall)
+        return TrialResult("ok", iteration_times_s=times, wall_s=wall,
+                           fidelity=fidelity_of(replies[0].get("fidelity")))
 
     def _interrupted_worker(self) -> int | None:
         """The signal (SIGINT / SIGTERM) that stopped a worker, if one was stopped so (a signal
@@ -380,6 +391,11 @@ class WorkerPool(TrialPool):
     def _restart(self) -> None:
         self.restarts += 1
         self._stop_workers(graceful=False)
+
+
+def fidelity_of(data: Any) -> GradientFidelity | None:
+    """A worker's or a results row's ``fidelity`` (``None`` stays ``None``)."""
+    return None if data is None else GradientFidelity.model_validate(data)
 
 
 def _worker_env() -> dict[str, str]:

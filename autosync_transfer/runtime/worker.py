@@ -32,6 +32,7 @@ from autosync_transfer.strategies.types import TORCH_DDP
 
 if TYPE_CHECKING:
     from autosync_transfer.domains.domain import Domain
+    from autosync_transfer.runtime.accuracy import GradientFidelity
     from autosync_transfer.runtime.trial import TrialResult
 
 __all__ = ["REPLY_PREFIX", "TrialHarness", "main", "TIMEOUT_EXIT", "Watchdog", "STOP",
@@ -66,6 +67,8 @@ class TrialHarness:
         self.graph_json = graph_json
         self.seed = seed
         self.lr = lr
+        #: the gradient fidelity of the last :meth:`measure` (``None``: not probed)
+        self.fidelity: GradientFidelity | None = None
 
     def setup(self) -> TrialHarness:
         import torch
@@ -121,21 +124,31 @@ class TrialHarness:
         if dist.is_initialized():
             dist.destroy_process_group()
 
-    def measure(self, strategy_json: str | None, warmup: int, iters: int) -> list[float]:
-        """Per-iteration seconds on this rank; ``strategy_json=None`` measures torch DDP."""
+    def measure(self, strategy_json: str | None, warmup: int, iters: int,
+                fidelity_steps: int = 0) -> list[float]:
+        """Per-iteration seconds on this rank; ``strategy_json=None`` measures torch DDP.
+
+        A lossy strategy then gets ``fidelity_steps`` untimed probe steps (after the timed
+        ones, so the times never include the probe): :attr:`fidelity` holds the result
+        (``None`` for a lossless strategy, torch DDP, or ``fidelity_steps=0``)."""
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
+        from autosync_transfer.runtime.accuracy import is_lossless
         from autosync_transfer.runtime.executor import StrategyExecutor
         from autosync_transfer.runtime.plan import make_plan
         from autosync_transfer.strategies.types import Strategy
 
+        self.fidelity = None
         self.module.load_state_dict(self.initial_state)
+        probe = False
         if strategy_json is None:
             sync: Any = DistributedDataParallel(self.module, process_group=self.groups.ar)
         else:
-            plan = make_plan(Strategy.from_json(strategy_json), self.graph, self.cluster)
+            strategy = Strategy.from_json(strategy_json)
+            plan = make_plan(strategy, self.graph, self.cluster)
             sync = StrategyExecutor(self.module, plan, self.groups, seed=self.seed).setup()
+            probe = fidelity_steps > 0 and not is_lossless(strategy)
         try:
             for k in range(warmup):
                 self._step(k, sync)
@@ -145,11 +158,30 @@ class TrialHarness:
                 t0 = time.perf_counter()
                 self._step(k, sync)
                 times.append(time.perf_counter() - t0)
+            if probe:
+                self.fidelity = self.probe(sync, fidelity_steps, first=warmup + iters)
             return times
         finally:
             if hasattr(sync, "close"):
                 sync.close()
             del sync
+
+    def probe(self, executor: Any, steps: int, first: int = 0) -> GradientFidelity:
+        """The gradient fidelity of ``executor`` (a set-up ``StrategyExecutor`` of this
+        harness's module) over ``steps`` training steps on this rank's batches ``first``, ...
+        (:func:`~autosync_transfer.runtime.fidelity.probe_fidelity`; collective)."""
+        from autosync_transfer.runtime.fidelity import probe_fidelity
+
+        def backward(k: int) -> None:
+            inputs, targets = self.batches[k % len(self.batches)]
+            self.opt.zero_grad(set_to_none=False)
+            self.loss(self._call(self.module, inputs), targets).backward()
+
+        return probe_fidelity(executor, backward, steps, step=self.opt.step, first=first)
+
+
+def _dump(fidelity: GradientFidelity | None) -> dict[str, Any] | None:
+    return None if fidelity is None else fidelity.model_dump(mode="json")
 
 
 def _reply(obj: dict[str, Any]) -> None:
@@ -177,8 +209,10 @@ def _serve(harness: TrialHarness) -> None:
                 time.sleep(3600)  # test hook: a hung worker
             if cmd.get("fault") == "error" and harness.rank == cmd.get("fault_rank", 0):
                 raise RuntimeError("injected error")  # test hook: one rank fails
-            times = harness.measure(cmd.get("strategy"), int(cmd["warmup"]), int(cmd["iters"]))
-            _reply({"id": tid, "ok": True, "rank": harness.rank, "times": times})
+            times = harness.measure(cmd.get("strategy"), int(cmd["warmup"]), int(cmd["iters"]),
+                                    int(cmd.get("fidelity_steps", 0)))
+            _reply({"id": tid, "ok": True, "rank": harness.rank, "times": times,
+                    "fidelity": _dump(harness.fidelity)})
         except Exception as e:  # the controller records it and restarts the workers
             _reply({"id": tid, "ok": False, "rank": harness.rank,
                     "error": f"{type(e).__name__}: {e}"[:2000]})
@@ -266,27 +300,30 @@ class Watchdog:
 
 
 def measure_on_all_ranks(harness: TrialHarness, strategy_json: str | None, warmup: int,
-                         iters: int) -> tuple[str, list[float]]:
-    """Measure on every rank; ``(first error of any rank, [])`` or ``("", max over ranks of
-    every iteration's time)``. A strategy that raises on some rank is a failed trial."""
+                         iters: int, fidelity_steps: int = 0
+                         ) -> tuple[str, list[float], dict[str, Any] | None]:
+    """Measure on every rank; ``(first error of any rank, [], None)`` or ``("", max over ranks
+    of every iteration's time, rank 0's gradient fidelity as a dict or None)``. A strategy that
+    raises on some rank is a failed trial."""
     import torch.distributed as dist
 
-    error, times = "", []
+    error, times, fidelity = "", [], None
     try:
         # test hook: AUTOSYNC_TEST_FAULT=error makes every rank's trials raise (as a strategy
         # the runtime cannot run does); error:<rank> only that rank's (the others then wait in a
         # collective: the watchdog's case)
         if os.environ.get("AUTOSYNC_TEST_FAULT") in ("error", f"error:{dist.get_rank()}"):
             raise RuntimeError("injected error")
-        times = harness.measure(strategy_json, warmup, iters)
+        times = harness.measure(strategy_json, warmup, iters, fidelity_steps)
+        fidelity = _dump(harness.fidelity)
     except Exception as e:  # noqa: BLE001 - a failed trial is a result
         error = f"{type(e).__name__}: {e}"[:2000]
     gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (error, times))
+    dist.all_gather_object(gathered, (error, times, fidelity))
     errors = [g[0] for g in gathered if g[0]]
     if errors:
-        return errors[0], []
-    return "", [max(ts) for ts in zip(*[g[1] for g in gathered])]
+        return errors[0], [], None
+    return "", [max(ts) for ts in zip(*[g[1] for g in gathered])], gathered[0][2]
 
 
 def torchrun_harness(domain: Domain, workload: str | None = None, *, seed: int = 0
@@ -313,11 +350,12 @@ def torchrun_harness(domain: Domain, workload: str | None = None, *, seed: int =
                         seed=seed, device=device).setup()
 
 
-def _result(error: str, times: list[float], wall_s: float) -> TrialResult:
-    from autosync_transfer.runtime.trial import TrialResult
+def _result(error: str, times: list[float], wall_s: float,
+            fidelity: dict[str, Any] | None = None) -> TrialResult:
+    from autosync_transfer.runtime.trial import TrialResult, fidelity_of
 
     return (TrialResult("failed", error=error, wall_s=wall_s) if error
-            else TrialResult("ok", times, wall_s=wall_s))
+            else TrialResult("ok", times, wall_s=wall_s, fidelity=fidelity_of(fidelity)))
 
 
 def _timeout(timeout_s: float, wall_s: float) -> TrialResult:
@@ -328,21 +366,24 @@ def _timeout(timeout_s: float, wall_s: float) -> TrialResult:
 
 
 def _measure_job(harness: TrialHarness, line: str, warmup: int, iters: int,
-                 watchdog: Watchdog, on_result: Callable[[TrialResult], None]) -> None:
+                 watchdog: Watchdog, on_result: Callable[[TrialResult], None],
+                 fidelity_steps: int = 0) -> None:
     """One job on every rank; rank 0 hands its result (or its timeout) to ``on_result``."""
     t0 = time.monotonic()
     if harness.rank == 0:
         watchdog.start(lambda: on_result(_timeout(watchdog.timeout_s, time.monotonic() - t0)))
-    error, times = measure_on_all_ranks(harness, None if line == TORCH_DDP else line, warmup,
-                                        iters)
+    error, times, fidelity = measure_on_all_ranks(
+        harness, None if line == TORCH_DDP else line, warmup, iters, fidelity_steps)
     if harness.rank == 0 and watchdog.finish():
-        on_result(_result(error, times, time.monotonic() - t0))
+        on_result(_result(error, times, time.monotonic() - t0, fidelity))
 
 
 def run_jobs(harness: TrialHarness, lines: list[str], *, warmup: int, iters: int,
-             timeout_s: float, on_result: Callable[[str, TrialResult], None]) -> None:
+             timeout_s: float, on_result: Callable[[str, TrialResult], None],
+             fidelity_steps: int = 0) -> None:
     """Measure every line of ``lines`` (a strategy as JSON, or ``torch_ddp``; the same list on
-    every rank) with every rank; rank 0 calls ``on_result(line, result)`` for each. A trial
+    every rank) with every rank, probing lossy strategies' gradient fidelity on
+    ``fidelity_steps`` untimed steps; rank 0 calls ``on_result(line, result)`` for each. A trial
     past ``timeout_s`` is handed over as ``timeout``, then the process exits with
     :data:`TIMEOUT_EXIT` (see :class:`Watchdog`)."""
     if not timeout_s > 0:
@@ -350,7 +391,7 @@ def run_jobs(harness: TrialHarness, lines: list[str], *, warmup: int, iters: int
     watchdog = Watchdog(timeout_s)
     for line in lines:
         _measure_job(harness, line, warmup, iters, watchdog,
-                     lambda result, line=line: on_result(line, result))
+                     lambda result, line=line: on_result(line, result), fidelity_steps)
 
 
 #: the line that ends a job queue
@@ -358,13 +399,14 @@ STOP = "stop"
 
 
 def follow_queue(harness: TrialHarness, queue: str, results: str, *, warmup: int, iters: int,
-                 timeout_s: float = 300.0,
+                 timeout_s: float = 300.0, fidelity_steps: int = 0,
                  on_result: Callable[[dict[str, Any]], None] | None = None) -> None:
     """Serve a job queue (the torchrun launcher's pool,
     :class:`~autosync_transfer.runtime.torchrun.TorchrunPool`): every line ``{"record_id",
-    "strategy"[, "warmup", "iters"]}`` (a strategy object or ``"torch_ddp"``) is measured by
-    every rank; rank 0 appends ``{"record_id", "status", "iteration_times_s", "wall_s",
-    "error"}`` to ``results`` (fsynced) and passes the row to ``on_result``. Jobs whose record
+    "strategy"[, "warmup", "iters", "fidelity_steps"]}`` (a strategy object or ``"torch_ddp"``)
+    is measured by every rank; rank 0 appends ``{"record_id", "status", "iteration_times_s",
+    "wall_s", "error", "fidelity"}`` to ``results`` (fsynced) and passes the row to
+    ``on_result``. Jobs whose record
     id is in ``results`` already are skipped; a line ``stop`` ends the loop. A job that outlives
     ``timeout_s`` gets a ``timeout`` row, then the worker exits (see :class:`Watchdog`)."""
     from autosync_transfer._files import append_line
@@ -414,14 +456,16 @@ def follow_queue(harness: TrialHarness, queue: str, results: str, *, warmup: int
 
             def record(result: TrialResult, rid: str = job["record_id"]) -> None:
                 row = {"record_id": rid, "status": result.status, "error": result.error,
-                       "iteration_times_s": result.iteration_times_s, "wall_s": result.wall_s}
+                       "iteration_times_s": result.iteration_times_s, "wall_s": result.wall_s,
+                       "fidelity": _dump(result.fidelity)}
                 append_line(results, json.dumps(row), "torchrun results file")
                 done.add(rid)
                 if on_result is not None:
                     on_result(row)
 
             _measure_job(harness, line, int(job.get("warmup", warmup)),
-                         int(job.get("iters", iters)), watchdog, record)
+                         int(job.get("iters", iters)), watchdog, record,
+                         int(job.get("fidelity_steps", fidelity_steps)))
 
 
 def _numbered(path: str, offset: int, line_no: int, what: str

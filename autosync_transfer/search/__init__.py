@@ -3,7 +3,8 @@ method), and ``recommend`` (the best strategy a simulator ranks, without running
 
 Rooms: ``config`` (how a search runs, run names), ``proposers`` (the methods), ``loop`` (the
 ``Searcher``), ``references`` (what a search must beat, and the confirmation), ``summary`` (the
-figures), ``resume`` (the store as the state), ``neighbours`` and ``selection`` (candidates near
+figures), ``resume`` (the store as the state), ``export`` (what may be exported: no unchecked lossy
+strategy), ``neighbours`` and ``selection`` (candidates near
 the incumbents, diverse picks), ``warm`` (the warm-start simulator), ``remote`` (torchrun workers).
 """
 
@@ -13,6 +14,10 @@ from autosync_transfer._lazy import lazy_exports
 
 _EXPORTS = {
     "recommend": "recommend",
+    "recommend_checked": "recommend",
+    "search_choice": "export",
+    "ExportChoice": "export",
+    "Exclusion": "export",
     "Searcher": "loop",
     "SearchConfig": "config",
     "run_name": "config",

@@ -22,21 +22,24 @@ __all__ = ["AutoSyncStrategy", "Recommender"]
 
 class Recommender:
     """A picker for the Lightning strategy: ``picker(graph, cluster)`` is
-    ``recommend(graph, cluster, simulator, candidates=..., seed=...)`` (a registry reference is
-    loaded on the first call, i.e. by rank 0 at setup time)."""
+    ``recommend(graph, cluster, simulator, candidates=..., seed=..., allow_lossy=...)`` (a
+    registry reference is loaded on the first call, i.e. by rank 0 at setup time; lossy
+    strategies only with ``allow_lossy``, as ``recommend``)."""
 
-    def __init__(self, simulator: Any = None, *, candidates: int = 2000, seed: int = 0) -> None:
+    def __init__(self, simulator: Any = None, *, candidates: int = 2000, seed: int = 0,
+                 allow_lossy: bool = False) -> None:
         if candidates < 0:
             raise ConfigError(f"candidates must be >= 0, got {candidates}")
         self.simulator = simulator
         self.candidates = candidates
         self.seed = seed
+        self.allow_lossy = allow_lossy
 
     def __call__(self, graph: ModelGraph, cluster: Cluster) -> Strategy:
         from autosync_transfer.search.recommend import recommend
 
         return recommend(graph, cluster, self.simulator, candidates=self.candidates,
-                         seed=self.seed)
+                         seed=self.seed, allow_lossy=self.allow_lossy)
 
 
 class AutoSyncStrategy(_RuntimeStrategy):
@@ -53,16 +56,19 @@ class AutoSyncStrategy(_RuntimeStrategy):
             analytical cost model. With ``autotune`` and no candidates in it, the simulator also
             proposes the candidates the job tries.
         candidates, seed: sampled candidates scored by ``recommend`` and its sampler's seed.
+        allow_lossy: let ``recommend`` choose a lossy strategy (fp16, PowerSGD) without a
+            convergence check (default: lossless ones only); it trains with a warning.
         **kwargs: the runtime strategy's other arguments (``batch_size``, ``seq_len``,
-            ``process_group_backend``, DDP process and device options).
+            ``process_group_backend``, ``convergence_check``, DDP process and device options).
     """
 
     def __init__(self, strategy: Any = None, cluster: Cluster | str | None = None, *,
                  simulator: Any = None, candidates: int = 2000, seed: int = 0,
-                 **kwargs: Any) -> None:
+                 allow_lossy: bool = False, **kwargs: Any) -> None:
         if strategy is not None and simulator is not None:
             raise ConfigError("give either a strategy or a simulator to choose one, not both")
-        picker = Recommender(simulator, candidates=candidates, seed=seed)
+        picker = Recommender(simulator, candidates=candidates, seed=seed,
+                             allow_lossy=allow_lossy)
         super().__init__(picker if strategy is None else strategy, cluster, **kwargs)
         self.simulator = simulator
         self.candidates = candidates

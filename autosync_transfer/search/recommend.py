@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -11,13 +12,21 @@ from autosync_transfer.domains.domain import Domain
 from autosync_transfer.domains.graph import ModelGraph
 from autosync_transfer.strategies.types import Strategy
 
-__all__ = ["recommend"]
+if TYPE_CHECKING:
+    from autosync_transfer.runtime.accuracy import ConvergenceCheck
+    from autosync_transfer.search.export import ExportChoice
+
+__all__ = ["recommend", "recommend_checked"]
 
 
 def recommend(model: Any, cluster: Cluster | str, simulator: Any = None, *, candidates: int = 2000,
-              seed: int = 0, batch_size: int = 1, seq_len: int = 1, preset: str = "dataset") -> Strategy:
+              seed: int = 0, batch_size: int = 1, seq_len: int = 1, preset: str = "dataset",
+              allow_lossy: bool = False,
+              checks: Mapping[str, ConvergenceCheck] | None = None) -> Strategy:
     """The candidate ``simulator`` ranks fastest among the hand-optimized builders and
-    ``candidates`` sampled strategies.
+    ``candidates`` sampled strategies, lossy ones only with a passed convergence check in
+    ``checks`` (by strategy id) or ``allow_lossy`` (:mod:`autosync_transfer.search.export`;
+    :func:`recommend_checked` also says which were passed over).
 
     ``model``: a ``torch.nn.Module`` (any device, ``meta`` included) or a :class:`ModelGraph`;
     ``batch_size``/``seq_len`` per worker size the sparse traffic of embeddings. ``cluster``: a
@@ -26,7 +35,20 @@ def recommend(model: Any, cluster: Cluster | str, simulator: Any = None, *, cand
     (``models:/NAME@ALIAS``, ``models:/NAME/VERSION`` or a registered name: its champion), or
     ``None`` for the analytical cost model.
     """
+    return recommend_checked(model, cluster, simulator, candidates=candidates, seed=seed,
+                             batch_size=batch_size, seq_len=seq_len, preset=preset,
+                             allow_lossy=allow_lossy, checks=checks).strategy  # type: ignore[return-value]
+
+
+def recommend_checked(model: Any, cluster: Cluster | str, simulator: Any = None, *,
+                      candidates: int = 2000, seed: int = 0, batch_size: int = 1,
+                      seq_len: int = 1, preset: str = "dataset", allow_lossy: bool = False,
+                      checks: Mapping[str, ConvergenceCheck] | None = None) -> ExportChoice:
+    """:func:`recommend`'s pick with the lossy candidates ranked above it that were refused
+    (an :class:`~autosync_transfer.search.export.ExportChoice`; the hand-optimized builders are
+    lossless, so there is always a pick)."""
     from autosync_transfer.rankers.simulator import Simulator
+    from autosync_transfer.search.export import ExportChoice, refusal
     from autosync_transfer.strategies.builders import BUILDERS, build
     from autosync_transfer.strategies.sampler import StrategySampler
     from autosync_transfer.strategies.sampler import preset as sampler_preset
@@ -45,7 +67,13 @@ def recommend(model: Any, cluster: Cluster | str, simulator: Any = None, *, cand
     builders = [build(b, domain) for b in BUILDERS]
     sampled = StrategySampler(domain, sampler_preset(preset), seed=seed).sample_batch(candidates)
     ranker = simulator if simulator is not None else Simulator("analytical")
-    # the sampled candidates are scored from the sampler's arrays; only the pick is built
+    # the sampled candidates are scored from the sampler's arrays; only those walked are built
     scores = np.concatenate((ranker.score(builders, domain), ranker.score(sampled, domain)))
-    best = int(np.lexsort((np.arange(scores.size), scores))[0])
-    return builders[best] if best < len(builders) else sampled[best - len(builders)]
+    excluded = []
+    for i in np.lexsort((np.arange(scores.size), scores)):
+        s = builders[i] if i < len(builders) else sampled[int(i) - len(builders)]
+        why = refusal(s, checks, allow_lossy)
+        if why is None:
+            return ExportChoice(s, None, tuple(excluded))
+        excluded.append(why)
+    return ExportChoice(None, None, tuple(excluded), "no candidate may be recommended")

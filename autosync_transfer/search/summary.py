@@ -82,6 +82,15 @@ class SearchResult:
     chosen: Strategy | None = None
     chosen_from: str | None = None
 
+    def exportable(self, domain: Any, checks: Any = None, allow_lossy: bool = False) -> Any:
+        """What this search exports (an :class:`~autosync_transfer.search.export.ExportChoice`):
+        as ``chosen``, but a lossy strategy only with a passed convergence check (``checks``
+        by strategy id; default: the summary's) or ``allow_lossy``
+        (:func:`~autosync_transfer.search.export.search_choice`)."""
+        from autosync_transfer.search.export import search_choice
+
+        return search_choice(self, domain, checks, allow_lossy)
+
 
 def summarize(trials: Sequence[TrialRecord], references: dict[str, float | None],
               per_round: int, confirmations: dict[str, TrialRecord] | None = None

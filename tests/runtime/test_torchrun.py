@@ -17,7 +17,8 @@ def test_torchrun_measures_and_resumes(tmp_path: Path):
 
     domain = resolve_domain("ncf", str(spec))
     strategies = tmp_path / "s.jsonl"
-    strategies.write_text(build("ps_lb", domain).to_json() + "\ntorch_ddp\n")
+    strategies.write_text(build("ps_lb", domain).to_json() + "\ntorch_ddp\n"
+                          + build("ddp", domain, compressor="fp16").to_json() + "\n")
     store = tmp_path / "out.jsonl"
     torchrun = Path(sys.executable).with_name("torchrun")
     argv = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "autosync_transfer", "worker",
@@ -27,12 +28,15 @@ def test_torchrun_measures_and_resumes(tmp_path: Path):
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = [json.loads(line) for line in store.read_text().splitlines()]
-    assert [r["strategy_kind"] for r in records] == ["ps_lb", "torch_ddp"]
+    assert [r["strategy_kind"] for r in records] == ["ps_lb", "torch_ddp", "ddp"]
     assert all(r["status"] == "ok" and len(r["iteration_times_s"]) == 2 for r in records)
     assert records[0]["launcher"] == "torchrun"
+    # the lossy one (fp16) carries its gradient-fidelity probe, the lossless ones none
+    assert records[0]["fidelity"] is None and records[1]["fidelity"] is None
+    assert records[2]["fidelity"]["steps"] == 3 and 0 < records[2]["fidelity"]["rel_error"] < 0.01
     again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert len(store.read_text().splitlines()) == 2  # nothing measured twice
+    assert len(store.read_text().splitlines()) == 3  # nothing measured twice
 
 
 def _torchrun(tmp_path: Path, strategies: list[str], *extra: str) -> tuple[list[str], dict]:

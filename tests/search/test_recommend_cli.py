@@ -46,3 +46,21 @@ def test_recommend_takes_catalog_names_and_registry_references(registry: Path) -
     assert recommend(model, "C", f"models:/{info.name}/{info.version}", candidates=30) == by_objects
     with pytest.raises(UnknownNameError, match="'Z'"):
         recommend(model, "Z", candidates=30)
+
+
+def test_recommend_passes_over_unchecked_lossy_candidates(cli, tmp_path: Path) -> None:
+    """On vgg16-A the cost model ranks compressed candidates first: without --allow-lossy the
+    best lossless one is recommended and the lossy ones passed over are named."""
+    from autosync_transfer.runtime.accuracy import is_lossless
+
+    safe, lossy = tmp_path / "safe.json", tmp_path / "lossy.json"
+    res = cli("recommend", "vgg16-A", "--candidates", "100", "--export-json", str(safe))
+    assert res.code == 0, res.err
+    assert is_lossless(Strategy.from_json(safe.read_text()))
+    assert "passed over" in res.err and "no convergence check" in res.err
+    assert "--allow-lossy" in res.err
+    res = cli("recommend", "vgg16-A", "--candidates", "100", "--allow-lossy", "--export-json",
+              str(lossy))
+    assert res.code == 0, res.err
+    assert not is_lossless(Strategy.from_json(lossy.read_text()))
+    assert "passed over" not in res.err

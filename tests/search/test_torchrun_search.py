@@ -45,6 +45,11 @@ def test_search_through_torchrun_workers(tmp_path: Path) -> None:
     assert summary["confirmed"]["measurements"] == 1
     assert all(r["launcher"] == "torchrun" and r["status"] == "ok" for r in records)
     assert all(len(r["iteration_times_s"]) == 2 for r in records)
+    # the torchrun workers probe the lossy references' gradient fidelity (job queue -> results
+    # row -> trial record); the lossless builders have none
+    by_id = {r["id"].split("/reference/", 1)[-1]: r for r in records if "/reference/" in r["id"]}
+    assert all(by_id[name]["fidelity"]["steps"] == 3 for name in FP16_REFERENCES)
+    assert all(by_id[name]["fidelity"] is None for name in BUILDERS)
     results = [json.loads(line) for line in Path(f"{store}.results.jsonl").read_text().splitlines()]
     assert sorted(r["record_id"] for r in results) == sorted(r["id"] for r in records)
     assert Path(f"{store}.queue.jsonl").read_text().splitlines()[-1] == "stop"
