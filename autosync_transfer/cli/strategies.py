@@ -179,6 +179,10 @@ def check(
     from autosync_transfer.strategies.builders import BUILDERS, build
     from autosync_transfer.strategies.validate import validate
 
+    from autosync_transfer.errors import ConfigError
+
+    if not lr > 0:
+        raise ConfigError(f"--lr must be > 0, got {lr:g}")
     domain, workload = resolve_target(domain_name, cluster_file, model)
     strat = (build(strategy, domain) if strategy in BUILDERS
              else validate(load_strategy(strategy, domain), domain))

@@ -290,7 +290,8 @@ class Searcher:
     def _check(self, progress: SearchProgress, strategies: dict[str, Strategy]) -> None:
         """Time to loss: convergence runs of the lossy final candidates (stored beside the trial
         store; those stored already are not trained again)."""
-        if not self.objective.checks_convergence or not self.config.final_checks:
+        if (not self.objective.checks_convergence or not self.config.final_checks
+                or self.config.lossless):  # lossless: nothing lossy can be chosen
             return
         from autosync_transfer.search.timetoloss import final_candidates, run_checks
 
@@ -303,8 +304,10 @@ class Searcher:
         if not cands:
             return
         self._emit(progress, f"checking convergence of {len(cands)} final candidates")
+        from autosync_transfer.dataset.checks import checks_path
+
         self.checks, self.check_errors = run_checks(
-            self.domain, cands, self.store.path, steps=self.config.check_steps,
+            self.domain, cands, checks_path(self.store.path), steps=self.config.check_steps,
             seed=self.config.seed, workload=self.workload,
             on_message=lambda m: self._emit(progress, m))
         for sid, c in self.checks.items():
@@ -367,12 +370,14 @@ class Searcher:
                        **time_to_loss_figures(progress, strategies, self._prefix(), self.checks,
                                               summary, self.check_errors)}
         chosen, chosen_from = choose(summary, strategies, best, self._prefix())
-        if ttl is not None and chosen is not None and not self._counts(chosen):
+        if chosen is not None and (ttl is not None or self.config.lossless) \
+                and not self._counts(chosen):
             # a lossy reference that failed (or missed) its check: the faster, by time to
             # loss, of the best found that counts and the best builder
             builder = summary.get("best_builder")
             ref = strategies.get(f"{self._prefix()}reference/{builder}") if builder else None
-            b_s, t_s = summary.get("best_builder_s"), summary.get("ttl_best_s")
+            b_s = summary.get("best_builder_s")
+            t_s = summary.get("ttl_best_s", summary.get("best_s"))
             if best is not None and t_s and (ref is None or not b_s or t_s < b_s):
                 chosen, chosen_from = best, "search"
             else:
@@ -384,8 +389,10 @@ class Searcher:
         """Time to loss: whether ``strategy`` may be used (lossless, or checked and passed)."""
         from autosync_transfer.runtime.accuracy import is_lossless
 
+        if is_lossless(strategy):
+            return True
         c = self.checks.get(strategy.id)
-        return is_lossless(strategy) or (c is not None and c.passed)
+        return not self.config.lossless and c is not None and c.passed
 
     # -- the torchrun launcher: workers that follow a job queue -----------------------------------
     @property

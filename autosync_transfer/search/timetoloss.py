@@ -73,16 +73,17 @@ def final_candidates(progress: SearchProgress, strategies: Mapping[str, Strategy
     return [s for _, s in sorted(scored.values(), key=lambda v: v[0])][:limit]
 
 
-def run_checks(domain: Domain, candidates: Sequence[Strategy], store_path: str | Path, *,
+def run_checks(domain: Domain, candidates: Sequence[Strategy], checks_file: str | Path, *,
                steps: int, seed: int, workload: Any = None,
                on_message: Any = None) -> tuple[dict[str, ConvergenceCheck], dict[str, str]]:
-    """``(checks by strategy id, errors by strategy id)``: the stored checks of ``candidates``
-    and a convergence run for those without one (appended to the check store beside
-    ``store_path``). A run that fails is an error (retried when the search continues)."""
-    from autosync_transfer.dataset.checks import CheckStore, checks_path
+    """``(checks by strategy id, errors by strategy id)``: the checks of ``candidates`` stored
+    in ``checks_file`` (a :class:`~autosync_transfer.dataset.checks.CheckStore`) and a
+    convergence run for those without one (appended to it). A run that fails is an error
+    (retried when the search continues)."""
+    from autosync_transfer.dataset.checks import CheckStore
     from autosync_transfer.runtime.convergence import ConvergenceConfig, check_convergence
 
-    store = CheckStore(checks_path(store_path))
+    store = CheckStore(checks_file)
     known = store.checks(domain.name)
     checks: dict[str, ConvergenceCheck] = {}
     missing: list[Strategy] = []
