@@ -29,8 +29,8 @@ a convergence run (the model trained ``--check-steps`` steps with the strategy a
 synchronization, same seeds and batches; stored beside the run's store as
 ``<run>.jsonl.convergence.jsonl``); a strategy's time to the target loss is its step time x its
 measured steps-to-target ratio (lossless: 1.0), a failing one is excluded. The columns ``ttl``
-(best found that counts vs the best builder), ``ttl-c`` (the same, confirmed: the confirmation's
-medians when it confirmed that strategy) and ``ttl-ddp`` (vs torch DDP) stand beside the
+(best found that counts vs the best builder), ``ttl-c`` (the confirmed best strategy's time to loss vs
+the best builder's, from the confirmation's medians, when that strategy counts) and ``ttl-ddp`` (vs torch DDP) stand beside the
 step-time ones; below the table every excluded strategy with the reason, and the convergence
 runs' training minutes per domain. ``--check`` runs the convergence checks of stored runs
 (searched with ``--objective step-time`` before checks existed) without searching again.

@@ -133,8 +133,8 @@ def time_to_loss_figures(progress: SearchProgress, strategies: Mapping[str, Stra
                          ) -> dict[str, Any]:
     """The summary's time-to-loss figures (module docstring): ``ttl_best`` / ``ttl_best_s``
     (step time x ratio of the best strategy found that counts), ``ttl_speedup_vs_builder``,
-    ``ttl_speedup_vs_ddp``, ``confirmed_ttl_speedup_vs_builder`` (the confirmation's medians when
-    it confirmed that strategy), ``convergence`` (every check by strategy id), ``excluded``
+    ``ttl_speedup_vs_ddp``, ``confirmed_ttl_speedup_vs_builder`` (the confirmation's medians of
+    the confirmed best strategy, x its ratio, when it counts), ``convergence`` (every check by strategy id), ``excluded``
     (strategy id -> reason), ``unchecked_lossy`` (lossy trials never checked) and
     ``convergence_minutes`` (the checks' training time)."""
     by_id: dict[str, ConvergenceCheck] = dict(checks)
@@ -169,9 +169,17 @@ def time_to_loss_figures(progress: SearchProgress, strategies: Mapping[str, Stra
         "unchecked_lossy": unchecked,
         "convergence_minutes": sum(c.seconds for c in by_id.values()) / 60.0,
     }
+    # the confirmed strategy's time to loss, when it counts (lossless, or checked and passed)
     conf = summary.get("confirmed") or {}
-    if best and conf.get("best") == best[1] and conf.get("best_s") and conf.get("builder_s"):
-        out["confirmed_ttl_speedup_vs_builder"] = conf["builder_s"] / (conf["best_s"] * best[2])
+    conf_ratio = None
+    if conf.get("best") is not None:
+        if conf["best"] in by_id:
+            c = by_id[conf["best"]]
+            conf_ratio = c.step_ratio if c.passed else None
+        elif any(s.id == conf["best"] and is_lossless(s) for s in strategies.values()):
+            conf_ratio = 1.0
+    if conf_ratio is not None and conf.get("best_s") and conf.get("builder_s"):
+        out["confirmed_ttl_speedup_vs_builder"] = conf["builder_s"] / (conf["best_s"] * conf_ratio)
     # the best fp16 reference, by time to loss when it was checked
     fp16 = {k: v for k, v in progress.references.items() if k in FP16_REFERENCES and v}
     for name in sorted(fp16, key=lambda k: fp16[k]):  # type: ignore[arg-type,return-value]
