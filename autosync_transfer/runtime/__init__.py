@@ -20,6 +20,8 @@ _EXPORTS = {
     "ConvergenceCheck": "accuracy",
     "ConvergenceTolerance": "accuracy",
     "is_lossless": "accuracy",
+    "ConvergenceConfig": "convergence",
+    "check_convergence": "convergence",
     "AutoSyncStrategy": "lightning",
     "CommGroups": "executor",
     "Protocol": "trial",

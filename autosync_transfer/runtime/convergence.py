@@ -30,7 +30,6 @@ The result is a :class:`~autosync_transfer.runtime.accuracy.ConvergenceCheck` pe
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -227,7 +226,3 @@ def check_convergence(domain: Domain, strategies: list[Strategy], *, workload: A
         runs.append(ConvergenceRun(check, losses, exact))
     return runs
 
-
-def check_to_json(check: ConvergenceCheck) -> str:
-    """``check`` as one JSON line (``inf`` as ``Infinity``, which :func:`json.loads` reads)."""
-    return json.dumps(check.model_dump(mode="python"))
