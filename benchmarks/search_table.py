@@ -24,6 +24,17 @@ from the stores as they are, measuring nothing (no root needed).
         [--budget 200] [--per-round 10] [--warm-from ncf-A,bert-3l-A,vgg16-s-A] \\
         [--methods autosync-cold,autosync-warm,random,tpe,analytical] [--report]
 
+Time to target loss (``--objective time-to-loss``, the default): a run's lossy final candidates get
+a convergence run (the model trained ``--check-steps`` steps with the strategy and with exact
+synchronization, same seeds and batches; stored beside the run's store as
+``<run>.jsonl.convergence.jsonl``); a strategy's time to the target loss is its step time x its
+measured steps-to-target ratio (lossless: 1.0), a failing one is excluded. The columns ``ttl``
+(best found that counts vs the best builder), ``ttl-c`` (the confirmed best strategy's time to loss vs
+the best builder's, from the confirmation's medians, when that strategy counts) and ``ttl-ddp`` (vs torch DDP) stand beside the
+step-time ones; below the table every excluded strategy with the reason, and the convergence
+runs' training minutes per domain. ``--check`` runs the convergence checks of stored runs
+(searched with ``--objective step-time`` before checks existed) without searching again.
+
 A ``+knobs`` suffix (``autosync-cold+knobs``, ``autosync-warm+knobs``, ``analytical+knobs``) adds
 ``--knob-candidates`` whole-model strategies per round, decoded from uniform knob assignments, to
 the ranked candidates (runs named ``...-knobsN-seed0``).
@@ -71,6 +82,13 @@ def main() -> int:
     ap.add_argument("--store-dir", default="benchmarks/results/search-table")
     ap.add_argument("--report", action="store_true",
                     help="print the table from the stores as they are; measure nothing")
+    ap.add_argument("--objective", default="time-to-loss", choices=["time-to-loss", "step-time"])
+    ap.add_argument("--final-checks", type=int, default=3,
+                    help="lossy final candidates per run that get a convergence run")
+    ap.add_argument("--check-steps", type=int, default=150,
+                    help="training steps of each convergence run")
+    ap.add_argument("--check", action="store_true",
+                    help="with --report: run the missing convergence checks of the stored runs")
     ap.add_argument("--trials", default=None, help="trials to train warm-start sources on "
                                                    "(default: the shipped datasets)")
     args = ap.parse_args()
@@ -115,7 +133,9 @@ def main() -> int:
             cfg = SearchConfig(method=method, budget=args.budget, per_round=args.per_round,  # type: ignore[arg-type]
                                candidates=args.candidates, seed=args.seed, max_epochs=args.epochs,
                                neighbours=args.neighbours, confirm=args.confirm,
-                               knob_candidates=args.knob_candidates if knobs else 0)
+                               knob_candidates=args.knob_candidates if knobs else 0,
+                               objective=args.objective, final_checks=args.final_checks,
+                               check_steps=args.check_steps)
             name = run_name(cfg, m == "autosync-warm")
             store = Path(args.store_dir) / dname / f"{name}.jsonl"
             knob_tag = f"+knobs{cfg.knob_candidates}" if cfg.knob_candidates else ""
@@ -127,7 +147,7 @@ def main() -> int:
                     continue
                 meta = run_meta(store, name)
                 try:
-                    progress, _ = load_run(domain, store, name, args.budget)
+                    progress, strategies = load_run(domain, store, name, args.budget)
                 except ConfigError as e:
                     print(f"  [{dname} {spec}] skipped: {e}", file=sys.stderr)
                     continue
@@ -137,6 +157,9 @@ def main() -> int:
                 per_round = (meta.get("config") or {}).get("per_round", args.per_round)
                 s = summarize(progress.trials, progress.references, per_round,
                               progress.confirmations)
+                if args.objective == "time-to-loss":
+                    s = {**s, **_time_to_loss(domain, store, name, progress, strategies, s,
+                                              args)}
             else:
                 warm = lineage = None
                 if m == "autosync-warm":
@@ -165,7 +188,7 @@ def main() -> int:
 
     head = (f"{'domain':11s} {'method':28s} {'trials':>6s} {'best ms':>8s} {'builder':>16s} "
             f"{'ddp ms':>8s} {'vs bld':>7s} {'conf':>6s} {'fp16':>6s} {'vs ddp':>7s} {'to1.1x':>6s} {'to1.2x':>6s} "
-            f"{'hit':>5s} {'wall':>6s}")
+            f"{'hit':>5s} {'wall':>6s} {'ttl':>6s} {'ttl-c':>6s} {'ttl-ddp':>7s} {'excl':>4s}")
     print(head)
     for dname, label, s, wall in rows:
         bld = f"{s['best_builder']} {_fmt(s['best_builder_s'] and s['best_builder_s'] * 1000, '.1f')}"
@@ -176,12 +199,58 @@ def main() -> int:
               f"{_fmt(s.get('confirmed_speedup_vs_builder'), '5.2f')}x "
               f"{_fmt(s.get('confirmed_speedup_vs_fp16_builder'), '5.2f')}x {_fmt(s['speedup_vs_ddp'], '6.2f')}x "
               f"{_fmt(s['trials_to_1.1x'], '6d')} {_fmt(s['trials_to_1.2x'], '6d')} "
-              f"{_fmt(hit, '5.2f')} {wall / 60:5.1f}m")
+              f"{_fmt(hit, '5.2f')} {wall / 60:5.1f}m "
+              f"{_fmt(s.get('ttl_speedup_vs_builder'), '5.2f')}x "
+              f"{_fmt(s.get('confirmed_ttl_speedup_vs_builder'), '5.2f')}x "
+              f"{_fmt(s.get('ttl_speedup_vs_ddp'), '6.2f')}x {len(s.get('excluded') or {}):4d}")
+    seconds: dict[str, dict[str, float]] = {}
+    for dname, label, s, _ in rows:
+        for sid, why in (s.get("excluded") or {}).items():
+            print(f"excluded: {dname} {label}: {sid}: {why}")
+        for sid, c in (s.get("convergence") or {}).items():
+            seconds.setdefault(dname, {})[sid] = c["seconds"]
+    for dname, by_sid in seconds.items():
+        print(f"convergence runs on {dname}: {sum(by_sid.values()) / 60:.1f} min of training "
+              f"({len(by_sid)} strategies checked, their share of the exact runs included)")
     print(f"\nspeed-ups are over the best hand-optimized builder / torch DDP measured in the same "
           f"run; protocol {args.warmup}+{args.iters}, launcher {args.launcher}, per round "
           f"{args.per_round}, {args.candidates} candidates; wall: measuring time of the run; plots in "
           f"{args.store_dir}/<domain>/")
     return 0
+
+
+def _time_to_loss(domain, store, name, progress, strategies, summary, args):  # noqa: ANN001, ANN202
+    """The time-to-loss figures of a stored run (its checks from the check store beside it;
+    with ``--check`` the missing ones are run first)."""
+    from autosync_transfer.dataset.checks import CheckStore, checks_path
+    from autosync_transfer.rankers.fidelity import FidelityModel
+    from autosync_transfer.search.objective import get_objective
+    from autosync_transfer.search.resume import record_prefix
+    from autosync_transfer.search.timetoloss import (final_candidates, run_checks,
+                                                     time_to_loss_figures)
+
+    prefix = record_prefix(domain.name, name)
+    cands = final_candidates(progress, strategies, prefix, get_objective(args.objective),
+                             args.final_checks, FidelityModel(), domain.model)
+    errors: dict[str, str] = {}
+    # the domain's checks, shared by its runs (a strategy several runs found is trained once)
+    shared = Path(args.store_dir) / domain.name / "convergence.jsonl"
+    if args.check and cands:
+        print(f"  [{domain.name} {name}] convergence runs of {len(cands)} final candidates",
+              file=sys.stderr, flush=True)
+        checks, errors = run_checks(domain, cands, shared, steps=args.check_steps,
+                                    seed=args.seed)
+    else:
+        checks = {}
+        for path in (shared, checks_path(store)):  # and those the search ran itself
+            stored = CheckStore(path)
+            checks.update({s.id: c for s in cands if s.id not in checks and (
+                c := stored.get(domain.name, s, args.check_steps, args.seed)) is not None})
+    out = time_to_loss_figures(progress, strategies, prefix, checks, summary, errors)
+    unchecked = [s.id for s in cands if s.id not in checks and s.id not in errors]
+    for sid in unchecked:
+        out["excluded"][sid] = "not checked (run --report --check)"
+    return out
 
 
 if __name__ == "__main__":

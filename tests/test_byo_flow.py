@@ -136,7 +136,7 @@ def test_own_model_and_cluster_measure_adapt_search_export_train(cli, registry, 
     searched = _json(cli("search", *target, "--budget", "6", "--per-round", "3",
                          "--warm-start", f"models:/autosync-{DOMAIN}/{adapted['version']}",
                          "--candidates", "40", "--neighbours", "10", "--knob-candidates", "10",
-                         "--epochs", "2", "--confirm", "1", "--store",
+                         "--epochs", "2", "--confirm", "1", "--check-steps", "30", "--store",
                          str(tmp_path / "search.jsonl"), "--export-json", str(best), *quick,
                          "--json"))
     assert searched["domain"] == DOMAIN and searched["trials"] == 6

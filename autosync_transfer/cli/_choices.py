@@ -15,7 +15,7 @@ from enum import Enum, StrEnum
 
 __all__ = [
     "Launcher", "SearchLauncher", "CollectSampler", "SamplerPreset", "Builder", "RankerKind",
-    "SearchMethod", "AdaptMethod", "Metric", "choice_error",
+    "SearchMethod", "AdaptMethod", "Metric", "Objective", "Optimizer", "choice_error",
 ]
 
 
@@ -33,6 +33,20 @@ class SearchLauncher(StrEnum):
     emulated = "emulated"
     local = "local"
     torchrun = "torchrun"
+
+
+class Objective(StrEnum):
+    """What a search minimizes (``search.objective.OBJECTIVES``)."""
+
+    time_to_loss = "time-to-loss"
+    step_time = "step-time"
+
+
+class Optimizer(StrEnum):
+    """The optimizer of a convergence run (``runtime.convergence.ConvergenceConfig``)."""
+
+    adam = "adam"
+    sgd = "sgd"
 
 
 class CollectSampler(StrEnum):

@@ -7,7 +7,8 @@ from typing import Any, Optional
 
 import typer
 
-from autosync_transfer.cli._choices import RankerKind, SamplerPreset, SearchLauncher, SearchMethod
+from autosync_transfer.cli._choices import (Objective, RankerKind, SamplerPreset, SearchLauncher,
+                                            SearchMethod)
 from autosync_transfer.cli._params import (cluster_file_option, data_option, iters_option,
                                            json_option, model_option, renamed, store_option,
                                            timeout_option, warmup_option)
@@ -41,6 +42,10 @@ def search(
     epochs: int = typer.Option(30, "--epochs", min=1, help="Maximum training epochs per round."),
     diversity: float = typer.Option(0.3, "--diversity", min=0.0, help="Weight of novelty against score rank when picking a round."),
     confirm: int = typer.Option(3, "--confirm", min=0, help="At the end, measure the best strategy found and the best builder this many times more each, interleaved, for the confirmed speed-up (0: no confirmation)."),
+    objective: Objective = typer.Option(Objective.time_to_loss, "--objective", help="time-to-loss: step time x steps to a target loss relative to exact synchronization (estimated during the search, measured by convergence runs of the lossy final candidates; a strategy that fails is excluded); step-time: seconds per step only."),
+    lossless: bool = typer.Option(False, "--lossless", help="Propose lossless strategies only (no fp16 or PowerSGD compression)."),
+    final_checks: int = typer.Option(3, "--final-checks", min=0, help="time-to-loss: lossy final candidates that get a convergence run (0: none, lossy strategies then never count)."),
+    check_steps: int = typer.Option(150, "--check-steps", min=4, help="time-to-loss: training steps of each convergence run."),
     store: Optional[str] = store_option("The run's trial store (default runs/search/DOMAIN/RUN.jsonl; any trial store, e.g. one under datasets/); the search continues it."),
     data: Optional[str] = data_option("Trial data to train a --warm-start domain's simulator on when it has no champion: a trial store (.jsonl), a parquet file or a folder; default: the shipped datasets."),
     warmup: Optional[int] = warmup_option(_CONTINUED),
@@ -77,7 +82,9 @@ def search(
     config = SearchConfig(method=method.value, budget=budget, per_round=per_round,  # type: ignore[arg-type]
                           candidates=candidates, seed=seed, preset=preset.value,
                           diversity=diversity, ranker=ranker.value, max_epochs=epochs,
-                          neighbours=neighbours, confirm=confirm, knob_candidates=knob_candidates)
+                          neighbours=neighbours, confirm=confirm, knob_candidates=knob_candidates,
+                          objective=objective.value, lossless=lossless, final_checks=final_checks,
+                          check_steps=check_steps)
     warm = lineage = None
     if warm_start is not None:
         from autosync_transfer.search.warm import warm_simulator
@@ -235,6 +242,13 @@ def _print_search(result, domain: str, name: str, path, version, choice,  # noqa
                   markup=False, highlight=False)
     con.print(f"  torch DDP       {_fmt(s['ddp_s'] and s['ddp_s'] * 1000, '.1f', ' ms')}"
               f"  -> speed-up {_fmt(s['speedup_vs_ddp'], '.2f', 'x')}")
+    if s.get("objective") == "time-to-loss":
+        con.print(f"  time to loss    {_fmt(s.get('ttl_best_s') and s['ttl_best_s'] * 1000, '.1f', ' ms')}"
+                  f" per exact-equivalent step ({s.get('ttl_best') or '-'})  -> speed-up "
+                  f"{_fmt(s.get('ttl_speedup_vs_builder'), '.2f', 'x')} vs the best builder, "
+                  f"{_fmt(s.get('ttl_speedup_vs_ddp'), '.2f', 'x')} vs torch DDP")
+        for sid, why in (s.get("excluded") or {}).items():
+            con.print(f"  excluded        {sid}: {why}", markup=False, highlight=False)
     con.print(f"  trials to 1.1x / 1.2x / 1.3x over the best builder: {_fmt(s['trials_to_1.1x'], 'd')}"
               f" / {_fmt(s['trials_to_1.2x'], 'd')} / {_fmt(s['trials_to_1.3x'], 'd')}")
     con.print("  hit rate per round (trials >= 2 % faster than the best builder): "

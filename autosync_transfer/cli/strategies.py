@@ -1,4 +1,4 @@
-"""``autosync-transfer strategies sample|baseline|validate|show``."""
+"""``autosync-transfer strategies sample|baseline|validate|show|check``."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from typing import Optional
 
 import typer
 
-from autosync_transfer.cli._choices import Builder, SamplerPreset
-from autosync_transfer.cli._params import Command, cluster_file_option, json_option, renamed
+from autosync_transfer.cli._choices import Builder, Optimizer, SamplerPreset
+from autosync_transfer.cli._params import (Command, cluster_file_option, json_option,
+                                           model_option, renamed, store_option)
 
 app = typer.Typer(help="Strategies: sample the space, build hand-optimized ones, validate files.",
                   no_args_is_help=True)
@@ -150,3 +151,68 @@ def show(
         sys.stdout.write(strategy.to_json(indent=2) + "\n")
         return
     out().print(strategy_table([strategy_summary(strategy, domain)], path))
+
+
+@app.command("check", cls=Command)
+def check(
+    domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="e.g. ncf-dense-C (or --model with --cluster-file)."),
+    strategy: str = typer.Option(..., "--strategy", "-s", help="A strategy file (JSON or AutoDist) or a builder name."),
+    steps: int = typer.Option(150, "--steps", min=4, help="Training steps of each run (the strategy's and exact synchronization's)."),
+    seed: int = typer.Option(0, "--seed", help="Seeds the weights and the batches (the same in both runs)."),
+    optimizer: Optimizer = typer.Option(Optimizer.adam, "--optimizer", help="adam or sgd (momentum 0.9)."),
+    lr: float = typer.Option(1e-3, "--lr", min=0.0, help="Learning rate."),
+    max_step_ratio: float = typer.Option(1.10, "--max-step-ratio", min=1.0, help="Pass when the strategy needs at most this many times the exact run's steps to the target loss ..."),
+    max_final_gap: float = typer.Option(0.02, "--max-final-gap", min=0.0, help="... and its final loss is at most this much (relative) above the exact run's."),
+    store: Optional[str] = store_option("Append the check to this check store (JSON Lines); a check stored there already is shown, not run again."),
+    json_out: bool = json_option("Print the check as JSON."),
+    cluster_file: Optional[str] = cluster_file_option(),
+    model: Optional[str] = model_option(),
+) -> None:
+    """Train DOMAIN's workload (or your --model) with a strategy and with exact synchronization,
+    same seeds and batches, and compare the loss curves: steps to the target loss (the exact
+    run's smoothed loss at 3/4 of the steps) and the final-loss gap. Exit 1 when the check
+    fails."""
+    import time
+
+    from autosync_transfer.cli._common import err, load_strategy, out, print_json, resolve_target
+    from autosync_transfer.runtime.accuracy import ConvergenceTolerance
+    from autosync_transfer.runtime.convergence import ConvergenceConfig, check_convergence
+    from autosync_transfer.strategies.builders import BUILDERS, build
+    from autosync_transfer.strategies.validate import validate
+
+    from autosync_transfer.errors import ConfigError
+
+    if not lr > 0:
+        raise ConfigError(f"--lr must be > 0, got {lr:g}")
+    domain, workload = resolve_target(domain_name, cluster_file, model)
+    strat = (build(strategy, domain) if strategy in BUILDERS
+             else validate(load_strategy(strategy, domain), domain))
+    cfg = ConvergenceConfig(steps=steps, seed=seed, optimizer=optimizer.value, lr=lr,
+                            tolerance=ConvergenceTolerance(max_step_ratio=max_step_ratio,
+                                                           max_final_gap=max_final_gap))
+    checks = None
+    found = None
+    if store:
+        from autosync_transfer.dataset.checks import CheckStore
+
+        checks = CheckStore(store)
+        found = checks.get(domain.name, strat, steps, seed)
+        if found is not None and found.tolerance != cfg.tolerance:
+            found = None
+    t0 = time.monotonic()
+    if found is None:
+        with err().status(f"training {steps} steps of {domain.name} with {strat.id} and with "
+                          f"exact synchronization", spinner="dots"):
+            run = check_convergence(domain, [strat], workload=workload, config=cfg)[0]
+        if checks is not None:
+            checks.append(domain.name, strat, run, {"config": cfg.model_dump(mode="json")})
+        found = run.check
+    if json_out:
+        print_json(found.model_dump(mode="json"))
+    else:
+        out().print(f"{strat.id} on {domain.name}: {found.summary()}", markup=False,
+                    highlight=False)
+        out().print(f"  {found.seconds / 60:.1f} min of training (this call "
+                    f"{(time.monotonic() - t0) / 60:.1f} min)", markup=False, highlight=False)
+    if not found.passed:
+        raise typer.Exit(1)

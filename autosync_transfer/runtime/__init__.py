@@ -23,6 +23,8 @@ _EXPORTS = {
     "ConvergenceTolerance": "accuracy",
     "is_lossless": "accuracy",
     "probe_fidelity": "fidelity",
+    "ConvergenceConfig": "convergence",
+    "check_convergence": "convergence",
     "AutoSyncStrategy": "lightning",
     "CommGroups": "executor",
     "Protocol": "trial",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from autosync_transfer.paths import search_dir
 from autosync_transfer.search.proposers import PROPOSERS, RANKED_METHODS, SEARCH_METHODS
@@ -53,6 +53,23 @@ class SearchConfig(BaseModel):
     # ranked methods: whole-model candidates per round decoded from uniform knob assignments
     # (default: DEFAULT_KNOB_CANDIDATES for the ranked methods, 0 for the others)
     knob_candidates: int = Field(default=0, ge=0)
+    # what the search minimizes (search.objective.OBJECTIVES): "time-to-loss" (step time x
+    # steps to a target loss relative to exact synchronization) or "step-time"
+    objective: str = "time-to-loss"
+    # propose lossless strategies only (no compressed all-reduce)
+    lossless: bool = False
+    # time-to-loss: lossy final candidates that get a convergence run, and its steps
+    final_checks: int = Field(default=3, ge=0)
+    check_steps: int = Field(default=150, ge=4)
+
+    @field_validator("objective")
+    @classmethod
+    def _known_objective(cls, v: str) -> str:
+        from autosync_transfer.search.objective import OBJECTIVES
+
+        if v not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {v!r}")
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -65,11 +82,13 @@ class SearchConfig(BaseModel):
 
 def run_name(config: SearchConfig, warm: bool) -> str:
     """The run's name: method, warm or cold (methods that warm-start), knob candidates when
-    there are, seed."""
+    there are, ``lossless`` when restricted to lossless strategies, seed."""
     proposer = PROPOSERS[config.method]
     tag = config.method + (("-warm" if warm else "-cold") if proposer.warm_starts else "")
     if config.knob_candidates and proposer.ranked:
         tag += f"-knobs{config.knob_candidates}"
+    if config.lossless:
+        tag += "-lossless"
     return f"{tag}-seed{config.seed}"
 
 

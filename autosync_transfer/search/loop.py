@@ -11,7 +11,11 @@ A search spends a budget of real trials on one domain, in rounds of ``per_round`
    (``autosync`` re-trains its simulator);
 3. **run** the picks for real (:class:`~autosync_transfer.runtime.trial.WorkerPool`), append them
    to the run's trial store, tell the proposer each result, and repeat until the budget is spent;
-4. **confirm**: the best strategy found and the best builder are measured again ``confirm`` times
+4. **check** (objective ``time-to-loss``, the default): the lossy final candidates get a
+   convergence run against exact synchronization (:mod:`autosync_transfer.search.timetoloss`);
+   one that fails is excluded, and the best found is the best by time to the target loss (step
+   time x measured steps-to-target ratio; lossless: 1.0);
+5. **confirm**: the best strategy found and the best builder are measured again ``confirm`` times
    each, interleaved (A B B A ...), so that drift cancels and the speed-up reported does not rest
    on the minimum of many noisy measurements against one of the builder (not counted in the
    budget); the figures are :func:`~autosync_transfer.search.summary.summarize`'s.
@@ -36,6 +40,7 @@ from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.search.config import (DEFAULT_KNOB_CANDIDATES, DEFAULT_SEARCH_DIR,
                                              SearchConfig, default_store_path, run_name)
+from autosync_transfer.search.objective import get_objective
 from autosync_transfer.search.proposers import (RANKED_METHODS, SEARCH_METHODS, Proposer,
                                                 make_proposer, uniform_knobs)
 from autosync_transfer.search.references import (FP16_REFERENCES, choose, confirmation_group,
@@ -47,6 +52,7 @@ from autosync_transfer.search.summary import (HIT_MARGIN, SearchProgress, Search
 from autosync_transfer.strategies.types import TORCH_DDP, Strategy
 
 if TYPE_CHECKING:
+    from autosync_transfer.rankers.fidelity import FidelityModel
     from autosync_transfer.rankers.simulator import Simulator
     from autosync_transfer.runtime.launch import Launcher
     from autosync_transfer.runtime.trial import Protocol, TrialResult
@@ -120,6 +126,18 @@ class Searcher:
         self.max_foreign_cpu = max_foreign_cpu
         self.on_event = on_event
         self.log_dir = log_dir
+        #: what the search minimizes (search.objective)
+        self.objective = get_objective(config.objective)
+        #: predicts candidates' gradient error (time to loss), fitted on the run's probes
+        self.fidelity: FidelityModel | None = None
+        if self.objective.checks_convergence:
+            from autosync_transfer.rankers.fidelity import FidelityModel
+
+            self.fidelity = FidelityModel()
+        proposer.fidelity = self.fidelity
+        #: the final candidates' convergence checks (by strategy id) and failed runs
+        self.checks: dict[str, Any] = {}
+        self.check_errors: dict[str, str] = {}
 
     @property
     def warm(self) -> Simulator | None:
@@ -214,6 +232,7 @@ class Searcher:
         self._references(progress, strategies, measure)
         self._rounds(progress, strategies, measure)
         self.proposer.fit(progress, strategies)
+        self._check(progress, strategies)
         self._confirm(progress, strategies, measure)
         return self._result(progress, strategies)
 
@@ -246,6 +265,10 @@ class Searcher:
                 self._emit(progress, f"round {round_no}: training the simulator on "
                                      f"{len(measured)} strategies")
                 self.proposer.fit(progress, strategies)
+            if self.fidelity is not None:
+                from autosync_transfer.search.timetoloss import fit_fidelity
+
+                fit_fidelity(self.fidelity, progress.trials, strategies, self.domain.model)
             picks = self.proposer.propose(round_no, k, measured, history,
                                           self._parents(progress, strategies))
             if not picks:
@@ -271,6 +294,50 @@ class Searcher:
         timed.sort()
         return [strategies[rid] for _, rid in timed if rid in strategies][: self.config.parents]
 
+    def _check(self, progress: SearchProgress, strategies: dict[str, Strategy]) -> None:
+        """Time to loss: convergence runs of the lossy final candidates (stored beside the trial
+        store; those stored already are not trained again)."""
+        if (not self.objective.checks_convergence or not self.config.final_checks
+                or self.config.lossless):  # lossless: nothing lossy can be chosen
+            return
+        from autosync_transfer.search.timetoloss import final_candidates, run_checks
+
+        if self.fidelity is not None:
+            from autosync_transfer.search.timetoloss import fit_fidelity
+
+            fit_fidelity(self.fidelity, progress.trials, strategies, self.domain.model)
+        cands = final_candidates(progress, strategies, self._prefix(), self.objective,
+                                 self.config.final_checks, self.fidelity, self.domain.model)
+        if not cands:
+            return
+        self._emit(progress, f"checking convergence of {len(cands)} final candidates")
+        from autosync_transfer.dataset.checks import checks_path
+
+        self.checks, self.check_errors = run_checks(
+            self.domain, cands, checks_path(self.store.path), steps=self.config.check_steps,
+            seed=self.config.seed, workload=self.workload,
+            on_message=lambda m: self._emit(progress, m))
+        for sid, c in self.checks.items():
+            self._emit(progress, f"{sid}: {c.summary()}")
+
+    def _ttl(self, strategies: dict[str, Strategy]) -> Callable[[TrialRecord], float] | None:
+        """Time to loss: a trial's step time x its measured ratio (``inf``: a lossy strategy
+        not checked, or failed); ``None`` for the step-time objective."""
+        if not self.objective.checks_convergence:
+            return None
+        from autosync_transfer.runtime.accuracy import is_lossless
+
+        def key(r: TrialRecord) -> float:
+            s = strategies.get(r.id)
+            if s is None or not r.median_s:
+                return float("inf")
+            if is_lossless(s):
+                return float(r.median_s)
+            c = self.checks.get(s.id)
+            return float(r.median_s) * c.step_ratio if c is not None and c.passed else float("inf")
+
+        return key
+
     def _confirm(self, progress: SearchProgress, strategies: dict[str, Strategy],
                  measure: Measure) -> None:
         """Measure the best strategy found, the best builder and the best fp16 reference
@@ -280,7 +347,8 @@ class Searcher:
         cfg = self.config
         if not cfg.confirm:
             return
-        group = confirmation_group(progress, strategies, self.domain, self._prefix())
+        group = confirmation_group(progress, strategies, self.domain, self._prefix(),
+                                   key=self._ttl(strategies))
         for i in range(cfg.confirm):
             for who, s in (group if i % 2 == 0 else group[::-1]):
                 key = f"{progress.done}/{i}-{who}"
@@ -296,12 +364,42 @@ class Searcher:
                             progress.confirmations)
         best = None
         ok = [r for r in progress.trials if r.status == "ok" and r.median_s]
+        ttl = self._ttl(strategies)
+        if ttl is not None:
+            ok = [r for r in ok if ttl(r) < float("inf")]
         if ok:
-            best_rec = min(ok, key=lambda r: r.median_s)  # type: ignore[arg-type,return-value]
+            best_rec = min(ok, key=ttl or (lambda r: r.median_s))  # type: ignore[arg-type,return-value]
             best = strategies.get(best_rec.id)
+        if ttl is not None:
+            from autosync_transfer.search.timetoloss import time_to_loss_figures
+
+            summary = {**summary, "objective": self.objective.name,
+                       **time_to_loss_figures(progress, strategies, self._prefix(), self.checks,
+                                              summary, self.check_errors)}
         chosen, chosen_from = choose(summary, strategies, best, self._prefix())
+        if chosen is not None and (ttl is not None or self.config.lossless) \
+                and not self._counts(chosen):
+            # a lossy reference that failed (or missed) its check: the faster, by time to
+            # loss, of the best found that counts and the best builder
+            builder = summary.get("best_builder")
+            ref = strategies.get(f"{self._prefix()}reference/{builder}") if builder else None
+            b_s = summary.get("best_builder_s")
+            t_s = summary.get("ttl_best_s", summary.get("best_s"))
+            if best is not None and t_s and (ref is None or not b_s or t_s < b_s):
+                chosen, chosen_from = best, "search"
+            else:
+                chosen, chosen_from = ref, builder
         return SearchResult(self.domain.name, self.name, cfg, self.store.path, best, summary,
                             self.proposer.simulator, chosen, chosen_from)
+
+    def _counts(self, strategy: Strategy) -> bool:
+        """Time to loss: whether ``strategy`` may be used (lossless, or checked and passed)."""
+        from autosync_transfer.runtime.accuracy import is_lossless
+
+        if is_lossless(strategy):
+            return True
+        c = self.checks.get(strategy.id)
+        return not self.config.lossless and c is not None and c.passed
 
     # -- the torchrun launcher: workers that follow a job queue -----------------------------------
     @property

@@ -13,12 +13,13 @@ to use is the fastest of the three (:func:`choose`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from autosync_transfer.strategies.types import TORCH_DDP, Strategy
 
 if TYPE_CHECKING:
+    from autosync_transfer.dataset.store import TrialRecord
     from autosync_transfer.domains.domain import Domain
     from autosync_transfer.search.summary import SearchProgress
 
@@ -59,18 +60,23 @@ def reference_strategy(name: str, domain: Domain) -> Strategy | None:
 
 
 def confirmation_group(progress: SearchProgress, strategies: Mapping[str, Strategy],
-                       domain: Domain, prefix: str) -> list[tuple[str, Strategy]]:
-    """``(who, strategy)`` to confirm: the best strategy found (``best``), the best builder
+                       domain: Domain, prefix: str,
+                       key: Callable[[TrialRecord], float] | None = None
+                       ) -> list[tuple[str, Strategy]]:
+    """``(who, strategy)`` to confirm: the best strategy found (``best``: by ``key`` when given,
+    e.g. time to loss, where ``inf`` does not count; else by median step time), the best builder
     (``builder``) and the best fp16 reference (``fp16``, when one was measured ok); empty when
     nothing was measured ok. ``strategies``: by record id; ``prefix``: the run's record ids'."""
     ok = [r for r in progress.trials if r.status == "ok" and r.median_s]
+    if key is not None:
+        ok = [r for r in ok if key(r) < float("inf")]
     refs = {k: v for k, v in progress.references.items() if is_builder(k) and v}
     fp16_refs = {k: v for k, v in progress.references.items() if k in FP16_REFERENCES and v}
     if not ok or not refs:
         return []
     from autosync_transfer.strategies.builders import build
 
-    best_rec = min(ok, key=lambda r: r.median_s)  # type: ignore[arg-type,return-value]
+    best_rec = min(ok, key=key or (lambda r: r.median_s))  # type: ignore[arg-type,return-value]
     best = strategies.get(best_rec.id)
     builder_name = min(refs, key=lambda k: refs[k])  # type: ignore[arg-type,return-value]
     builder = strategies.get(f"{prefix}reference/{builder_name}") or build(builder_name, domain)

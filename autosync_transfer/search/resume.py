@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["RESUMABLE", "check_resumable", "load_run", "record_prefix", "run_meta",
            "write_run_meta"]
 
-#: settings a stored run may change when it continues
-RESUMABLE = frozenset({"budget", "confirm"})
+#: settings a stored run may change when it continues (the objective ranks, it does not change
+#: what was measured)
+RESUMABLE = frozenset({"budget", "confirm", "objective", "final_checks", "check_steps"})
 
 
 def record_prefix(domain: str, run: str) -> str:

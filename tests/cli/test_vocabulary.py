@@ -131,6 +131,10 @@ def test_choices_are_the_librarys() -> None:
     assert values(c.Builder) == list(BUILDERS)
     assert set(values(c.RankerKind)) == {ANALYTICAL, *RANKERS}
     assert values(c.SearchMethod) == list(METHODS)
+    from autosync_transfer.search.objective import OBJECTIVES
+
+    assert values(c.Objective) == list(OBJECTIVES)
+    assert values(c.Optimizer) == ["adam", "sgd"]
     assert values(c.SearchLauncher) == list(LAUNCHERS)
     assert set(values(c.Launcher)) == set(LAUNCHERS) - {"torchrun"}
     assert values(c.AdaptMethod) == list(ADAPT_METHODS)
@@ -224,6 +228,7 @@ REPORTING = {"collect", "run", "train", "evaluate", "adapt", "search", "recommen
              "domains list", "domains show", "domains profile", "clusters list", "clusters show",
              "clusters calibrate",
              "strategies sample", "strategies baseline", "strategies validate", "strategies show",
+             "strategies check",
              "datasets list", "datasets show", "datasets import-autosync", "datasets compact",
              "datasets repair",
              "registry list", "registry show", "registry promote", "cleanup"}

@@ -153,7 +153,7 @@ def test_sigterm_mid_search_is_not_recorded(tmp_path: Path) -> None:
     argv = [sys.executable, "-c", "from autosync_transfer.cli import main; main()", "search",
             "ncf-A", "--launcher", "local", "--method", "random", "--budget", "20",
             "--confirm", "0", "--no-log", "--warmup", "1", "--iters", "60", "--store", str(store),
-            "--max-foreign-cpu", "1"]
+            "--max-foreign-cpu", "1", "--objective", "step-time"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:

@@ -76,7 +76,7 @@ def test_every_method_spends_its_budget_once(tmp_path: Path, method: str) -> Non
     d = _domain()
     store = tmp_path / "run.jsonl"
     cfg = SearchConfig(method=method, budget=5, per_round=2, candidates=60, min_train=4,
-                       max_epochs=3, seed=1, confirm=2)
+                       max_epochs=3, seed=1, confirm=2, objective="step-time")
     events = []
     result = Searcher(d, store, cfg, launcher="local", protocol=QUICK, max_foreign_cpu=1.0,
                       on_event=lambda p: events.append(p.done)).run()
@@ -148,7 +148,8 @@ def test_runs_sharing_a_store_keep_their_own_settings(tmp_path: Path) -> None:
     store = tmp_path / "shared.jsonl"
     TrialStore(store).write_meta({"sampler": "random", "seed": 0})
     kw = {"launcher": "local", "protocol": QUICK, "max_foreign_cpu": 1.0}
-    a = SearchConfig(method="random", budget=2, per_round=2, candidates=30, seed=1, confirm=0)
+    a = SearchConfig(method="random", budget=2, per_round=2, candidates=30, seed=1, confirm=0,
+                     objective="step-time")
     b = a.model_copy(update={"method": "analytical", "per_round": 1})
     Searcher(d, store, a, **kw).run()
     Searcher(d, store, b, **kw).run()
@@ -196,7 +197,7 @@ def test_a_warm_run_continues_only_from_the_version_it_started_from(tmp_path: Pa
 
     d = _domain()
     store = tmp_path / "run.jsonl"
-    cfg = SearchConfig(method="autosync", budget=2, seed=1)
+    cfg = SearchConfig(method="autosync", budget=2, seed=1, objective="step-time")
 
     def searcher(source: str, version: str) -> Searcher:
         return Searcher(d, store, cfg, warm=Simulator("rnn"), warm_source=source,
@@ -254,7 +255,7 @@ def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:
     argv = [sys.executable, "-c", "from autosync_transfer.cli import main; main()", "search", "ncf",
             "--cluster-file", str(spec), "--launcher", "local", "--method", "random", "--budget", "6",
             "-k", "3", "--candidates", "40", "--warmup", "1", "--iters", "2", "--no-log",
-            "--max-foreign-cpu", "1", "--store", str(store)]
+            "--max-foreign-cpu", "1", "--store", str(store), "--objective", "step-time"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:

@@ -59,7 +59,7 @@ def _searched(store: Path) -> list[str]:
             and "/confirm/" not in r["id"]]
 
 
-TPE = SearchConfig(method="tpe", budget=8, per_round=4, seed=5, confirm=0)
+TPE = SearchConfig(method="tpe", budget=8, per_round=4, seed=5, confirm=0, objective="step-time")
 
 
 def test_one_registry_names_every_method() -> None:

@@ -20,7 +20,8 @@ def test_search_through_torchrun_workers(tmp_path: Path) -> None:
     search = [sys.executable, "-c", "from autosync_transfer.cli import main; main()", "search", "ncf",
               "--cluster-file", str(spec), "--launcher", "torchrun", "--method", "random",
               "--budget", "3", "-k", "3", "--candidates", "20", "--warmup", "1", "--iters", "2",
-              "--confirm", "1", "--no-log", "--store", str(store), "--json"]
+              "--confirm", "1", "--no-log", "--store", str(store), "--json",
+              "--objective", "step-time"]
     torchrun = Path(sys.executable).with_name("torchrun")
     workers = [str(torchrun), "--standalone", "--nproc_per_node=2", "-m",
                "autosync_transfer", "worker", "--torchrun", "--follow", "--domain", "ncf",

@@ -15,14 +15,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import math
+
 import numpy as np
 
 from autosync_transfer.errors import ConfigError
+from autosync_transfer.search.objective import Objective, get_objective
 from autosync_transfer.strategies.types import Strategy
 
 if TYPE_CHECKING:
     from autosync_transfer.dataset.store import TrialRecord, TrialStore
     from autosync_transfer.domains.domain import Domain
+    from autosync_transfer.rankers.fidelity import FidelityModel
     from autosync_transfer.rankers.simulator import Simulator
     from autosync_transfer.search.config import SearchConfig
     from autosync_transfer.search.summary import SearchProgress
@@ -49,6 +53,26 @@ class Proposer(ABC):
         self.seed = config.seed
         self.store: TrialStore | None = None
         self.run: str | None = None
+        #: the search's objective (ranks by step time or by estimated time to target loss)
+        self.objective: Objective = get_objective(config.objective)
+        #: predicts a candidate's gradient error for the objective (set by the search)
+        self.fidelity: FidelityModel | None = None
+
+    @property
+    def lossless(self) -> bool:
+        """Whether only lossless strategies may be proposed (``config.lossless``)."""
+        return bool(getattr(self.config, "lossless", False))
+
+    def ratios(self, cands: Sequence[Strategy]) -> np.ndarray:
+        """The objective's estimated steps-to-target ratios of ``cands`` (1.0 by step time)."""
+        return self.objective.ratios(cands, self.fidelity, self.domain.model)
+
+    def value(self, strategy: Strategy, record: TrialRecord, penalty: float) -> float:
+        """What a measurement is worth to the objective: the median time (``penalty`` when it
+        failed) x the strategy's estimated ratio."""
+        t = float(record.median_s) if record.status == "ok" and record.median_s else penalty
+        ratio = self.objective.ratio(strategy, record, self.fidelity, self.domain.model)
+        return t * ratio if math.isfinite(ratio) else 2 * penalty
 
     @classmethod
     def check(cls, config: SearchConfig, warm: Simulator | None = None) -> None:
@@ -115,7 +139,8 @@ class SamplingProposer(Proposer):
         """Round ``round_no``'s sampled candidates (the same whenever asked)."""
         from autosync_transfer.strategies.sampler import StrategySampler, preset
 
-        return StrategySampler(self.domain, preset(self.config.preset),
+        lossless = {"compressors": ("none",)} if self.lossless else {}
+        return StrategySampler(self.domain, preset(self.config.preset, **lossless),
                                seed=self.round_seed(round_no)).sample_batch(self.config.candidates)
 
 
@@ -136,9 +161,13 @@ def unmeasured(cands: Sequence[Strategy], order: Iterable[int], measured: set[st
     return out
 
 
-def uniform_knobs(rng: np.random.Generator) -> dict[str, Any]:
-    """One assignment of every knob, each drawn uniformly from its choices or range."""
+def uniform_knobs(rng: np.random.Generator, *, lossless: bool = False) -> dict[str, Any]:
+    """One assignment of every knob, each drawn uniformly from its choices or range
+    (``lossless``: the compressor is ``none``)."""
     from autosync_transfer.strategies.knobs import KNOBS
 
-    return {kn.name: (kn.choices[int(rng.integers(len(kn.choices)))] if kn.categorical
-                      else int(rng.integers(kn.low, kn.high + 1))) for kn in KNOBS}
+    out = {kn.name: (kn.choices[int(rng.integers(len(kn.choices)))] if kn.categorical
+                     else int(rng.integers(kn.low, kn.high + 1))) for kn in KNOBS}
+    if lossless:
+        out["compressor"] = "none"
+    return out

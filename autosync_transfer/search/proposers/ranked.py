@@ -54,7 +54,7 @@ class RankedProposer(RandomProposer):
         rng = np.random.default_rng([self.seed, round_no, 2])
         out: dict[str, Strategy] = {}
         for _ in range(4 * self.config.knob_candidates):
-            s = decode(uniform_knobs(rng), self.domain)
+            s = decode(uniform_knobs(rng, lossless=self.lossless), self.domain)
             out.setdefault(s.content_key, s)
             if len(out) >= self.config.knob_candidates:
                 break
@@ -62,6 +62,7 @@ class RankedProposer(RandomProposer):
 
     def propose(self, round_no: int, k: int, measured: set[str], history: Sequence[Strategy],
                 parents: Sequence[Strategy] = ()) -> list[Strategy]:
+        from autosync_transfer.runtime.accuracy import is_lossless
         from autosync_transfer.search.neighbours import neighbours
         from autosync_transfer.search.selection import POOL, select_diverse
 
@@ -69,14 +70,20 @@ class RankedProposer(RandomProposer):
         if simulator is None:
             return super().propose(round_no, k, measured, history, parents)
         sampled = self.candidates(round_no)
+        if self.lossless:
+            parents = [p for p in parents if is_lossless(p)]
         near: Sequence[Strategy] = neighbours(
             parents, sampled[: min(len(sampled), 64)], self.config.neighbours, self.domain,
             seed=self.round_seed(round_no) + 1)
         if self.config.knob_candidates:
             near = [*near, *self.knob_candidates(round_no)]
+        if self.lossless:
+            near = [s for s in near if is_lossless(s)]
         cands: Sequence[Strategy] = _Joined(sampled, near)
         scores = np.concatenate([simulator.score(sampled, self.domain),
                                  simulator.score(near, self.domain)])
+        if self.objective.checks_convergence:  # time to loss: x the estimated step ratio
+            scores = scores * np.concatenate([self.ratios(sampled), self.ratios(near)])
         scores = np.where(np.isfinite(scores), scores, np.inf)
         order = np.lexsort((np.arange(len(cands)), scores))
         # select_diverse considers only the best-scored unmeasured candidates (its pool), so only

@@ -79,8 +79,11 @@ class TPEProposer(Proposer):
 
         super().bind(store, run, progress, strategies)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        def choices(k: Any) -> list[Any]:
+            return ["none"] if self.lossless and k.name == "compressor" else list(k.choices)
+
         self._dists = {
-            k.name: (optuna.distributions.CategoricalDistribution(list(k.choices)) if k.categorical
+            k.name: (optuna.distributions.CategoricalDistribution(choices(k)) if k.categorical
                      else optuna.distributions.IntDistribution(k.low, k.high)) for k in KNOBS}
         path = journal_path(store.path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -202,7 +205,7 @@ class TPEProposer(Proposer):
         tries = 0
         while len(out) < k and tries < 1000 * k:
             tries += 1
-            params = uniform_knobs(rng)
+            params = uniform_knobs(rng, lossless=self.lossless)
             s, fresh = new(params)
             if not fresh:
                 continue
@@ -214,7 +217,7 @@ class TPEProposer(Proposer):
         trial = self.pending.pop(strategy.id, None)
         if trial is None:
             return
-        value = _value(record, penalty)
+        value = self.value(strategy, record, penalty)
         self._values[strategy.content_key] = value
         self.study.tell(trial, value)
 

@@ -1,0 +1,192 @@
+"""Time to target loss: the final candidates' convergence runs and the figures they give.
+
+A search with the ``time-to-loss`` objective ends (before its confirmation) by checking its lossy
+final candidates (:func:`final_candidates`: the ``final_checks`` lossy strategies measured ok
+whose estimated time to loss beats the best lossless strategy of the run, the best fp16
+reference among them) with a convergence run each
+(:func:`~autosync_transfer.runtime.convergence.check_convergence`, one exact run for all of them),
+stored in the check store beside the trial store (:mod:`autosync_transfer.dataset.checks`) so a
+continued search does not train twice.
+
+:func:`time_to_loss_figures` turns a run and its checks into the summary's time-to-loss figures:
+every strategy's time to the target loss is its median step time x its steps-to-target ratio
+(1.0 for a lossless strategy, the measured ``step_ratio`` for a checked lossy one); a lossy
+strategy that failed its check is *excluded* (with the check's verdict as the reason), one never
+checked does not count. Speed-ups are over torch DDP and over the best hand-optimized builder of
+the same run (both lossless).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autosync_transfer.errors import AutosyncError
+from autosync_transfer.runtime.accuracy import ConvergenceCheck, is_lossless
+from autosync_transfer.search.references import FP16_REFERENCES
+from autosync_transfer.strategies.types import TORCH_DDP, Strategy
+
+if TYPE_CHECKING:
+    from autosync_transfer.dataset.store import TrialRecord
+    from autosync_transfer.domains.domain import Domain
+    from autosync_transfer.rankers.fidelity import FidelityModel
+    from autosync_transfer.search.objective import Objective
+    from autosync_transfer.search.summary import SearchProgress
+
+__all__ = ["final_candidates", "run_checks", "time_to_loss_figures", "fit_fidelity"]
+
+
+def _measured(progress: SearchProgress, strategies: Mapping[str, Strategy], prefix: str
+              ) -> list[tuple[float, str, Strategy | None, TrialRecord | None]]:
+    """``(median_s, name, strategy, record)`` of every ok trial and reference of the run
+    (``None`` strategy: torch DDP)."""
+    out: list[tuple[float, str, Strategy | None, Any]] = []
+    for name, t in progress.references.items():
+        if t:
+            s = None if name == TORCH_DDP else strategies.get(f"{prefix}reference/{name}")
+            if s is not None or name == TORCH_DDP:
+                out.append((float(t), name, s, None))
+    for r in progress.trials:
+        if r.status == "ok" and r.median_s and r.id in strategies:
+            out.append((float(r.median_s), strategies[r.id].id, strategies[r.id], r))
+    return out
+
+
+def final_candidates(progress: SearchProgress, strategies: Mapping[str, Strategy], prefix: str,
+                     objective: Objective, limit: int, model: FidelityModel | None = None,
+                     graph: Any = None) -> list[Strategy]:
+    """Up to ``limit`` lossy strategies measured ok (trials and fp16 references) to check, best
+    estimated time to loss first; only those whose estimate beats the best lossless strategy of
+    the run (a lossy strategy that cannot win needs no check)."""
+    rows = _measured(progress, strategies, prefix)
+    lossless = [t for t, _, s, _ in rows if s is None or is_lossless(s)]
+    bar = min(lossless) if lossless else math.inf
+    scored: dict[str, tuple[float, Strategy]] = {}
+    for t, _, s, rec in rows:
+        if s is None or is_lossless(s):
+            continue
+        est = objective.score(t, objective.ratio(s, rec, model, graph))
+        if est < bar and (s.content_key not in scored or est < scored[s.content_key][0]):
+            scored[s.content_key] = (est, s)
+    return [s for _, s in sorted(scored.values(), key=lambda v: v[0])][:limit]
+
+
+def run_checks(domain: Domain, candidates: Sequence[Strategy], checks_file: str | Path, *,
+               steps: int, seed: int, workload: Any = None,
+               on_message: Any = None) -> tuple[dict[str, ConvergenceCheck], dict[str, str]]:
+    """``(checks by strategy id, errors by strategy id)``: the checks of ``candidates`` stored
+    in ``checks_file`` (a :class:`~autosync_transfer.dataset.checks.CheckStore`) and a
+    convergence run for those without one (appended to it). A run that fails is an error
+    (retried when the search continues)."""
+    from autosync_transfer.dataset.checks import CheckStore
+    from autosync_transfer.runtime.convergence import ConvergenceConfig, check_convergence
+
+    store = CheckStore(checks_file)
+    known = store.checks(domain.name)
+    checks: dict[str, ConvergenceCheck] = {}
+    missing: list[Strategy] = []
+    for s in candidates:
+        c = known.get(store.key(domain.name, s, steps, seed))
+        if c is not None:
+            checks[s.id] = c
+        else:
+            missing.append(s)
+    errors: dict[str, str] = {}
+    if missing:
+        if on_message:
+            on_message(f"convergence runs: {len(missing)} strategies x {steps} steps "
+                       f"vs exact synchronization")
+        try:
+            runs = check_convergence(domain, missing, workload=workload,
+                                     config=ConvergenceConfig(steps=steps, seed=seed))
+        except AutosyncError as e:
+            line = " ".join(str(e).split())[:300]
+            return checks, {s.id: f"convergence run failed: {line}" for s in missing}
+        for s, run in zip(missing, runs):
+            store.append(domain.name, s, run)
+            checks[s.id] = run.check
+    return checks, errors
+
+
+def fit_fidelity(model: FidelityModel, records: Sequence[Any],
+                 strategies: Mapping[str, Strategy], graph: Any) -> FidelityModel:
+    """Fit ``model`` on the fidelity probes of ``records`` (lossy trials whose record holds
+    one); unchanged without any."""
+    from autosync_transfer.search.objective import record_fidelity
+
+    xs, ys = [], []
+    for r in records:
+        fid = record_fidelity(r)
+        s = strategies.get(r.id)
+        if fid is None or s is None or fid.get("rel_error") is None:
+            continue
+        xs.append(s)
+        ys.append(float(fid["rel_error"]))
+    return model.fit(xs, graph, ys) if xs else model
+
+
+def time_to_loss_figures(progress: SearchProgress, strategies: Mapping[str, Strategy],
+                         prefix: str, checks: Mapping[str, ConvergenceCheck],
+                         summary: Mapping[str, Any], errors: Mapping[str, str] | None = None
+                         ) -> dict[str, Any]:
+    """The summary's time-to-loss figures (module docstring): ``ttl_best`` / ``ttl_best_s``
+    (step time x ratio of the best strategy found that counts), ``ttl_speedup_vs_builder``,
+    ``ttl_speedup_vs_ddp``, ``confirmed_ttl_speedup_vs_builder`` (the confirmation's medians of
+    the confirmed best strategy, x its ratio, when it counts), ``convergence`` (every check by strategy id), ``excluded``
+    (strategy id -> reason), ``unchecked_lossy`` (lossy trials never checked) and
+    ``convergence_minutes`` (the checks' training time)."""
+    by_id: dict[str, ConvergenceCheck] = dict(checks)
+    excluded: dict[str, str] = {sid: c.summary() for sid, c in by_id.items() if not c.passed}
+    excluded.update(errors or {})
+    best: tuple[float, str, float] | None = None
+    unchecked = 0
+    for r in progress.trials:
+        if r.status != "ok" or not r.median_s or r.id not in strategies:
+            continue
+        s = strategies[r.id]
+        if is_lossless(s):
+            ratio = 1.0
+        elif s.id in by_id and by_id[s.id].passed:
+            ratio = by_id[s.id].step_ratio
+        else:
+            unchecked += s.id not in by_id and s.id not in excluded
+            continue
+        ttl = float(r.median_s) * ratio
+        if best is None or ttl < best[0]:
+            best = (ttl, s.id, ratio)
+    builder_s, ddp_s = summary.get("best_builder_s"), summary.get("ddp_s")
+    out: dict[str, Any] = {
+        "ttl_best": best[1] if best else None,
+        "ttl_best_s": best[0] if best else None,
+        "ttl_best_ratio": best[2] if best else None,
+        "ttl_speedup_vs_builder": builder_s / best[0] if best and builder_s else None,
+        "ttl_speedup_vs_ddp": ddp_s / best[0] if best and ddp_s else None,
+        "confirmed_ttl_speedup_vs_builder": None,
+        "convergence": {sid: c.model_dump(mode="python") for sid, c in by_id.items()},
+        "excluded": excluded,
+        "unchecked_lossy": unchecked,
+        "convergence_minutes": sum(c.seconds for c in by_id.values()) / 60.0,
+    }
+    # the confirmed strategy's time to loss, when it counts (lossless, or checked and passed)
+    conf = summary.get("confirmed") or {}
+    conf_ratio = None
+    if conf.get("best") is not None:
+        if conf["best"] in by_id:
+            c = by_id[conf["best"]]
+            conf_ratio = c.step_ratio if c.passed else None
+        elif any(s.id == conf["best"] and is_lossless(s) for s in strategies.values()):
+            conf_ratio = 1.0
+    if conf_ratio is not None and conf.get("best_s") and conf.get("builder_s"):
+        out["confirmed_ttl_speedup_vs_builder"] = conf["builder_s"] / (conf["best_s"] * conf_ratio)
+    # the best fp16 reference, by time to loss when it was checked
+    fp16 = {k: v for k, v in progress.references.items() if k in FP16_REFERENCES and v}
+    for name in sorted(fp16, key=lambda k: fp16[k]):  # type: ignore[arg-type,return-value]
+        s = strategies.get(f"{prefix}reference/{name}")
+        if s is not None and s.id in by_id and by_id[s.id].passed and builder_s:
+            out["ttl_fp16_reference"] = name
+            out["ttl_speedup_of_fp16_reference_vs_builder"] = builder_s / (
+                fp16[name] * by_id[s.id].step_ratio)
+            break
+    return out

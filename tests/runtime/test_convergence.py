@@ -1,0 +1,111 @@
+"""Convergence runs on real gloo processes: a lossless strategy trains exactly like exact
+synchronization (ratio 1), a damaging one (PowerSGD rank 1 on a full-rank regression) fails the
+check; the verdict's arithmetic on hand-made curves; checks stored append-only and found again."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from autosync_transfer.dataset.checks import CheckStore
+from autosync_transfer.domains.workload import workload_domain
+from autosync_transfer.errors import ConfigError
+from autosync_transfer.runtime.accuracy import ConvergenceTolerance
+from autosync_transfer.runtime.convergence import (ConvergenceConfig, analyze,
+                                                   check_convergence, smooth, steps_to)
+from autosync_transfer.strategies.builders import build
+from autosync_transfer.testing.workloads import write_cluster, write_workload
+
+#: linear regression onto a fixed full-rank teacher: every gradient direction matters
+REGRESSION = '''"""Linear regression onto a fixed random 32x32 teacher."""
+import torch
+from torch import nn
+
+BATCH_SIZE = 16
+_W = torch.randn(32, 32, generator=torch.Generator().manual_seed(7)) / 32 ** 0.5
+
+def build_model():
+    return nn.Linear(32, 32, bias=False)
+
+def example_batch(batch_size, generator):
+    x = torch.randn(batch_size, 32, generator=generator)
+    return x, x @ _W.T
+
+def loss_fn(output, targets):
+    return nn.functional.mse_loss(output, targets)
+'''
+
+
+def test_smoothing_and_steps_to_a_target() -> None:
+    assert smooth([4.0, 2.0, 0.0, 2.0], 2) == [4.0, 3.0, 1.0, 1.0]
+    assert steps_to([3.0, 2.0, 1.0], 2.0) == 2 and steps_to([3.0, 2.5], 1.0) is None
+
+
+def test_the_verdict_on_hand_made_curves() -> None:
+    cfg = ConvergenceConfig(steps=8, smoothing=1, target_at=0.5)
+    exact = [8.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0]
+    same = analyze("s", list(exact), exact, cfg)
+    assert (same.target_loss, same.exact_steps_to_target, same.step_ratio) == (5.0, 4, 1.0)
+    assert same.passed and same.final_gap == 0.0
+    slow = analyze("s", [8.0, 7.5, 7.0, 6.5, 6.0, 5.5, 5.0, 4.5], exact, cfg)
+    assert slow.steps_to_target == 7 and slow.step_ratio == 7 / 4 and not slow.passed
+    never = analyze("s", [8.0] * 8, exact, cfg)
+    assert never.steps_to_target is None and math.isinf(never.step_ratio) and not never.passed
+    lenient = analyze("s", [8.0, 7.5, 7.0, 6.5, 6.0, 5.5, 5.0, 1.0], exact,
+                      cfg.model_copy(update={"tolerance": ConvergenceTolerance(
+                          max_step_ratio=2.0)}))
+    assert lenient.passed
+    with pytest.raises(ConfigError, match="losses must be as many as exact_losses"):
+        analyze("s", [1.0], exact, cfg)
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    folder = tmp_path_factory.mktemp("conv")
+    model = write_workload(folder, "regress", source=REGRESSION)
+    domain, spec = workload_domain(str(model), write_cluster(folder))
+    lossless = build("all_reduce", domain)
+    damaging = build("all_reduce", domain, compressor="powersgd", powersgd_rank=1)
+    damaging = damaging.model_copy(update={"id": damaging.id + "+powersgd1"})
+    cfg = ConvergenceConfig(steps=60, optimizer="sgd", lr=0.5, momentum=0.0)
+    runs = check_convergence(domain, [lossless, damaging], workload=spec, config=cfg)
+    return domain, [lossless, damaging], runs, folder
+
+
+def test_a_lossless_strategy_trains_like_exact_synchronization(checked) -> None:  # noqa: ANN001
+    _, _, runs, _ = checked
+    run = runs[0]
+    assert run.check.passed and run.check.step_ratio == pytest.approx(1.0, abs=0.05)
+    assert abs(run.check.final_gap) < 1e-3
+    assert len(run.losses) == len(run.exact_losses) == 60
+    assert run.exact_losses[-1] < run.exact_losses[0] / 5  # the task is learned
+    assert run.check.seconds > 0
+
+
+def test_powersgd_rank_1_on_a_full_rank_regression_fails(checked) -> None:  # noqa: ANN001
+    _, _, runs, _ = checked
+    c = runs[1].check
+    assert not c.passed and (c.steps_to_target is None or c.step_ratio > 1.1)
+    assert "failed" in c.summary()
+
+
+def test_checks_are_stored_and_found_again(checked) -> None:  # noqa: ANN001
+    domain, strategies, runs, folder = checked
+    store = CheckStore(Path(folder) / "checks.jsonl")
+    for s, r in zip(strategies, runs):
+        store.append(domain.name, s, r)
+    with open(store.path, "ab") as f:
+        f.write(b'{"key": "torn')  # a killed writer
+    got = store.get(domain.name, strategies[1], 60, 0)
+    assert got == runs[1].check and math.isinf(got.step_ratio) or got.step_ratio > 1.1
+    assert store.get(domain.name, strategies[0], 61, 0) is None
+    store.append(domain.name, strategies[0], runs[0])
+    assert len(list(store.rows())) == 3
+
+
+def test_a_cluster_too_large_for_this_host_is_one_line(checked) -> None:  # noqa: ANN001
+    domain, strategies, _, _ = checked
+    with pytest.raises(ConfigError, match="more than max_world_size=1"):
+        check_convergence(domain, strategies[:1], config=ConvergenceConfig(max_world_size=1))

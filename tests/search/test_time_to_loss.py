@@ -1,0 +1,143 @@
+"""The search objective: time to target loss by default (lossy final candidates get a real
+convergence run, stored beside the trial store, never trained twice; a failing strategy is
+excluded), step time as before on request, and ``lossless`` proposals only from every method.
+Trials are measured by a stand-in ``measure`` (lossy strategies made fast, so that they are the
+final candidates); the convergence runs are real (two gloo processes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from autosync_transfer.dataset.checks import CheckStore, checks_path
+from autosync_transfer.domains.catalog import get_model
+from autosync_transfer.domains.cluster import Cluster, Node
+from autosync_transfer.domains.domain import Domain
+from autosync_transfer.domains.workload import workload_domain
+from autosync_transfer.errors import ConfigError
+from autosync_transfer.rankers.fidelity import FidelityModel, fit_ratio_constant, step_ratio
+from autosync_transfer.runtime.accuracy import is_lossless
+from autosync_transfer.runtime.trial import TrialResult
+from autosync_transfer.search.config import SearchConfig, run_name
+from autosync_transfer.search.loop import Searcher
+from autosync_transfer.search.objective import OBJECTIVES, get_objective
+from autosync_transfer.search.proposers import make_proposer
+from autosync_transfer.strategies.builders import build
+from autosync_transfer.strategies.compact import decode
+from autosync_transfer.strategies.types import Strategy
+from autosync_transfer.testing.workloads import write_cluster, write_workload
+
+
+def _ncf(model: str = "ncf") -> Domain:
+    cluster = Cluster(name="s2x1", nodes=tuple(
+        Node(name=f"n{i}", address=f"10.77.0.{i + 1}", workers=1, bandwidth_gbps=1.0,
+             chief=i == 0) for i in range(2)))
+    return Domain(name=f"{model}-s2x1", model=get_model(model), cluster=cluster)
+
+
+def _fast_if_lossy(strategy: Strategy | None, record_id: str) -> tuple[TrialResult, dict[str, Any]]:
+    """Lossy strategies 10 ms, lossless 20 ms (+ a little by content), torch DDP 30 ms."""
+    if strategy is None:
+        t = 0.03
+    else:
+        t = (0.02 if is_lossless(strategy) else 0.01) + int(strategy.content_key[:4], 16) / 1e8
+    return TrialResult("ok", [t, t, t], wall_s=0.01), {}
+
+
+def _searched(store: Path, domain: Domain) -> list[Strategy]:
+    rows = [json.loads(line) for line in store.read_text().splitlines()]
+    return [decode(r["strategy"], domain.model) for r in rows if r["strategy"] is not None
+            and "/reference/" not in r["id"] and "/confirm/" not in r["id"]]
+
+
+def test_objectives_are_a_registry() -> None:
+    assert list(OBJECTIVES) == ["time-to-loss", "step-time"]
+    assert SearchConfig().objective == "time-to-loss"
+    with pytest.raises(ValueError, match="objective must be one of time-to-loss, step-time"):
+        SearchConfig(objective="accuracy")
+    with pytest.raises(ConfigError, match="objective must be one of"):
+        get_objective("accuracy")
+    d = _ncf("ncf-dense")  # every table all-reduced, so compressed
+    lossy = build("all_reduce", d, compressor="powersgd", powersgd_rank=1)
+    assert get_objective("step-time").ratio(lossy) == 1.0
+    ttl = get_objective("time-to-loss")
+    assert ttl.ratio(build("all_reduce", d)) == 1.0
+    assert ttl.ratio(lossy, {"fidelity": {"rel_error": 0.5}}) == pytest.approx(1.25)
+    assert ttl.ratio(lossy) == 1.0  # unknown: no probe, no model
+    assert ttl.ratio(lossy, None, FidelityModel(), d.model) > 1.5  # the prior of PowerSGD r1
+
+
+def test_the_fidelity_model_learns_the_error_of_a_compressor() -> None:
+    d = _ncf("ncf-dense")
+    fp16 = build("all_reduce", d, compressor="fp16")
+    psgd = build("all_reduce", d, compressor="powersgd", powersgd_rank=4)
+    exact = build("all_reduce", d)
+    model = FidelityModel().fit([fp16, psgd], d.model, [0.002, 0.3])
+    err = model.predict([exact, fp16, psgd], d.model)
+    assert err[0] == 0.0 and err[1] < 0.01 and 0.2 < err[2] < 0.4
+    assert np.all(model.ratio([exact, psgd], d.model) >= 1.0)
+    assert step_ratio(0.0) == 1.0 and step_ratio(None) == 1.0
+    assert fit_ratio_constant([0.5, 1.0], [1.5, 3.0]) == pytest.approx(2.0)
+    assert fit_ratio_constant([], []) == 1.0
+
+
+@pytest.mark.parametrize("method", ["random", "analytical", "tpe", "autosync"])
+def test_lossless_proposes_only_lossless_strategies(tmp_path: Path, method: str) -> None:
+    d = _ncf()
+    cfg = SearchConfig(method=method, budget=6, per_round=3, candidates=40, seed=3, confirm=0,
+                       preset="compressed", lossless=True, min_train=3, max_epochs=2,
+                       knob_candidates=20 if method in ("analytical", "autosync") else 0)
+    assert run_name(cfg, False).endswith("-lossless-seed3")
+    store = tmp_path / "run.jsonl"
+    Searcher(d, store, cfg, launcher="local").run(_fast_if_lossy)
+    searched = _searched(store, d)
+    assert len(searched) == 6 and all(is_lossless(s) for s in searched)
+    # without it the same space has lossy strategies
+    p = make_proposer(d, cfg.model_copy(update={"lossless": False}))
+    if method in ("random", "analytical"):
+        assert not all(is_lossless(p.candidates(0)[i]) for i in range(40))
+
+
+def test_a_time_to_loss_search_checks_its_lossy_final_candidates(tmp_path: Path) -> None:
+    model = write_workload(tmp_path, "user_model", batch_size=8)
+    domain, spec = workload_domain(str(model), write_cluster(tmp_path))
+    cfg = SearchConfig(method="random", budget=4, per_round=2, candidates=30, seed=1, confirm=1,
+                       final_checks=2, check_steps=30)
+    store = tmp_path / "run.jsonl"
+    result = Searcher(domain, store, cfg, launcher="local", workload=spec).run(_fast_if_lossy)
+    s = result.summary
+    assert s["objective"] == "time-to-loss"
+    checks = CheckStore(checks_path(store))
+    rows = list(checks.rows())
+    assert 1 <= len(rows) <= 2 and set(s["convergence"]) == {r["strategy_id"] for r in rows}
+    assert all(not is_lossless(Strategy.from_dict(r["strategy"])) for r in rows)
+    assert s["convergence_minutes"] > 0
+    for sid, c in s["convergence"].items():
+        assert (sid in s["excluded"]) == (not c["passed"])
+    # the best found counts: lossless, or checked and passed; its time to loss is its step time
+    # x its measured ratio; speed-ups are over the same run's builder and torch DDP
+    assert result.best is not None
+    ok = is_lossless(result.best) or s["convergence"][result.best.id]["passed"]
+    assert ok and s["ttl_best"] == result.best.id
+    assert s["ttl_speedup_vs_ddp"] == pytest.approx(0.03 / s["ttl_best_s"])
+    assert result.chosen is not None
+    assert is_lossless(result.chosen) or s["convergence"][result.chosen.id]["passed"]
+    # continued, nothing is trained again
+    again = Searcher(domain, store, cfg, launcher="local", workload=spec).run(_fast_if_lossy)
+    assert len(list(checks.rows())) == len(rows)
+    assert again.summary["convergence"] == s["convergence"]
+
+
+def test_the_step_time_objective_checks_nothing(tmp_path: Path) -> None:
+    model = write_workload(tmp_path, "user_model", batch_size=8)
+    domain, spec = workload_domain(str(model), write_cluster(tmp_path))
+    cfg = SearchConfig(method="random", budget=4, per_round=2, candidates=30, seed=1, confirm=1,
+                       objective="step-time")
+    store = tmp_path / "run.jsonl"
+    result = Searcher(domain, store, cfg, launcher="local", workload=spec).run(_fast_if_lossy)
+    assert not checks_path(store).exists() and "objective" not in result.summary
+    assert not is_lossless(result.best)  # the fastest by step time, lossy as it is
