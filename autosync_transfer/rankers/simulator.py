@@ -55,11 +55,15 @@ if TYPE_CHECKING:
     from autosync_transfer.rankers.modules import RankerModule
     from autosync_transfer.strategies.types import Strategy
 
-__all__ = ["Simulator", "train_simulator", "evaluate_simulator", "ANALYTICAL",
+__all__ = ["Simulator", "train_simulator", "evaluate_simulator", "ANALYTICAL", "STEPSIM",
            "CONFIG_FORMAT", "quiet_lightning"]
 
 #: the kind of the analytical cost-model simulator (no weights)
 ANALYTICAL = "analytical"
+#: the kind of the step-time simulator (rankers.stepsim; no weights): scores are simulated seconds
+STEPSIM = "stepsim"
+#: kinds without weights
+_PHYSICS = (ANALYTICAL, STEPSIM)
 #: version of the layout of :meth:`Simulator.config`
 CONFIG_FORMAT = 1
 
@@ -82,7 +86,7 @@ def _feature_widths() -> dict[str, int]:
 def _known_kinds() -> list[str]:
     from autosync_transfer.rankers.modules import RANKERS
 
-    return [ANALYTICAL, *RANKERS]
+    return [ANALYTICAL, STEPSIM, *RANKERS]
 
 
 class Simulator:
@@ -122,7 +126,7 @@ class Simulator:
 
     @property
     def fitted(self) -> bool:
-        return self.kind == ANALYTICAL or self._module is not None or self._state is not None
+        return self.kind in _PHYSICS or self._module is not None or self._state is not None
 
     @classmethod
     def from_module(cls, module: RankerModule,
@@ -136,8 +140,8 @@ class Simulator:
     @property
     def module(self) -> RankerModule:
         """The ranker network with its weights, in eval mode (built on first use)."""
-        if self.kind == ANALYTICAL:
-            raise ConfigError("the analytical simulator has no network")
+        if self.kind in _PHYSICS:
+            raise ConfigError(f"the {self.kind} simulator has no network")
         if self._module is None:
             self._build()
         assert self._module is not None
@@ -148,7 +152,8 @@ class Simulator:
         if self.kind not in kinds:
             raise UnknownNameError(
                 f"unknown simulator kind {self.kind!r} (known: {', '.join(kinds)})")
-        if self.schema_version != FEATURE_SCHEMA_VERSION:
+        # the physics kinds have no weights: any schema version scores the same
+        if self.kind not in _PHYSICS and self.schema_version != FEATURE_SCHEMA_VERSION:
             raise ConfigError(
                 f"the simulator was trained on feature schema version {self.schema_version}, "
                 f"but this code featurizes with version {FEATURE_SCHEMA_VERSION}; retrain it "
@@ -177,7 +182,7 @@ class Simulator:
         """Everything but the weights, JSON-serializable: ``format``, ``kind``, ``hparams``
         (all of them, defaults included), ``schema_version``, ``feature_widths`` and
         ``costmodel`` (the cost-model constants of the z_pre features)."""
-        hparams = dict(self.module.hparams) if self.kind != ANALYTICAL and self.fitted else dict(
+        hparams = dict(self.module.hparams) if self.kind not in _PHYSICS and self.fitted else dict(
             self.hparams)
         return {
             "format": CONFIG_FORMAT,
@@ -190,7 +195,7 @@ class Simulator:
 
     def state_dict(self) -> dict[str, Tensor]:
         """The weights (CPU tensors; ``{}`` for the analytical kind)."""
-        if self.kind == ANALYTICAL:
+        if self.kind in _PHYSICS:
             return {}
         return _copy_state(self.module.state_dict())
 
@@ -212,11 +217,12 @@ class Simulator:
                               f"reads format {CONFIG_FORMAT})")
         widths = config.get("feature_widths")
         version = int(config["schema_version"])
-        if version != FEATURE_SCHEMA_VERSION:
+        learned = str(config["kind"]) not in _PHYSICS
+        if learned and version != FEATURE_SCHEMA_VERSION:
             raise ConfigError(
                 f"feature schema version mismatch: the simulator was trained on version "
                 f"{version}, this code featurizes with version {FEATURE_SCHEMA_VERSION}")
-        if widths is not None and dict(widths) != _feature_widths():
+        if learned and widths is not None and dict(widths) != _feature_widths():
             raise ConfigError(f"feature widths mismatch: the simulator expects {dict(widths)}, "
                               f"the current schema has {_feature_widths()}")
         try:
@@ -228,7 +234,7 @@ class Simulator:
         sim = cls(str(config["kind"]), dict(config.get("hparams") or {}), version,
                   None if state_dict is None else dict(state_dict), costmodel_config=cm)
         sim._check()
-        if sim.kind != ANALYTICAL:
+        if sim.kind not in _PHYSICS:
             if state_dict is None:
                 raise ConfigError(f"the {sim.kind} simulator needs its state_dict")
             sim._build()
@@ -260,6 +266,11 @@ class Simulator:
             if not len(strategies):
                 return np.zeros(0, dtype=np.float64)
             return self._featurizer_for(domain).totals(strategies)
+        if self.kind == STEPSIM:
+            self._check()
+            if not len(strategies):
+                return np.zeros(0, dtype=np.float64)
+            return self._featurizer_for(domain).simulator.score(strategies)
         if not len(strategies):
             return np.zeros(0, dtype=np.float64)
         module = self.module
@@ -274,9 +285,9 @@ class Simulator:
         """Slowness scores of already featurized strategies (of one domain). The analytical
         kind returns its bottleneck time divided by the domain's reference time (the ``total``
         aggregate: the same order as :meth:`score` within a domain)."""
-        if self.kind == ANALYTICAL:
+        if self.kind in _PHYSICS:
             self._check()
-            col = FEATURE_SCHEMA.agg_index("total")
+            col = FEATURE_SCHEMA.agg_index("total" if self.kind == ANALYTICAL else "sim_step")
             return np.array([float(f.agg[col]) for f in features], dtype=np.float64)
         if not features:
             return np.zeros(0, dtype=np.float64)
@@ -524,8 +535,8 @@ def train_simulator(
     cm = dm.costmodel_config or costmodel_config
     dm.setup()
     sizes = {f"{s}_strategies": dm.split_size(s) for s in ("train", "val", "test")}
-    if kind == ANALYTICAL:
-        return _evaluate_analytical(dm, cm, sizes, seed, logger)
+    if kind in _PHYSICS:
+        return _evaluate_physics(kind, dm, cm, sizes, seed, logger)
     if sizes["train_strategies"] < 2:
         raise ConfigError(f"need at least 2 training strategies, got "
                           f"{sizes['train_strategies']}")
@@ -554,14 +565,15 @@ def train_simulator(
     return sim, out
 
 
-def _evaluate_analytical(dm: TrialDataModule, cm: CostModelConfig | None,
-                         sizes: Mapping[str, int], seed: int, logger: Any
-                         ) -> tuple[Simulator, dict[str, Any]]:
-    """``train_simulator`` for the analytical cost model: nothing to train, evaluated alike."""
-    sim = Simulator(ANALYTICAL, costmodel_config=cm)
+def _evaluate_physics(kind: str, dm: TrialDataModule, cm: CostModelConfig | None,
+                      sizes: Mapping[str, int], seed: int, logger: Any
+                      ) -> tuple[Simulator, dict[str, Any]]:
+    """``train_simulator`` for the analytical model or the step simulator: nothing to train,
+    evaluated alike."""
+    sim = Simulator(kind, costmodel_config=cm)
     test = evaluate_simulator(sim, dm, "test")
     out = _metrics(test, sizes)
-    out.update(kind=ANALYTICAL, seed=seed, epochs=0, best_epoch=-1,
+    out.update(kind=kind, seed=seed, epochs=0, best_epoch=-1,
                best_val_pairwise_acc=evaluate_simulator(sim, dm, "val")["pairwise_accuracy"],
                fit_s=0.0, seconds_per_epoch=0.0, history={})
     if logger is not None:
