@@ -45,7 +45,10 @@ def _load_json_models(folder: Path | None, cls: type) -> list:
         return out
     for p in sorted(folder.glob("*.json")):
         try:
-            out.append(cls.model_validate_json(p.read_text()))
+            data = json.loads(p.read_text())
+            # fields a newer version of the record added are not needed by the simulator
+            data = {k: v for k, v in data.items() if k in cls.model_fields}
+            out.append(cls.model_validate(data))
         except Exception as e:  # a file of another kind or version: skipped, said so
             print(f"# skipped {p}: {str(e).splitlines()[0]}", file=sys.stderr)
     return out
@@ -55,13 +58,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", default="datasets/trials")
     ap.add_argument("--heldout", default=None, help="folder of the held-out cluster's stores")
-    ap.add_argument("--profiles", default="autosync_transfer/shipped/profiles")
-    ap.add_argument("--calibrations", default="autosync_transfer/shipped/calibrations")
+    ap.add_argument("--profiles", default="datasets/profiles")
+    ap.add_argument("--calibrations", default="datasets/calibrations")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
     from autosync_transfer.dataset.loader import (file_meta, find_domain, load_trials,
+                                                  normalized_reference_noise, reference_noise,
                                                   strategy_table)
+    from autosync_transfer.rankers.metrics import noise_ceiling
     from autosync_transfer.domains.profile import ClusterCalibration, WorkloadProfile
     from autosync_transfer.rankers.costmodel import AnalyticalRanker
     from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
@@ -76,9 +81,10 @@ def main() -> int:
               f"mape = median |pred - measured| / measured of the step time; pw = pairwise "
               f"accuracy; pw_an = the analytical sync-only model's pairwise accuracy\n")
     lines = [f"{'domain':16s} {'n':>4s} {'fallback mape':>13s} {'pw':>6s} "
-             f"{'profile mape':>13s} {'pw':>6s} {'pw_an':>6s}"]
+             f"{'profile mape':>13s} {'pw':>6s} {'pw_an':>6s} {'ceil_raw':>8s} "
+             f"{'ceil_norm':>9s}"]
     summary: dict[str, list[float]] = {"fb_mape": [], "fb_pw": [], "pr_mape": [], "pr_pw": [],
-                                       "an_pw": []}
+                                       "an_pw": [], "ceil_raw": [], "ceil_norm": []}
     for f in files:
         df = load_trials(f)
         if not len(df):
@@ -123,11 +129,22 @@ def main() -> int:
             row += f"{'-':>13s} {'-':>6s} "
         row += f"{pairwise(an, yn):6.3f}"
         summary["an_pw"].append(pairwise(an, yn))
+        # noise ceilings: raw reference CV on raw runtimes; leave-one-out CV of the normalized
+        # references on the normalized runtimes
+        raw_noise, norm_noise = reference_noise(df), normalized_reference_noise(df)
+        c_raw = (noise_ceiling(y, float(raw_noise["median_robust_cv"])) if raw_noise
+                 else float("nan"))
+        c_norm = (noise_ceiling(yn, float(norm_noise["median_robust_cv"])) if norm_noise
+                  else float("nan"))
+        row += f" {c_raw:8.3f} {c_norm:9.3f}"
+        summary["ceil_raw"].append(c_raw)
+        summary["ceil_norm"].append(c_norm)
         lines.append(row)
         print(row, flush=True)
-    med = {k: (f"{np.median(v):.3f}" if v else "-") for k, v in summary.items()}
+    med = {k: (f"{np.nanmedian(v):.3f}" if v else "-") for k, v in summary.items()}
     lines.append(f"{'median':16s} {'':4s} {med['fb_mape']:>13s} {med['fb_pw']:>6s} "
-                 f"{med['pr_mape']:>13s} {med['pr_pw']:>6s} {med['an_pw']:>6s}")
+                 f"{med['pr_mape']:>13s} {med['pr_pw']:>6s} {med['an_pw']:>6s} "
+                 f"{med['ceil_raw']:>8s} {med['ceil_norm']:>9s}")
     text = header + "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -10,8 +10,10 @@ A learned ranker never sees a :class:`~autosync_transfer.strategies.types.Strate
     model's per-row terms, see :mod:`autosync_transfer.rankers.costmodel`).
 ``agg`` ``[F_agg]``
     The cost model's terms aggregated over servers and all-reduce groups (AutoSync's 12 aggregates,
-    computed from the improved model) plus a few strategy and cluster shape numbers, for a linear
-    ranker.
+    computed from the improved model) plus a few strategy and cluster shape numbers, and the
+    step-time simulator's prediction and terms (``sim_*``, :mod:`~autosync_transfer.rankers.stepsim`,
+    with the featurizer's simulator: its profile and calibration when given), so that a learned
+    ranker learns the residual of the simulation. Schema version 2 added the ``sim_*`` columns.
 ``server_feats`` ``[S, F_srv]`` / ``group_feats`` ``[G, F_grp]``
     One row per parameter server used (a node hosting at least one PS row) and per all-reduce
     group, for graph rankers; ``row_server`` / ``row_group`` connect rows to them.
@@ -26,6 +28,11 @@ Transfer across models and clusters
     large model. ``row_server`` / ``row_group`` are per-strategy local indices (0.. in order of
     first appearance in forward order) used only to connect rows to server/group nodes, never as
     features. Renaming or reordering nodes, or renumbering groups, leaves every feature unchanged.
+
+Decoding
+    Strategies are decoded and validated by the simulator's
+    :class:`~autosync_transfer.rankers.stepsim.RowDecoder` (one implementation of the vectorized
+    validity rules and of reading a sampler's batch), shared by the featurizer and the simulator.
 
 Performance
     :class:`Featurizer` computes the per-domain tables once and featurizes strategies in batches.

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from autosync_transfer.domains.profile import ClusterCalibration, WorkloadProfile
 from autosync_transfer.errors import ConfigError, NotFittedError, UnknownNameError
 from autosync_transfer.rankers import metrics
 from autosync_transfer.rankers.costmodel import CostModelConfig
@@ -45,6 +46,7 @@ from autosync_transfer.rankers.features import (
     StrategyFeatures,
     collate,
 )
+from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
 from autosync_transfer.strategies.sampler import SampledBatch
 
 if TYPE_CHECKING:
@@ -109,8 +111,16 @@ class Simulator:
         state_dict: Mapping[str, Tensor] | None = None,
         *,
         costmodel_config: CostModelConfig | None = None,
+        profiles: Sequence[WorkloadProfile] = (),
+        calibrations: Sequence[ClusterCalibration] = (),
+        step_config: StepSimConfig | None = None,
     ) -> None:
         self.kind = kind
+        #: measured physics for the step simulator (its features and the stepsim kind), picked
+        #: per domain by the model's and the cluster's fingerprint; without one, its fallback
+        self.profiles = tuple(profiles)
+        self.calibrations = tuple(calibrations)
+        self.step_config = step_config
         self.hparams = dict(hparams or {})
         self.schema_version = int(schema_version)
         self._state = dict(state_dict) if state_dict is not None else None
@@ -245,7 +255,12 @@ class Simulator:
     def _featurizer_for(self, domain: Domain) -> Featurizer:
         key = (domain.name, domain.fingerprint)
         if self._featurizer is None or self._featurizer[0] != key:
-            self._featurizer = (key, Featurizer(domain, self.costmodel_config))
+            profile = next((p for p in self.profiles
+                            if p.fingerprint == domain.model.fingerprint), None)
+            calibration = next((c for c in self.calibrations
+                                if c.fingerprint == domain.cluster.fingerprint), None)
+            stepsim = StepSimulator(domain, profile, calibration, self.step_config)
+            self._featurizer = (key, Featurizer(domain, self.costmodel_config, stepsim))
         return self._featurizer[1]
 
     def score(self, strategies: Sequence[Strategy], domain: Domain, *,

@@ -13,10 +13,14 @@ Inputs
     compute slowdown). Both are optional; without them the **fallback** of
     :class:`StepSimConfig` applies: the cluster spec's nominal ``bandwidth_gbps`` times the TCP
     goodput of Ethernet frames (1448 / 1514), ``latency_ms`` (or ``default_latency_s``), each node
-    its own host (no compute slowdown), compute from the graph (``6 x dense parameters x tokens``
-    FLOP per step at ``fallback_flops_per_s``; forward a third, backward two thirds, gradients ready
-    in reverse forward order in proportion to the parameters left to differentiate) and action
-    costs from memory traffic at ``fallback_memory_bytes_per_s``.
+    its own host unless ``host_processes`` says they share one (then ``processes / host_cores``
+    slowdown), compute from the graph (``6 x dense parameters x tokens`` FLOP per step at
+    ``fallback_flops_per_s``; forward a third, backward two thirds, gradients ready in reverse
+    forward order in proportion to the parameters left to differentiate; the optimizer reading
+    and writing every parameter) and action costs from memory traffic at
+    ``fallback_memory_bytes_per_s``. The fallback is crude where FLOPs are not proportional to
+    parameters (convolutions) and its two fitted constants are global (fitted on the shipped
+    source domains, never per domain); measured profiles and calibrations replace it.
 
 One iteration (every worker alike, times from the start of the step)
     * Compute runs ``slowdown x`` the profile's times, ``slowdown`` the calibration's compute
@@ -42,7 +46,9 @@ One iteration (every worker alike, times from the start of the step)
       AR thread, the PS threads and the busiest NIC serving all of it at once (the excess over
       the AR and PS threads alone is the NIC contention term).
     * Compression occupies the worker: on a host with more compute processes than cores
-      (``slowdown > 1``) the compression work also delays the backward pass.
+      (``slowdown > 1``) the compression work also delays the backward pass, and (with
+      ``network_shares_cores``) communication, whose threads and network stack share those
+      cores, runs ``slowdown`` times slower.
     * The step ends ``optimizer`` after both the backward pass and the last synchronization end.
 
 Output
@@ -90,7 +96,7 @@ _MAX_POWERSGD_RANK = 64  # AllReduce.powersgd_rank's upper bound
 #: bucket kinds of one group: none, fp16, fp16_ef, then PowerSGD ranks 1..64
 _BUCKET_KINDS = 4 + _MAX_POWERSGD_RANK
 _ID_CACHE_LIMIT = 100_000  # synchronizer objects remembered by identity
-_ROWS_PER_BATCH = 1 << 17
+_ROWS_PER_BATCH = 1 << 15  # small work arrays stay in cache and in the allocator's heap
 _MAX_STRATEGIES_PER_BATCH = 4096
 
 _var_name = attrgetter("var_name")
@@ -131,8 +137,10 @@ class StepSimConfig(BaseModel):
         "bandwidths only, a calibration's are measured goodputs"))
     intra_node_gbps: float = Field(default=10.0, gt=0, description=(
         "bandwidth between workers of one node without a calibration, Gbit/s"))
-    default_latency_s: float = Field(default=1e-4, ge=0, description=(
-        "per-message latency of a node whose latency_ms is 0, without a calibration"))
+    default_latency_s: float = Field(default=3e-4, ge=0, description=(
+        "per-message latency (and per-message cost) of a node whose latency_ms is 0, without a "
+        "calibration; fitted on the 15 shipped source domains "
+        "(benchmarks/results/stepsim_accuracy.txt)"))
     sparse_index_bytes: int = Field(default=8, ge=0)
     host_processes: int | None = Field(default=None, ge=1, description=(
         "compute processes sharing one host (an emulated cluster: all workers); None: each "
@@ -145,10 +153,17 @@ class StepSimConfig(BaseModel):
         "counts only where all workers share one host"))
     host_cpu_s_per_message: float = Field(default=0.0, ge=0, description=(
         "CPU seconds the shared host spends per message (PS push or pull, ring step)"))
-    fallback_flops_per_s: float = Field(default=2e10, gt=0, description=(
-        "one worker's training FLOP/s without a profile"))
-    fallback_memory_bytes_per_s: float = Field(default=4e9, gt=0, description=(
-        "bytes/s one worker moves in compression and copies without a profile"))
+    fallback_flops_per_s: float = Field(default=8e10, gt=0, description=(
+        "one worker's training FLOP/s without a profile (6 x dense parameters x tokens per "
+        "step); fitted on the 15 shipped source domains (benchmarks/results/"
+        "stepsim_accuracy.txt)"))
+    fallback_memory_bytes_per_s: float = Field(default=8e9, gt=0, description=(
+        "bytes/s one worker moves in compression, copies and the optimizer without a profile; "
+        "fitted on the 15 shipped source domains (benchmarks/results/stepsim_accuracy.txt)"))
+    network_shares_cores: bool = Field(default=True, description=(
+        "on a host with more compute processes than cores (slowdown > 1) the communication "
+        "threads and the network stack get the same share of a core as compute: communication "
+        "runs slowdown x slower"))
     step_overhead_s: float = Field(default=0.0, ge=0, description=(
         "fixed per-step cost (framework, synchronization call)"))
 
@@ -501,8 +516,9 @@ class _Physics:
         else:
             flops = 6.0 * float(dense.sum()) * self.tokens
             total = flops / config.fallback_flops_per_s
-            fwd, bwd, opt = total / 3.0, 2.0 * total / 3.0, 0.0
-            opt = 4.0 * float(dense.sum()) * 4 / config.fallback_memory_bytes_per_s
+            fwd, bwd = total / 3.0, 2.0 * total / 3.0
+            every = float(sum(v.num_elements for v in variables))
+            opt = 4.0 * every * 4 / config.fallback_memory_bytes_per_s  # read p, g; write p, m
             ready = _fallback_ready(dense, bwd)
         s = self.slowdown
         self.forward_s, self.backward_s, self.optimizer_s = s * fwd, s * bwd, s * opt
@@ -510,6 +526,7 @@ class _Physics:
         self.compute_s = s * (fwd + bwd + opt)
         self.backward_end = self.forward_s + self.backward_s
         self.cpu_share = 1.0 if s > 1.0 else 0.0
+        self.comm_scale = s if (config.network_shares_cores and s > 1.0) else 1.0
         release = self.forward_s + s * np.minimum(ready, bwd)
         # readiness order of the variables (ties: later forward position first, as backward)
         self.order = np.lexsort((-np.arange(V), release))
@@ -531,6 +548,8 @@ class _Physics:
         self.act_ef = cost("error_feedback", 24.0)
         self.act_psgd = cost("powersgd", 24.0)
         self.act_agg = cost("ps_aggregate", 12.0)
+        self.act_gather = cost("sparse_gather", 8.0)  # scan the dense gradient, copy rows
+        self.act_scatter = cost("sparse_scatter", 4.0)  # zero-filled result, rows copied in
         # ---- PS tables per (server p, replication r) --------------------------------------------
         w, nic, intra = self.workers, self.nic, self.intra
         eye = np.eye(N, dtype=bool)
@@ -545,8 +564,10 @@ class _Physics:
                 gamma[p, r] = np.where(eye[p], server_s, remote_s)
                 remote = (N - 1.0) if r else (W - w[p])
                 sources[p, r] = remote + w[p] - 1.0
-                lat[p, r] = np.where(eye[p], 2.0 * sources[p, r] * self.lat[p],
-                                     2.0 * w * self.lat)
+                # the server's thread: per push and pull its latency plus the framework's
+                # per-call cost (the calibration's collective latency) for every push it gathers
+                lat[p, r] = np.where(eye[p], 2.0 * sources[p, r] * self.lat[p]
+                                     + sources[p, r] * self.coll_lat, 2.0 * w * self.lat)
         if W == 1:
             gamma[:] = 0.0
             lat[:] = 0.0
@@ -653,11 +674,12 @@ class StepSimulator:
             b_comp = np.bincount(bkey, weights=c, minlength=KB)
             present = b_release >= 0
             coll = np.where(b_two, 2.0, 1.0)
-            b_time = b_comp + b_bytes * ph.ring_factor / ph.ring_bw + coll * ph.ar_lat_per_coll
+            b_time = b_comp + ph.comm_scale * (b_bytes * ph.ring_factor / ph.ring_bw
+                                               + coll * ph.ar_lat_per_coll)
             rel = b_release[present]
             ar_work += np.bincount(rel, weights=b_time[present], minlength=B * V)
             nic_work += (np.bincount(rel, weights=b_bytes[present], minlength=B * V)[:, None]
-                         * ph.ar_nic[None, :])
+                         * (ph.comm_scale * ph.ar_nic)[None, :])
             b_strat = np.flatnonzero(present) // NB
             comp_total = np.bincount(b_strat, weights=b_comp[present], minlength=B)
             out["ar_buckets"] = np.bincount(b_strat, minlength=B)
@@ -683,6 +705,17 @@ class StepSimulator:
             agg = ph.act_agg.at(rows.numel[ps].astype(np.float64)) * ph.ps_sources[pl]
             ps_work += np.bincount(slot[ps] * N + p, weights=agg,
                                    minlength=B * V * N).reshape(B * V, N)
+            sp = rows.sparse[ps]
+            if sp.any():
+                # row-sparse pieces: every worker finds its touched rows in the dense gradient
+                # and scatters the result back (both over the whole piece); the server also
+                # copies its own gradient to aggregate into
+                n_sp = rows.numel[ps][sp].astype(np.float64)
+                worker = ph.act_gather.at(n_sp) + ph.act_scatter.at(n_sp)
+                ps_work += (np.bincount(slot[ps][sp], weights=worker, minlength=B * V)[:, None]
+                            * np.ones(N)[None, :])
+                ps_work += np.bincount(slot[ps][sp] * N + p[sp], weights=ph.act_copy.at(n_sp),
+                                       minlength=B * V * N).reshape(B * V, N)
             if nonlinear.any():
                 nl = np.flatnonzero(nonlinear)
                 rows_nl = ps[nl]
@@ -701,6 +734,7 @@ class StepSimulator:
                 keys = (slot[rows_nl, None] * N + np.arange(N)[None, :]).ravel()
                 ps_work += np.bincount(keys, weights=node_time.ravel(),
                                        minlength=B * V * N).reshape(B * V, N)
+        ps_work *= ph.comm_scale
         nic_work += ps_work
 
         # ---- queues: end = max_j (release_j + work released at or after j) ----------------------
@@ -712,11 +746,10 @@ class StepSimulator:
         threads_end = np.maximum(ar_end, ps_end)
         sync_end = np.maximum(threads_end, nic_end)
 
-        backward_end = ph.backward_end + ph.cpu_share * comp_total
-        critical = np.maximum(backward_end, sync_end)
-        step = critical + ph.optimizer_s
+        comm_cpu = np.zeros(B)
         if ph.shared_host:
-            # one host's cores run every worker's compute, compression and network stack
+            # one host's cores run every worker's compute, compression and network stack: the
+            # CPU the network stack spends (per byte sent, per message) is taken from compute
             cfg = self.config
             W = ph.world
             sent = np.bincount(rows.strat, weights=wire * np.where(
@@ -726,9 +759,14 @@ class StepSimulator:
             if ar.size:
                 msgs += np.bincount(np.flatnonzero(present) // NB, weights=coll[present]
                                     * 2.0 * W * (W - 1), minlength=B)
-            cpu = (W * (ph.unloaded_compute_s + comp_total) + sent * cfg.host_cpu_s_per_byte
-                   + msgs * cfg.host_cpu_s_per_message) / ph.host_cores
-            out["cpu_contention_s"] = np.maximum(0.0, cpu - step)
+            comm_cpu = (sent * cfg.host_cpu_s_per_byte
+                        + msgs * cfg.host_cpu_s_per_message) / ph.host_cores
+        backward_end = ph.backward_end + ph.cpu_share * (comp_total + comm_cpu)
+        critical = np.maximum(backward_end, sync_end)
+        step = critical + ph.optimizer_s
+        if ph.shared_host:
+            cpu = W * (ph.unloaded_compute_s + comp_total) / ph.host_cores + comm_cpu
+            out["cpu_contention_s"] = np.maximum(0.0, cpu - step) + ph.cpu_share * comm_cpu
             step = np.maximum(step, cpu)
         out["step_s"] = step + self.config.step_overhead_s
         out["compute_s"] = ph.compute_s
