@@ -3,7 +3,8 @@
 Samples ``--n`` strategies of ``--domain`` (default bert-12l-A, the BERT-12-layer graph), then
 times, side by side in one run, featurizing them and scoring them with every ranker kind
 (networks with their default hyper-parameters and freshly initialized weights: throughput does
-not depend on the weight values) and with the analytical cost model. Two inputs are timed:
+not depend on the weight values) with the step-time simulator (``stepsim``, :mod:`autosync_transfer.rankers.stepsim`) and with the
+analytical cost model. Two inputs are timed:
 
 * ``batch``: the sampler's :class:`~autosync_transfer.strategies.sampler.SampledBatch`, read
   from its arrays (what ``search`` and ``recommend`` score: thousands of candidates of which only
@@ -36,7 +37,7 @@ def main() -> int:
     ap.add_argument("--domain", default="bert-12l-A")
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--kinds", default="analytical,linear,rnn,gat,transformer")
+    ap.add_argument("--kinds", default="stepsim,analytical,linear,rnn,gat,transformer")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--preset", default="dataset")
     args = ap.parse_args()
@@ -77,8 +78,8 @@ def main() -> int:
     print(f"{'ranker':12s} {'featurize+score':>24s} {'score only':>12s}")
     print(f"{'':12s} {'batch':>11s} {'objects':>12s}")
     for kind in args.kinds.split(","):
-        if kind == "analytical":
-            sim = Simulator("analytical")
+        if kind in ("analytical", "stepsim"):
+            sim = Simulator(kind)
         else:
             sim = Simulator.from_module(build_ranker(kind, {}, seed=0))
         sim.score(strategies[:16], domain)  # warm-up (network build, first-call overheads)

@@ -83,13 +83,14 @@ class Builder(StrEnum):
 
 
 class RankerKind(StrEnum):
-    """Simulator kinds: the learned rankers and the analytical cost model."""
+    """Simulator kinds: the learned rankers, the step-time simulator and the analytical cost model."""
 
     rnn = "rnn"
     gat = "gat"
     linear = "linear"
     transformer = "transformer"
     analytical = "analytical"
+    stepsim = "stepsim"
 
 
 class SearchMethod(StrEnum):
@@ -99,6 +100,7 @@ class SearchMethod(StrEnum):
     random = "random"
     tpe = "tpe"
     analytical = "analytical"
+    stepsim = "stepsim"
 
 
 class AdaptMethod(StrEnum):

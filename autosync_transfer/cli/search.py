@@ -29,7 +29,7 @@ def _fmt(v: Any, spec: str = ".2f", suffix: str = "") -> str:
 def search(
     domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="e.g. bert-B (or --model with --cluster-file)."),
     budget: int = typer.Option(200, "--budget", min=1, help="Real trials to spend (the builders and DDP measured as the reference come on top)."),
-    method: SearchMethod = typer.Option(SearchMethod.autosync, "--method", help="autosync (simulator-guided, re-trained every round), random, tpe (Optuna TPE over a knob encoding) or analytical (cost-model ranking)."),
+    method: SearchMethod = typer.Option(SearchMethod.autosync, "--method", help="autosync (simulator-guided, re-trained every round), random, tpe (Optuna TPE over a knob encoding), stepsim (step-time simulator ranking) or analytical (cost-model ranking)."),
     warm_start: Optional[str] = typer.Option(None, "--warm-start", metavar="SOURCE_DOMAIN|MODEL_URI", help="Start from this simulator (a domain's registry champion, trained first if absent, or models:/NAME@ALIAS) and fine-tune it every round."),
     per_round: int = typer.Option(10, "--per-round", "-k", min=1, help="Trials per round (the simulator is re-trained between rounds)."),
     candidates: int = typer.Option(1000, "--candidates", min=1, help="Sampled candidates scored per round."),

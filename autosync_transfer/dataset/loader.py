@@ -47,6 +47,8 @@ __all__ = [
     "strategy_table",
     "strategies_and_runtimes",
     "reference_noise",
+    "drift_normalized",
+    "normalized_reference_noise",
     "superseded_ids",
     "valid_remeasurement",
     "file_meta",
@@ -380,6 +382,69 @@ def reference_noise(df: pandas.DataFrame) -> dict[str, Any] | None:
     }
 
 
+def _reference_points(ok: pandas.DataFrame) -> tuple[Any, Any]:
+    """(times in s since the epoch, medians) of one domain's ok reference re-measurements,
+    sorted by time."""
+    import numpy as np
+
+    pd = require("pandas")
+    refs = ok[ok["reference"].astype(bool)]
+    t = pd.to_datetime(refs["timestamp"], utc=True, errors="coerce")
+    keep = t.notna().to_numpy()
+    times = (t[keep].astype("int64") / 1e9).to_numpy(dtype=float)
+    values = refs["median_s"].to_numpy(dtype=float)[keep]
+    order = np.argsort(times, kind="stable")
+    return times[order], values[order]
+
+
+def drift_normalized(df: pandas.DataFrame) -> pandas.DataFrame:
+    """A copy of a trials table whose ``median_s`` are drift-normalized labels: each ok trial's
+    median divided by its domain's drift reference at the trial's time (linear interpolation
+    between the reference re-measurements, the nearest one before the first and after the last)
+    and multiplied by the median of the domain's reference measurements, so labels stay in
+    seconds while drift between measuring periods cancels. Domains without a reference
+    re-measurement are unchanged."""
+    import numpy as np
+
+    pd = require("pandas")
+    out = df.copy()
+    ok_mask = (out["status"] == "ok") & out["median_s"].notna()
+    for _, idx in out[ok_mask].groupby("domain").groups.items():
+        sub = out.loc[idx]
+        times, values = _reference_points(sub)
+        if not len(values):
+            continue
+        t = pd.to_datetime(sub["timestamp"], utc=True, errors="coerce")
+        tt = (t.astype("int64") / 1e9).to_numpy(dtype=float)
+        ref = np.interp(tt, times, values)
+        ref = np.where(t.notna().to_numpy(), ref, float(np.median(values)))
+        out.loc[idx, "median_s"] = sub["median_s"].to_numpy(dtype=float) / ref * float(
+            np.median(values))
+    return out
+
+
+def normalized_reference_noise(df: pandas.DataFrame) -> dict[str, Any] | None:
+    """The noise of drift-normalized labels of one domain: every reference re-measurement is
+    normalized by the reference interpolated from the *other* re-measurements (leave one out),
+    and the robust CV (1.4826 x MAD / median) of those ratios is reported with the plain CV;
+    None with fewer than 3 re-measurements."""
+    import numpy as np
+
+    ok = df[(df["status"] == "ok") & df["median_s"].notna()]
+    times, values = _reference_points(ok)
+    if len(values) < 3:
+        return None
+    ratios = []
+    for i in range(len(values)):
+        others = np.delete(np.arange(len(values)), i)
+        ratios.append(values[i] / float(np.interp(times[i], times[others], values[others])))
+    r = np.array(ratios)
+    mid = float(np.median(r))
+    return {"measurements": len(r),
+            "median_robust_cv": float(1.4826 * np.median(np.abs(r - mid)) / mid),
+            "cv": float(np.std(r, ddof=1) / np.mean(r))}
+
+
 def describe_domain(
     domain: str, paths_or_dir: PathLike | Sequence[PathLike] | None = None, *, top: int = 10
 ) -> dict[str, Any]:
@@ -425,7 +490,7 @@ def describe_domain(
     }
 
 
-def strategy_table(df: pandas.DataFrame) -> pandas.DataFrame:
+def strategy_table(df: pandas.DataFrame, *, normalize: bool = True) -> pandas.DataFrame:
     """The measured strategies of a trials table as the rankers' data module takes them: one row
     per distinct (domain, strategy_id) with an ok measurement, columns ``domain``,
     ``cluster_fingerprint`` (the first non-empty one of its trials), ``strategy_id``,
@@ -433,7 +498,12 @@ def strategy_table(df: pandas.DataFrame) -> pandas.DataFrame:
     of its trials' medians, reference re-measurements included), ``measurements`` and the worst
     gradient fidelity of its trials (``fidelity_rel_error``, ``fidelity_cosine``; NaN when none
     was probed). Trials without a strategy (torch's own DDP) are left out. Fastest first within
-    each domain."""
+    each domain.
+
+    ``normalize``: the trials' medians are first drift-normalized (:func:`drift_normalized`:
+    divided by the drift reference interpolated at their time, in the scale of the median
+    reference), so that drift between measuring periods does not look like signal; ``False``
+    gives the raw medians."""
     pd = require("pandas")
 
     cols = ["domain", "cluster_fingerprint", "strategy_id", "strategy", "runtime_s",
@@ -443,6 +513,8 @@ def strategy_table(df: pandas.DataFrame) -> pandas.DataFrame:
         raise ConfigError(f"not a trial table: no column {sorted(missing)[0]!r}")
     graphs = _graphs_by_domain(df)
     fingerprints = _cluster_fingerprints(df)
+    if normalize and {"reference", "timestamp"} <= set(df.columns):
+        df = drift_normalized(df)
     rows = []
     for r in strategy_runtimes(df).itertuples():
         if r.strategy is None or (isinstance(r.strategy, float) and math.isnan(r.strategy)):
@@ -458,12 +530,13 @@ def strategy_table(df: pandas.DataFrame) -> pandas.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def strategies_and_runtimes(df: pandas.DataFrame) -> list[tuple[Strategy, float]]:
+def strategies_and_runtimes(df: pandas.DataFrame, *, normalize: bool = True
+                            ) -> list[tuple[Strategy, float]]:
     """(strategy, runtime in s) for every distinct (domain, strategy_id) with an ok measurement,
     runtime = median of its trials' medians (reference re-measurements included). Trials without
     a strategy (torch's own DDP) are left out. Fastest first within each domain
     (:func:`strategy_table` as pairs)."""
-    table = strategy_table(df)
+    table = strategy_table(df, normalize=normalize)
     return list(zip(table["strategy"], (float(r) for r in table["runtime_s"])))
 
 

@@ -10,8 +10,10 @@ A learned ranker never sees a :class:`~autosync_transfer.strategies.types.Strate
     model's per-row terms, see :mod:`autosync_transfer.rankers.costmodel`).
 ``agg`` ``[F_agg]``
     The cost model's terms aggregated over servers and all-reduce groups (AutoSync's 12 aggregates,
-    computed from the improved model) plus a few strategy and cluster shape numbers, for a linear
-    ranker.
+    computed from the improved model) plus a few strategy and cluster shape numbers, and the
+    step-time simulator's prediction and terms (``sim_*``, :mod:`~autosync_transfer.rankers.stepsim`,
+    with the featurizer's simulator: its profile and calibration when given), so that a learned
+    ranker learns the residual of the simulation. Schema version 2 added the ``sim_*`` columns.
 ``server_feats`` ``[S, F_srv]`` / ``group_feats`` ``[G, F_grp]``
     One row per parameter server used (a node hosting at least one PS row) and per all-reduce
     group, for graph rankers; ``row_server`` / ``row_group`` connect rows to them.
@@ -26,6 +28,11 @@ Transfer across models and clusters
     large model. ``row_server`` / ``row_group`` are per-strategy local indices (0.. in order of
     first appearance in forward order) used only to connect rows to server/group nodes, never as
     features. Renaming or reordering nodes, or renumbering groups, leaves every feature unchanged.
+
+Decoding
+    Strategies are decoded and validated by the simulator's
+    :class:`~autosync_transfer.rankers.stepsim.RowDecoder` (one implementation of the vectorized
+    validity rules and of reading a sampler's batch), shared by the featurizer and the simulator.
 
 Performance
     :class:`Featurizer` computes the per-domain tables once and featurizes strategies in batches.
@@ -58,7 +65,9 @@ import numpy as np
 
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import StrategyValidationError
+from autosync_transfer.errors import ConfigError
 from autosync_transfer.rankers.costmodel import CostModelConfig, _Context
+from autosync_transfer.rankers.stepsim import Columns, RowDecoder, StepSimulator
 from autosync_transfer.strategies.sampler import SampledBatch, StrategyBatch
 from autosync_transfer.strategies.types import COMPRESSORS, PS, AllReduce, Partition, Strategy
 from autosync_transfer.strategies.validate import validate
@@ -79,7 +88,7 @@ __all__ = [
 ]
 
 #: bump whenever a column is added, removed, reordered or changes meaning
-FEATURE_SCHEMA_VERSION = 1
+FEATURE_SCHEMA_VERSION = 2
 
 _FP16_BYTES = 2
 _POWERSGD_FACTOR_BYTES = 4
@@ -175,6 +184,16 @@ _AGG_COLUMNS: tuple[tuple[str, str], ...] = (
     ("log2_world", "log2(world size)"),
     ("workers_per_node", "mean workers per node"),
     ("bw_min_max_ratio", "slowest / fastest NIC bandwidth"),
+    # the step-time simulator's prediction and terms (rankers.stepsim), / ref
+    ("sim_step", "simulated step time step_s / ref"),
+    ("sim_exposed_compute", "simulated compute on the critical path / ref"),
+    ("sim_exposed_comm", "simulated synchronization on the critical path / ref"),
+    ("sim_compression", "simulated compression and fusion copies / ref"),
+    ("sim_cpu_contention", "simulated time added by processes sharing cores / ref"),
+    ("sim_nic_contention", "simulated time added by flows sharing NICs / ref"),
+    ("sim_ar", "simulated work of the AR thread / ref"),
+    ("sim_ps", "simulated PS work of the busiest NIC / ref"),
+    ("log10_sim_step_s", "log10(1e-9 + simulated step time in seconds)"),
 )
 
 _SERVER_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -422,20 +441,6 @@ class _Tables:
 # -- featurizer -----------------------------------------------------------------------------------
 
 
-class _Columns(NamedTuple):
-    """A batch's strategies as columns: per variable config (all strategies, in their config
-    order) and per partition row (configs' rows in order)."""
-
-    counts: np.ndarray  # [B] configs per strategy
-    cfg_var: np.ndarray  # [C] variable index (-1: unknown name)
-    cfg_axis: np.ndarray  # [C] partition axis, -1 when not partitioned
-    cfg_shards: np.ndarray  # [C] Partition.shards (1 when not partitioned)
-    cfg_n: np.ndarray  # [C] rows of the config (synchronizers)
-    codes: np.ndarray  # [R] synchronizer code of every row
-    ctab: np.ndarray  # [6, codes] per code: is_ar, server node, replication, group,
-    #                   compressor (index into COMPRESSORS), PowerSGD rank
-
-
 class Featurizer:
     """Featurizes strategies of one domain; the per-domain tables are built on first use and kept.
 
@@ -443,18 +448,17 @@ class Featurizer:
     :class:`~autosync_transfer.errors.StrategyValidationError` with the validator's full report).
     """
 
-    def __init__(self, domain: Domain, costmodel_config: CostModelConfig | None = None):
+    def __init__(self, domain: Domain, costmodel_config: CostModelConfig | None = None,
+                 simulator: StepSimulator | None = None):
         self.domain = domain
         self.costmodel_config = costmodel_config or CostModelConfig()
         self._tables: _Tables | None = None
-        # synchronizer value -> code, and code -> (is_ar, node, replication, group, comp, rank)
-        self._code_of_value: dict[tuple[Any, ...], int] = {}
-        self._code_rows: list[tuple[int, int, int, int, int, int]] = []
-        # sorted ids of known synchronizer objects and their codes; the objects are kept alive
-        # so that their ids stay unique
-        self._known_ids = np.zeros(0, dtype=np.int64)
-        self._known_codes = np.zeros(0, dtype=np.int64)
-        self._cache_keep: list[PS | AllReduce] = []
+        if simulator is not None and simulator.domain.fingerprint != domain.fingerprint:
+            raise ConfigError(f"simulator: it simulates domain {simulator.domain.name!r}, not "
+                              f"{domain.name!r}")
+        self.simulator = simulator or StepSimulator(domain)
+        #: strategies -> rows (validity rules, synchronizer codes), shared with the simulator
+        self.decoder: RowDecoder = self.simulator.decoder
 
     @property
     def schema(self) -> FeatureSchema:
@@ -511,109 +515,11 @@ class Featurizer:
             yield strategies[start : start + per_batch]
 
     # -- one batch ------------------------------------------------------------------------------
-    def _sync_codes(self, syncs: list[PS | AllReduce]) -> np.ndarray:
-        """The code of every synchronizer (an index into ``self._code_rows``).
+    def _columns_of_objects(self, strategies: Sequence[Strategy]) -> Columns:
+        return self.decoder._columns_of_objects(strategies)  # noqa: SLF001
 
-        Synchronizer objects are frozen and, when a sampler made them, shared by many rows and
-        strategies: they are looked up by identity (a sorted array of known ids; the objects are
-        kept alive so that an id cannot be reused), and resolved by value only on a miss.
-        """
-        ids = np.fromiter(map(id, syncs), dtype=np.int64, count=len(syncs))
-        codes = _lookup(self._known_ids, self._known_codes, ids)
-        miss = np.flatnonzero(codes < 0)
-        if miss.size == 0:
-            return codes
-        uniq, first = np.unique(ids[miss], return_index=True)
-        objs = [syncs[i] for i in miss[first].tolist()]
-        new_codes = np.fromiter(map(self._value_code, objs), dtype=np.int64, count=len(objs))
-        codes[miss] = _lookup(uniq, new_codes, ids[miss])
-        if len(objs) <= _ID_CACHE_LIMIT:
-            if len(self._cache_keep) + len(objs) > _ID_CACHE_LIMIT:
-                self._cache_keep.clear()
-                self._known_ids = np.zeros(0, dtype=np.int64)
-                self._known_codes = np.zeros(0, dtype=np.int64)
-            self._cache_keep.extend(objs)
-            all_ids = np.concatenate((self._known_ids, uniq))
-            order = np.argsort(all_ids, kind="stable")
-            self._known_ids = all_ids[order]
-            self._known_codes = np.concatenate((self._known_codes, new_codes))[order]
-        return codes
-
-    def _value_code(self, s: PS | AllReduce) -> int:
-        if isinstance(s, PS):
-            key: tuple[Any, ...] = ("ps", s.destination, s.local_replication)
-        else:
-            key = ("ar", s.group, s.compressor, s.powersgd_rank)
-        code = self._code_of_value.get(key)
-        if code is None:
-            code = len(self._code_rows)
-            self._code_of_value[key] = code
-            if isinstance(s, PS):
-                self._code_rows.append((0, self.tables.node_index.get(s.destination, -1),
-                                        int(s.local_replication), -1, -1, 0))
-            else:
-                self._code_rows.append((1, -1, 0, s.group, COMPRESSORS.index(s.compressor),
-                                        s.powersgd_rank))
-        return code
-
-    def _invalid(self, strategy: Strategy, why: str) -> StrategyValidationError:
-        validate(strategy, self.domain)  # raises the full report when the validator finds it
-        return StrategyValidationError([why])
-
-    def _columns_of_objects(self, strategies: Sequence[Strategy]) -> _Columns:
-        """Walk the strategy objects once (C-level maps; no per-row Python code)."""
-        t = self.tables
-        names: list[str] = []
-        parts_all: list[Partition | None] = []
-        syncs_all: list[PS | AllReduce | None] = []
-        counts: list[int] = []
-        for s in strategies:
-            nodes = s.nodes
-            counts.append(len(nodes))
-            names.extend(map(_var_name, nodes))
-            parts_all.extend(map(_partition, nodes))
-            syncs_all.extend(map(_synchronizer, nodes))
-        C = len(names)
-        is_part_l = list(map(is_not, parts_all, repeat(None)))
-        cfg_part = np.fromiter(is_part_l, dtype=bool, count=C)
-        parts: list[Partition] = list(compress(parts_all, is_part_l))
-        part_syncs = list(map(_synchronizers, parts))
-        whole_syncs = list(compress(syncs_all, map(not_, is_part_l)))
-        cfg_var = np.fromiter(map(t.var_index.get, names, repeat(-1)), dtype=np.int64, count=C)
-        cfg_axis = np.full(C, -1, dtype=np.int64)
-        cfg_axis[cfg_part] = np.fromiter(map(_axis, parts), dtype=np.int64, count=len(parts))
-        cfg_shards = np.ones(C, dtype=np.int64)
-        cfg_shards[cfg_part] = np.fromiter(map(_shards, parts), dtype=np.int64, count=len(parts))
-        cfg_n = np.ones(C, dtype=np.int64)
-        cfg_n[cfg_part] = np.fromiter(map(len, part_syncs), dtype=np.int64, count=len(parts))
-        row_whole = np.repeat(~cfg_part, cfg_n)
-        codes = np.empty(row_whole.size, dtype=np.int64)
-        codes[row_whole] = self._sync_codes(whole_syncs)  # type: ignore[arg-type]
-        codes[~row_whole] = self._sync_codes(list(chain.from_iterable(part_syncs)))
-        ctab = np.array(self._code_rows, dtype=np.int64).reshape(-1, 6).T.copy()
-        return _Columns(np.array(counts, dtype=np.int64), cfg_var, cfg_axis, cfg_shards, cfg_n,
-                        codes, ctab)
-
-    def _columns_of_sampled(self, batch: SampledBatch) -> _Columns:
-        """The same columns read off a sampler's arrays (its :class:`StrategyBatch`; no object
-        is built)."""
-        arrays: StrategyBatch = batch.arrays
-        B, V = arrays.pieces.shape
-        part = arrays.partitioned.reshape(-1)
-        pieces = arrays.pieces.reshape(-1)
-        sc = arrays.synchronizers
-        ctab = np.stack([col.astype(np.int64) for col in (
-            sc.is_ar, sc.node, sc.replication, sc.group, sc.compressor, sc.powersgd_rank)])
-        return _Columns(np.full(B, V, dtype=np.int64), np.tile(np.arange(V, dtype=np.int64), B),
-                        np.where(part, arrays.axis.reshape(-1), -1), np.where(part, pieces, 1),
-                        pieces.astype(np.int64), arrays.codes, ctab)
-
-    def _columns(self, strategies: Sequence[Strategy]) -> _Columns:
-        if isinstance(strategies, SampledBatch) and (
-                strategies.domain is self.domain
-                or strategies.domain.fingerprint == self.domain.fingerprint):
-            return self._columns_of_sampled(strategies)
-        return self._columns_of_objects(strategies)
+    def _columns_of_sampled(self, batch: SampledBatch) -> Columns:
+        return self.decoder._columns_of_sampled(batch)  # noqa: SLF001
 
     def totals(self, strategies: Sequence[Strategy]) -> np.ndarray:
         """The analytical bottleneck time of every strategy, in seconds (float64: the ``total``
@@ -634,66 +540,13 @@ class Featurizer:
         t = self.tables
         B = len(strategies)
         V, N = t.num_vars, t.num_nodes
-        counts, cfg_var, cfg_axis, cfg_shards, cfg_n, codes, ctab = self._columns(strategies)
-        cfg_strat = np.repeat(np.arange(B), counts)
-
-        # ---- validity (vectorized; the validator explains a failure) ----------------------------
-        bad = np.zeros(B, dtype=bool)
-        bad[cfg_strat[cfg_var < 0]] = True
-        var_ok = np.where(cfg_var < 0, 0, cfg_var)
-        part = cfg_axis >= 0
-        ndim = t.ndim[var_ok]
-        axis_ok = np.where(part, cfg_axis, 0)
-        axis_in = np.minimum(axis_ok, t.dims.shape[1] - 1)
-        dim = np.where(part & (axis_ok < ndim), t.dims[var_ok, axis_in], 0)
-        bad_part = part & (
-            (cfg_axis >= ndim) | (t.sparse[var_ok] & (cfg_axis != 0)) | (cfg_shards > dim)
-            | (cfg_n != cfg_shards)
-        )
-        bad[cfg_strat[bad_part]] = True
-        seen = np.bincount(cfg_strat * V + var_ok, minlength=B * V).reshape(B, V)
-        bad |= (seen != 1).any(axis=1) | (counts != V)
-        # rows (in the strategies' config order)
-        row_cfg = np.repeat(np.arange(cfg_var.size), cfg_n)
-        R = row_cfg.size
-        row_strat = cfg_strat[row_cfg]
-        row_var = var_ok[row_cfg]
-        cfg_start = np.cumsum(cfg_n) - cfg_n
-        shard_i = np.arange(R) - cfg_start[row_cfg]
-        is_ar = (ctab[0] == 1)[codes]
-        srv = ctab[1][codes]
-        row_sparse = t.sparse[row_var]
-        bad[row_strat[(~is_ar) & (srv < 0)]] = True
-        bad[row_strat[is_ar & row_sparse]] = True
-        if bad.any():
-            k = int(np.flatnonzero(bad)[0])
-            raise self._invalid(strategies[k], "the strategy does not fit the domain")
-
-        # forward order: rows sorted by (strategy, variable, shard) unless the configs already are
-        # (the shards of one config are always in shard order); the aggregates are sums and
-        # maxima over rows, which the order does not change
-        if full and (np.diff(cfg_strat * V + var_ok) < 0).any():
-            perm = np.lexsort((shard_i, row_var, row_strat))
-            row_cfg, row_strat, row_var, shard_i = (
-                row_cfg[perm], row_strat[perm], row_var[perm], shard_i[perm])
-            codes, is_ar, srv, row_sparse = codes[perm], is_ar[perm], srv[perm], row_sparse[perm]
-
-        # ---- per-row sizes ----------------------------------------------------------------------
-        r_axis = cfg_axis[row_cfg]
-        r_part = r_axis >= 0
-        r_shards = cfg_n[row_cfg]
-        r_dim = dim[row_cfg]
-        safe_dim = np.where(r_part, r_dim, 1)
-        base, rem = np.divmod(safe_dim, r_shards)
-        size = base + (shard_i < rem)
-        num_el_var = t.num_el[row_var]
+        rows = self.decoder.rows(strategies, order=full)
+        row_strat, row_var, codes, ctab = rows.strat, rows.var, rows.codes, rows.ctab
+        is_ar, srv, row_sparse = rows.is_ar, rows.server, rows.sparse
+        R = row_strat.size
+        r_part, r_shards = rows.partitioned, rows.shards
         shape0 = t.shape0[row_var]
-        n_el = np.where(r_part, (num_el_var // safe_dim) * size, num_el_var)
-        d0 = np.where(r_part & (r_axis == 0), size, shape0)
-        rows_total = np.where(r_part & (r_axis == 0), size, shape0).astype(np.float64)
-        itemsize = t.itemsize[row_var]
-        tensor_bytes = n_el * itemsize
-
+        n_el, d0, rows_total, tensor_bytes = rows.numel, rows.d0, rows.rows_total, rows.tensor_bytes
         # ---- parameter-server rows --------------------------------------------------------------
         is_ps = ~is_ar
         lr = (ctab[2] == 1)[codes]
@@ -813,6 +666,7 @@ class Featurizer:
         total = ar_total + ps_node_max
         if totals:
             return total
+        sim = self.simulator.simulate_rows(rows)
         per_server = srv_time.reshape(B, N)
         sum_s = per_server.sum(axis=1) + ar_total
         ps_bytes = srv_bytes.reshape(B, N).sum(axis=1)
@@ -852,6 +706,14 @@ class Featurizer:
         for name, value in zip(("log2_nodes", "log2_world", "workers_per_node",
                                 "bw_min_max_ratio"), t.shape_cols):
             A[:, _A[name]] = value
+        for col, term in (("sim_step", "step_s"), ("sim_exposed_compute", "exposed_compute_s"),
+                          ("sim_exposed_comm", "exposed_comm_s"),
+                          ("sim_compression", "compression_s"),
+                          ("sim_cpu_contention", "cpu_contention_s"),
+                          ("sim_nic_contention", "nic_contention_s"), ("sim_ar", "ar_s"),
+                          ("sim_ps", "ps_s")):
+            A[:, _A[col]] = sim[term] / ref
+        A[:, _A["log10_sim_step_s"]] = np.log10(_LOG_FLOOR_S + sim["step_s"])
         agg_all = A.astype(np.float32)
         if not full:
             return agg_all

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from autosync_transfer.domains.profile import ClusterCalibration, WorkloadProfile
 from autosync_transfer.errors import ConfigError, NotFittedError, UnknownNameError
 from autosync_transfer.rankers import metrics
 from autosync_transfer.rankers.costmodel import CostModelConfig
@@ -45,6 +46,7 @@ from autosync_transfer.rankers.features import (
     StrategyFeatures,
     collate,
 )
+from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
 from autosync_transfer.strategies.sampler import SampledBatch
 
 if TYPE_CHECKING:
@@ -55,11 +57,15 @@ if TYPE_CHECKING:
     from autosync_transfer.rankers.modules import RankerModule
     from autosync_transfer.strategies.types import Strategy
 
-__all__ = ["Simulator", "train_simulator", "evaluate_simulator", "ANALYTICAL",
+__all__ = ["Simulator", "train_simulator", "evaluate_simulator", "ANALYTICAL", "STEPSIM",
            "CONFIG_FORMAT", "quiet_lightning"]
 
 #: the kind of the analytical cost-model simulator (no weights)
 ANALYTICAL = "analytical"
+#: the kind of the step-time simulator (rankers.stepsim; no weights): scores are simulated seconds
+STEPSIM = "stepsim"
+#: kinds without weights
+_PHYSICS = (ANALYTICAL, STEPSIM)
 #: version of the layout of :meth:`Simulator.config`
 CONFIG_FORMAT = 1
 
@@ -82,7 +88,7 @@ def _feature_widths() -> dict[str, int]:
 def _known_kinds() -> list[str]:
     from autosync_transfer.rankers.modules import RANKERS
 
-    return [ANALYTICAL, *RANKERS]
+    return [ANALYTICAL, STEPSIM, *RANKERS]
 
 
 class Simulator:
@@ -105,8 +111,16 @@ class Simulator:
         state_dict: Mapping[str, Tensor] | None = None,
         *,
         costmodel_config: CostModelConfig | None = None,
+        profiles: Sequence[WorkloadProfile] = (),
+        calibrations: Sequence[ClusterCalibration] = (),
+        step_config: StepSimConfig | None = None,
     ) -> None:
         self.kind = kind
+        #: measured physics for the step simulator (its features and the stepsim kind), picked
+        #: per domain by the model's and the cluster's fingerprint; without one, its fallback
+        self.profiles = tuple(profiles)
+        self.calibrations = tuple(calibrations)
+        self.step_config = step_config
         self.hparams = dict(hparams or {})
         self.schema_version = int(schema_version)
         self._state = dict(state_dict) if state_dict is not None else None
@@ -122,7 +136,7 @@ class Simulator:
 
     @property
     def fitted(self) -> bool:
-        return self.kind == ANALYTICAL or self._module is not None or self._state is not None
+        return self.kind in _PHYSICS or self._module is not None or self._state is not None
 
     @classmethod
     def from_module(cls, module: RankerModule,
@@ -136,8 +150,8 @@ class Simulator:
     @property
     def module(self) -> RankerModule:
         """The ranker network with its weights, in eval mode (built on first use)."""
-        if self.kind == ANALYTICAL:
-            raise ConfigError("the analytical simulator has no network")
+        if self.kind in _PHYSICS:
+            raise ConfigError(f"the {self.kind} simulator has no network")
         if self._module is None:
             self._build()
         assert self._module is not None
@@ -148,7 +162,8 @@ class Simulator:
         if self.kind not in kinds:
             raise UnknownNameError(
                 f"unknown simulator kind {self.kind!r} (known: {', '.join(kinds)})")
-        if self.schema_version != FEATURE_SCHEMA_VERSION:
+        # the physics kinds have no weights: any schema version scores the same
+        if self.kind not in _PHYSICS and self.schema_version != FEATURE_SCHEMA_VERSION:
             raise ConfigError(
                 f"the simulator was trained on feature schema version {self.schema_version}, "
                 f"but this code featurizes with version {FEATURE_SCHEMA_VERSION}; retrain it "
@@ -177,7 +192,7 @@ class Simulator:
         """Everything but the weights, JSON-serializable: ``format``, ``kind``, ``hparams``
         (all of them, defaults included), ``schema_version``, ``feature_widths`` and
         ``costmodel`` (the cost-model constants of the z_pre features)."""
-        hparams = dict(self.module.hparams) if self.kind != ANALYTICAL and self.fitted else dict(
+        hparams = dict(self.module.hparams) if self.kind not in _PHYSICS and self.fitted else dict(
             self.hparams)
         return {
             "format": CONFIG_FORMAT,
@@ -190,7 +205,7 @@ class Simulator:
 
     def state_dict(self) -> dict[str, Tensor]:
         """The weights (CPU tensors; ``{}`` for the analytical kind)."""
-        if self.kind == ANALYTICAL:
+        if self.kind in _PHYSICS:
             return {}
         return _copy_state(self.module.state_dict())
 
@@ -212,11 +227,12 @@ class Simulator:
                               f"reads format {CONFIG_FORMAT})")
         widths = config.get("feature_widths")
         version = int(config["schema_version"])
-        if version != FEATURE_SCHEMA_VERSION:
+        learned = str(config["kind"]) not in _PHYSICS
+        if learned and version != FEATURE_SCHEMA_VERSION:
             raise ConfigError(
                 f"feature schema version mismatch: the simulator was trained on version "
                 f"{version}, this code featurizes with version {FEATURE_SCHEMA_VERSION}")
-        if widths is not None and dict(widths) != _feature_widths():
+        if learned and widths is not None and dict(widths) != _feature_widths():
             raise ConfigError(f"feature widths mismatch: the simulator expects {dict(widths)}, "
                               f"the current schema has {_feature_widths()}")
         try:
@@ -228,7 +244,7 @@ class Simulator:
         sim = cls(str(config["kind"]), dict(config.get("hparams") or {}), version,
                   None if state_dict is None else dict(state_dict), costmodel_config=cm)
         sim._check()
-        if sim.kind != ANALYTICAL:
+        if sim.kind not in _PHYSICS:
             if state_dict is None:
                 raise ConfigError(f"the {sim.kind} simulator needs its state_dict")
             sim._build()
@@ -239,7 +255,12 @@ class Simulator:
     def _featurizer_for(self, domain: Domain) -> Featurizer:
         key = (domain.name, domain.fingerprint)
         if self._featurizer is None or self._featurizer[0] != key:
-            self._featurizer = (key, Featurizer(domain, self.costmodel_config))
+            profile = next((p for p in self.profiles
+                            if p.fingerprint == domain.model.fingerprint), None)
+            calibration = next((c for c in self.calibrations
+                                if c.fingerprint == domain.cluster.fingerprint), None)
+            stepsim = StepSimulator(domain, profile, calibration, self.step_config)
+            self._featurizer = (key, Featurizer(domain, self.costmodel_config, stepsim))
         return self._featurizer[1]
 
     def score(self, strategies: Sequence[Strategy], domain: Domain, *,
@@ -260,6 +281,11 @@ class Simulator:
             if not len(strategies):
                 return np.zeros(0, dtype=np.float64)
             return self._featurizer_for(domain).totals(strategies)
+        if self.kind == STEPSIM:
+            self._check()
+            if not len(strategies):
+                return np.zeros(0, dtype=np.float64)
+            return self._featurizer_for(domain).simulator.score(strategies)
         if not len(strategies):
             return np.zeros(0, dtype=np.float64)
         module = self.module
@@ -274,9 +300,9 @@ class Simulator:
         """Slowness scores of already featurized strategies (of one domain). The analytical
         kind returns its bottleneck time divided by the domain's reference time (the ``total``
         aggregate: the same order as :meth:`score` within a domain)."""
-        if self.kind == ANALYTICAL:
+        if self.kind in _PHYSICS:
             self._check()
-            col = FEATURE_SCHEMA.agg_index("total")
+            col = FEATURE_SCHEMA.agg_index("total" if self.kind == ANALYTICAL else "sim_step")
             return np.array([float(f.agg[col]) for f in features], dtype=np.float64)
         if not features:
             return np.zeros(0, dtype=np.float64)
@@ -524,8 +550,8 @@ def train_simulator(
     cm = dm.costmodel_config or costmodel_config
     dm.setup()
     sizes = {f"{s}_strategies": dm.split_size(s) for s in ("train", "val", "test")}
-    if kind == ANALYTICAL:
-        return _evaluate_analytical(dm, cm, sizes, seed, logger)
+    if kind in _PHYSICS:
+        return _evaluate_physics(kind, dm, cm, sizes, seed, logger)
     if sizes["train_strategies"] < 2:
         raise ConfigError(f"need at least 2 training strategies, got "
                           f"{sizes['train_strategies']}")
@@ -554,14 +580,15 @@ def train_simulator(
     return sim, out
 
 
-def _evaluate_analytical(dm: TrialDataModule, cm: CostModelConfig | None,
-                         sizes: Mapping[str, int], seed: int, logger: Any
-                         ) -> tuple[Simulator, dict[str, Any]]:
-    """``train_simulator`` for the analytical cost model: nothing to train, evaluated alike."""
-    sim = Simulator(ANALYTICAL, costmodel_config=cm)
+def _evaluate_physics(kind: str, dm: TrialDataModule, cm: CostModelConfig | None,
+                      sizes: Mapping[str, int], seed: int, logger: Any
+                      ) -> tuple[Simulator, dict[str, Any]]:
+    """``train_simulator`` for the analytical model or the step simulator: nothing to train,
+    evaluated alike."""
+    sim = Simulator(kind, costmodel_config=cm)
     test = evaluate_simulator(sim, dm, "test")
     out = _metrics(test, sizes)
-    out.update(kind=ANALYTICAL, seed=seed, epochs=0, best_epoch=-1,
+    out.update(kind=kind, seed=seed, epochs=0, best_epoch=-1,
                best_val_pairwise_acc=evaluate_simulator(sim, dm, "val")["pairwise_accuracy"],
                fit_s=0.0, seconds_per_epoch=0.0, history={})
     if logger is not None:

@@ -99,7 +99,7 @@ def write_simulator_files(sim: Simulator, folder: str | Path, *, domain: str = "
                                  sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"simulator config is not plain JSON: {e}") from e
-    state = {} if sim.kind == "analytical" else sim.state_dict()
+    state = {} if sim.kind in ("analytical", "stepsim") else sim.state_dict()
     plain: dict[str, torch.Tensor] = {}
     for k, v in state.items():
         if not isinstance(v, torch.Tensor):

@@ -221,10 +221,10 @@ def train_and_register(
     :class:`~autosync_transfer.errors.UnknownNameError`.
     """
     from autosync_transfer.rankers.modules import RANKERS
-    from autosync_transfer.rankers.simulator import ANALYTICAL, evaluate_simulator
+    from autosync_transfer.rankers.simulator import ANALYTICAL, STEPSIM, evaluate_simulator
     from autosync_transfer.registry import store
 
-    kinds = [ANALYTICAL, *RANKERS]
+    kinds = [ANALYTICAL, STEPSIM, *RANKERS]
     if kind not in kinds:
         raise UnknownNameError(f"unknown ranker {kind!r} (known: {', '.join(kinds)})")
     seeds = [int(s) for s in seeds]

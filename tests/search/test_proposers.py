@@ -23,7 +23,8 @@ from autosync_transfer.search.config import SearchConfig, run_name
 from autosync_transfer.search.loop import Searcher
 from autosync_transfer.search.proposers import (PROPOSERS, RANKED_METHODS, SEARCH_METHODS,
                                                 AnalyticalProposer, AutoSyncProposer, Proposer,
-                                                RandomProposer, TPEProposer, make_proposer)
+                                                RandomProposer, StepSimProposer, TPEProposer,
+                                                make_proposer)
 from autosync_transfer.search.proposers.tpe import journal_path, legacy_knobs_path
 from autosync_transfer.strategies.types import Strategy
 
@@ -66,9 +67,9 @@ def test_one_registry_names_every_method() -> None:
     from autosync_transfer.adapt.core import METHODS as ADAPT_METHODS
     from autosync_transfer.search import loop
 
-    assert SEARCH_METHODS == ("autosync", "random", "tpe", "analytical") == tuple(PROPOSERS)
+    assert SEARCH_METHODS == ("autosync", "random", "tpe", "analytical", "stepsim") == tuple(PROPOSERS)
     assert all(issubclass(cls, Proposer) and cls.method == m for m, cls in PROPOSERS.items())
-    assert RANKED_METHODS == ("autosync", "analytical")
+    assert RANKED_METHODS == ("autosync", "analytical", "stepsim")
     # the config's type and the old name (one release) read the registry
     assert typing.get_args(SearchConfig.model_fields["method"].annotation) == SEARCH_METHODS
     assert loop.METHODS is SEARCH_METHODS and set(loop.METHODS).isdisjoint(ADAPT_METHODS)
@@ -76,14 +77,14 @@ def test_one_registry_names_every_method() -> None:
     kinds = {m: type(make_proposer(d, SearchConfig(method=m, knob_candidates=None)))
              for m in SEARCH_METHODS}
     assert kinds == {"autosync": AutoSyncProposer, "random": RandomProposer, "tpe": TPEProposer,
-                     "analytical": AnalyticalProposer}
+                     "analytical": AnalyticalProposer, "stepsim": StepSimProposer}
     assert run_name(SearchConfig(method="autosync"), warm=True) == "autosync-warm-knobs200-seed0"
     assert run_name(SearchConfig(method="tpe", seed=2), warm=False) == "tpe-seed2"
 
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"method": "tpe", "knob_candidates": 5}, "knob_candidates needs a ranked method "
-                                              "(autosync, analytical), got 'tpe'"),
+                                              "(autosync, analytical, stepsim), got 'tpe'"),
     ({"method": "autosync", "ranker": "analytical"}, "ranker must be a learned ranker"),
     ({"method": "random", "preset": "odd"}, "unknown sampler preset 'odd'"),
 ])

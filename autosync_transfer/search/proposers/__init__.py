@@ -1,8 +1,8 @@
 """Proposers: the search methods, one class each, in the manner of Optuna's samplers.
 
 :data:`PROPOSERS` maps the method word (``SearchConfig.method``, the CLI's ``--method``) to its
-class, once: ``autosync`` and ``analytical`` rank candidates (by a learned simulator, by the
-analytical cost model), ``random`` takes the sampler's candidates as they come, ``tpe`` asks
+class, once: ``autosync``, ``stepsim`` and ``analytical`` rank candidates (by a learned
+simulator, by the step-time simulator, by the analytical cost model), ``random`` takes the sampler's candidates as they come, ``tpe`` asks
 Optuna's TPE over the knob encoding.
 """
 
@@ -14,7 +14,7 @@ from autosync_transfer.search.proposers.base import (Proposer, SamplingProposer,
                                                      unmeasured)
 from autosync_transfer.search.proposers.random import RandomProposer
 from autosync_transfer.search.proposers.ranked import (AnalyticalProposer, AutoSyncProposer,
-                                                       RankedProposer)
+                                                       RankedProposer, StepSimProposer)
 from autosync_transfer.search.proposers.tpe import TPEProposer
 
 if TYPE_CHECKING:
@@ -24,11 +24,12 @@ if TYPE_CHECKING:
 
 __all__ = ["PROPOSERS", "RANKED_METHODS", "SEARCH_METHODS", "AnalyticalProposer",
            "AutoSyncProposer", "Proposer", "RandomProposer", "RankedProposer", "SamplingProposer",
-           "TPEProposer", "make_proposer", "uniform_knobs", "unmeasured"]
+           "StepSimProposer", "TPEProposer", "make_proposer", "uniform_knobs", "unmeasured"]
 
 #: the method word -> its proposer class
 PROPOSERS: dict[str, type[Proposer]] = {
-    cls.method: cls for cls in (AutoSyncProposer, RandomProposer, TPEProposer, AnalyticalProposer)
+    cls.method: cls for cls in (AutoSyncProposer, RandomProposer, TPEProposer, AnalyticalProposer,
+                                StepSimProposer)
 }
 #: the search methods (``SearchConfig.method``)
 SEARCH_METHODS: tuple[str, ...] = tuple(PROPOSERS)

@@ -82,8 +82,8 @@ class Proposer(ABC):
         if warm is not None and not cls.warm_starts:
             words = " or ".join(repr(m) for m, p in PROPOSERS.items() if p.warm_starts)
             raise ConfigError(f"warm_start needs method={words}, got method={config.method!r}")
-        if warm is not None and warm.kind == "analytical":
-            raise ConfigError("warm_start needs a learned simulator, got the analytical cost model")
+        if warm is not None and warm.kind in ("analytical", "stepsim"):
+            raise ConfigError(f"warm_start needs a learned simulator, got the {warm.kind} model")
         if config.knob_candidates and not cls.ranked:
             words = ", ".join(m for m, p in PROPOSERS.items() if p.ranked)
             raise ConfigError(f"knob_candidates needs a ranked method ({words}), "

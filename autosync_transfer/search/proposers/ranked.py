@@ -12,6 +12,7 @@ first with diversity (:func:`~autosync_transfer.search.selection.select_diverse`
   from scratch once ``min_train`` strategies are measured (before that, a cold search picks at
   random: AutoSync without a simulator);
 - :class:`AnalyticalProposer` (``analytical``): the analytical cost model, never re-trained.
+- :class:`StepSimProposer` (``stepsim``): the step-time simulator, never re-trained.
 """
 
 from __future__ import annotations
@@ -104,6 +105,18 @@ class AnalyticalProposer(RankedProposer):
         from autosync_transfer.rankers.simulator import Simulator
 
         return Simulator("analytical")
+
+
+class StepSimProposer(RankedProposer):
+    """Ranked by the step-time simulator (:mod:`autosync_transfer.rankers.stepsim`; nothing
+    learned)."""
+
+    method = "stepsim"
+
+    def scorer(self) -> Simulator:
+        from autosync_transfer.rankers.simulator import STEPSIM, Simulator
+
+        return Simulator(STEPSIM)
 
 
 class AutoSyncProposer(RankedProposer):

@@ -1,0 +1,799 @@
+"""Event-driven step-time simulator: one training iteration of a strategy, vectorized over candidates.
+
+This is the project's one cost model (``DESIGN.md`` §12): the features of the learned rankers
+(:mod:`~autosync_transfer.rankers.features`) read its terms, ``SimulatorRanker`` ranks by its
+prediction, and the analytical sync-only model (:mod:`~autosync_transfer.rankers.costmodel`) stays
+only as a baseline. Pure: no process group, no I/O; it follows the rules of the runtime's plan
+(:func:`autosync_transfer.runtime.plan.make_plan`) and executor.
+
+Inputs
+    The domain (model graph + cluster), a :class:`~autosync_transfer.domains.profile.WorkloadProfile`
+    (measured compute, gradient-ready times, synchronization action costs) and a
+    :class:`~autosync_transfer.domains.profile.ClusterCalibration` (measured NICs, latencies,
+    compute slowdown). Both are optional; without them the **fallback** of
+    :class:`StepSimConfig` applies: the cluster spec's nominal ``bandwidth_gbps`` times the TCP
+    goodput of Ethernet frames (1448 / 1514), ``latency_ms`` (or ``default_latency_s``), each node
+    its own host unless ``host_processes`` says they share one (then ``processes / host_cores``
+    slowdown), compute from the graph (``6 x dense parameters x tokens`` FLOP per step at
+    ``fallback_flops_per_s``; forward a third, backward two thirds, gradients ready in reverse
+    forward order in proportion to the parameters left to differentiate; the optimizer reading
+    and writing every parameter) and action costs from memory traffic at
+    ``fallback_memory_bytes_per_s``. The fallback is crude where FLOPs are not proportional to
+    parameters (convolutions) and its two fitted constants are global (fitted on the shipped
+    source domains, never per domain); measured profiles and calibrations replace it.
+
+One iteration (every worker alike, times from the start of the step)
+    * Compute runs ``slowdown x`` the profile's times, ``slowdown`` the calibration's compute
+      slowdown for the processes sharing one host (the node's workers; ``host_processes`` when the
+      whole cluster shares one machine, as an emulated cluster does). Variable ``v``'s gradient is
+      ready at ``forward + slowdown x ready_s[v]``.
+    * All-reduce: pieces fuse into one bucket per (group, compressor, PowerSGD rank), as the plan
+      fuses them. A bucket launches on the AR thread when its last gradient is ready; the AR
+      thread runs buckets one after another in readiness order. A bucket takes its compression
+      cost (fp16 cast, error feedback, PowerSGD factorization, the flattening copy: the profile's
+      :class:`~autosync_transfer.domains.profile.ActionCost`) plus its ring all-reduce:
+      ``2 (W - 1) / W x wire bytes`` at the ring's slowest link plus ``2 (W - 1)`` message
+      latencies and the collective latency, twice for a PowerSGD bucket holding a matrix (P, Q).
+    * Parameter servers: every piece is one exchange on the PS thread, launched when its gradient
+      is ready. Each node's NIC serves the exchanges that cross it (push incast and pull on the
+      server's node, push and pull on a sender's node, local replication aggregating each node's
+      workers first, sparse pieces carrying touched rows and their indices) plus its per-message
+      latencies and, on the server, the aggregation of each incoming gradient. A NIC serves work
+      in release order without idling while work is waiting (its end: ``max_j (release_j +
+      work released at or after j)``).
+    * Flows sharing a NIC share its bandwidth: every node's NIC also carries its share of every
+      all-reduce (``2 (W - 1) / W`` of the bucket); the synchronization ends at the latest of the
+      AR thread, the PS threads and the busiest NIC serving all of it at once (the excess over
+      the AR and PS threads alone is the NIC contention term).
+    * Compression occupies the worker: on a host with more compute processes than cores
+      (``slowdown > 1``) the compression work also delays the backward pass, and (with
+      ``network_shares_cores``) communication, whose threads and network stack share those
+      cores, runs ``slowdown`` times slower.
+    * The step ends ``optimizer`` after both the backward pass and the last synchronization end.
+
+Output
+    :meth:`StepSimulator.simulate` returns a structured array (:data:`TERMS`), one record per
+    candidate, in seconds: ``step_s`` and its terms (plus the bucket count and all-reduced bytes).
+
+Vectorization
+    Strategies are decoded into rows (one per synchronized piece) by :class:`RowDecoder` (shared
+    with the featurizer; a sampler's :class:`~autosync_transfer.strategies.sampler.SampledBatch`
+    is read from its arrays). Everything after is dense ``[strategies, variables(, nodes)]``
+    arrays in readiness order: a bucket's work is placed at the slot of its last-ready variable,
+    so every queue's end is a cumulative sum and a maximum, without sorting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_not, not_
+from typing import Any, NamedTuple
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from autosync_transfer.domains.domain import Domain
+from autosync_transfer.domains.profile import ActionCost, ClusterCalibration, WorkloadProfile
+from autosync_transfer.errors import ConfigError, StrategyValidationError
+from autosync_transfer.strategies.sampler import SampledBatch, StrategyBatch
+from autosync_transfer.strategies.types import COMPRESSORS, PS, AllReduce, Partition, Strategy
+from autosync_transfer.strategies.validate import validate
+
+__all__ = [
+    "StepSimConfig",
+    "TERMS",
+    "RowDecoder",
+    "Rows",
+    "StepSimulator",
+    "simulate",
+]
+
+_FP16_BYTES = 2
+_POWERSGD_FACTOR_BYTES = 4  # P and Q are float32
+_MAX_POWERSGD_RANK = 64  # AllReduce.powersgd_rank's upper bound
+#: bucket kinds of one group: none, fp16, fp16_ef, then PowerSGD ranks 1..64
+_BUCKET_KINDS = 4 + _MAX_POWERSGD_RANK
+_ID_CACHE_LIMIT = 100_000  # synchronizer objects remembered by identity
+_ROWS_PER_BATCH = 1 << 15  # small work arrays stay in cache and in the allocator's heap
+_MAX_STRATEGIES_PER_BATCH = 4096
+
+_var_name = attrgetter("var_name")
+_partition = attrgetter("partition")
+_synchronizer = attrgetter("synchronizer")
+_synchronizers = attrgetter("synchronizers")
+_axis = attrgetter("axis")
+_shards = attrgetter("shards")
+
+#: the simulator's output record, seconds per step
+TERMS: tuple[tuple[str, str], ...] = (
+    ("step_s", "predicted step time"),
+    ("compute_s", "forward + backward + optimizer on the loaded host (slowdown included)"),
+    ("exposed_compute_s", "compute on the critical path: step_s - exposed_comm_s"),
+    ("exposed_comm_s", "synchronization on the critical path: max(0, sync end - backward end)"),
+    ("compression_s", "compression and fusion copies on one worker (all buckets)"),
+    ("cpu_contention_s", "compute time added by processes sharing a host's cores, plus "
+                         "compression delaying the backward pass on an oversubscribed host"),
+    ("nic_contention_s", "sync end with every flow sharing the NICs minus the AR and PS threads "
+                         "alone"),
+    ("ar_s", "work of the AR thread (compression + collectives)"),
+    ("ps_s", "PS work of the busiest node's NIC"),
+    ("sync_end_s", "when the last synchronization ends (from the start of the step)"),
+    ("ar_buckets", "fused all-reduce buckets (a count, not seconds)"),
+    ("ar_wire_bytes", "bytes one worker contributes to all its all-reduces (not seconds)"),
+)
+_TERM_DTYPE = np.dtype([(name, np.float64) for name, _ in TERMS])
+
+
+class StepSimConfig(BaseModel):
+    """Constants of the simulator; the ``fallback_*`` ones are used only where no profile or
+    calibration gives the number (documented physics, not fitted per domain)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    goodput: float = Field(default=1448 / 1514, gt=0, le=1, description=(
+        "payload share of the nominal line rate (TCP over Ethernet frames); applied to nominal "
+        "bandwidths only, a calibration's are measured goodputs"))
+    intra_node_gbps: float = Field(default=10.0, gt=0, description=(
+        "bandwidth between workers of one node without a calibration, Gbit/s"))
+    default_latency_s: float = Field(default=3e-4, ge=0, description=(
+        "per-message latency (and per-message cost) of a node whose latency_ms is 0, without a "
+        "calibration; fitted on the 15 shipped source domains "
+        "(benchmarks/results/stepsim_accuracy.txt)"))
+    sparse_index_bytes: int = Field(default=8, ge=0)
+    host_processes: int | None = Field(default=None, ge=1, description=(
+        "compute processes sharing one host (an emulated cluster: all workers); None: each "
+        "node's workers share that node"))
+    host_cores: int | None = Field(default=None, ge=1, description=(
+        "cores of the one host all workers share (with host_processes); None: the "
+        "calibration's host_cores"))
+    host_cpu_s_per_byte: float = Field(default=0.0, ge=0, description=(
+        "CPU seconds the shared host spends per byte a worker sends (socket, veth, shaping); "
+        "counts only where all workers share one host"))
+    host_cpu_s_per_message: float = Field(default=0.0, ge=0, description=(
+        "CPU seconds the shared host spends per message (PS push or pull, ring step)"))
+    fallback_flops_per_s: float = Field(default=8e10, gt=0, description=(
+        "one worker's training FLOP/s without a profile (6 x dense parameters x tokens per "
+        "step); fitted on the 15 shipped source domains (benchmarks/results/"
+        "stepsim_accuracy.txt)"))
+    fallback_memory_bytes_per_s: float = Field(default=8e9, gt=0, description=(
+        "bytes/s one worker moves in compression, copies and the optimizer without a profile; "
+        "fitted on the 15 shipped source domains (benchmarks/results/stepsim_accuracy.txt)"))
+    network_shares_cores: bool = Field(default=True, description=(
+        "on a host with more compute processes than cores (slowdown > 1) the communication "
+        "threads and the network stack get the same share of a core as compute: communication "
+        "runs slowdown x slower"))
+    step_overhead_s: float = Field(default=0.0, ge=0, description=(
+        "fixed per-step cost (framework, synchronization call)"))
+
+
+class Columns(NamedTuple):
+    """A batch's strategies as columns: per variable config (all strategies, in their config
+    order) and per partition row (configs' rows in order)."""
+
+    counts: np.ndarray  # [B] configs per strategy
+    cfg_var: np.ndarray  # [C] variable index (-1: unknown name)
+    cfg_axis: np.ndarray  # [C] partition axis, -1 when not partitioned
+    cfg_shards: np.ndarray  # [C] Partition.shards (1 when not partitioned)
+    cfg_n: np.ndarray  # [C] rows of the config (synchronizers)
+    codes: np.ndarray  # [R] synchronizer code of every row
+    ctab: np.ndarray  # [6, codes] per code: is_ar, server node, replication, group,
+    #                   compressor (index into COMPRESSORS), PowerSGD rank
+
+
+class Rows(NamedTuple):
+    """A batch's strategies decoded into rows (one per synchronized piece), in the strategies'
+    config order (forward order for sampled batches): everything per row is ``[R]``."""
+
+    num_strategies: int
+    strat: np.ndarray  # strategy index
+    var: np.ndarray  # variable index (forward order)
+    shard: np.ndarray  # shard index (0 when not partitioned)
+    shards: np.ndarray  # rows of the row's variable (1 when not partitioned)
+    partitioned: np.ndarray  # bool
+    codes: np.ndarray  # synchronizer code
+    ctab: np.ndarray  # [6, codes]: is_ar, server node, replication, group, compressor, rank
+    is_ar: np.ndarray
+    server: np.ndarray  # PS server node (-1 for AR)
+    replication: np.ndarray  # bool
+    sparse: np.ndarray  # bool
+    numel: np.ndarray  # elements of the piece
+    d0: np.ndarray  # first dimension of the piece
+    rows_total: np.ndarray  # rows of the piece (float)
+    tensor_bytes: np.ndarray
+    ordered: bool  # rows already in (strategy, variable, shard) order
+
+
+class RowDecoder:
+    """Strategies of one domain -> :class:`Rows`, validating them (the one place of the
+    vectorized validity rules; a failure is explained by the validator's full report)."""
+
+    def __init__(self, domain: Domain):
+        self.domain = domain
+        model = domain.model
+        variables = model.variables
+        self.num_vars = len(variables)
+        self.var_index = {v.name: i for i, v in enumerate(variables)}
+        self.node_index = {n.name: i for i, n in enumerate(domain.cluster.nodes)}
+        self.ndim = np.array([len(v.shape) for v in variables], dtype=np.int64)
+        maxdim = max(1, int(self.ndim.max()))
+        self.dims = np.ones((self.num_vars, maxdim), dtype=np.int64)
+        for i, v in enumerate(variables):
+            self.dims[i, : len(v.shape)] = v.shape
+        self.shape0 = self.dims[:, 0].copy()  # 1 for scalars
+        self.num_el = np.array([v.num_elements for v in variables], dtype=np.int64)
+        self.itemsize = np.array([v.itemsize for v in variables], dtype=np.float64)
+        self.sparse = np.array([v.sparse for v in variables], dtype=bool)
+        self._code_of_value: dict[tuple[Any, ...], int] = {}
+        self._code_rows: list[tuple[int, int, int, int, int, int]] = []
+        self._known_ids = np.zeros(0, dtype=np.int64)
+        self._known_codes = np.zeros(0, dtype=np.int64)
+        self._cache_keep: list[PS | AllReduce] = []
+
+    # -- batching ---------------------------------------------------------------------------------
+    def batches(self, strategies: Sequence[Strategy], rows_per_batch: int = _ROWS_PER_BATCH
+                ) -> Iterator[Sequence[Strategy]]:
+        n = len(strategies)
+        if n == 0:
+            return
+        if isinstance(strategies, SampledBatch):
+            est_rows = max(1, int(strategies.arrays.pieces[0].sum()))
+        else:
+            est_rows = max(1, sum(1 if c.partition is None else c.partition.shards
+                                  for c in strategies[0].nodes))
+        per_batch = min(_MAX_STRATEGIES_PER_BATCH, max(1, rows_per_batch // est_rows))
+        for start in range(0, n, per_batch):
+            yield strategies[start : start + per_batch]
+
+    # -- synchronizer codes -----------------------------------------------------------------------
+    def _sync_codes(self, syncs: list[PS | AllReduce]) -> np.ndarray:
+        """The code of every synchronizer (an index into ``self._code_rows``), looked up by
+        identity (frozen objects a sampler shares between rows), by value on a miss."""
+        ids = np.fromiter(map(id, syncs), dtype=np.int64, count=len(syncs))
+        codes = _lookup(self._known_ids, self._known_codes, ids)
+        miss = np.flatnonzero(codes < 0)
+        if miss.size == 0:
+            return codes
+        uniq, first = np.unique(ids[miss], return_index=True)
+        objs = [syncs[i] for i in miss[first].tolist()]
+        new_codes = np.fromiter(map(self._value_code, objs), dtype=np.int64, count=len(objs))
+        codes[miss] = _lookup(uniq, new_codes, ids[miss])
+        if len(objs) <= _ID_CACHE_LIMIT:
+            if len(self._cache_keep) + len(objs) > _ID_CACHE_LIMIT:
+                self._cache_keep.clear()
+                self._known_ids = np.zeros(0, dtype=np.int64)
+                self._known_codes = np.zeros(0, dtype=np.int64)
+            self._cache_keep.extend(objs)
+            all_ids = np.concatenate((self._known_ids, uniq))
+            order = np.argsort(all_ids, kind="stable")
+            self._known_ids = all_ids[order]
+            self._known_codes = np.concatenate((self._known_codes, new_codes))[order]
+        return codes
+
+    def _value_code(self, s: PS | AllReduce) -> int:
+        if isinstance(s, PS):
+            key: tuple[Any, ...] = ("ps", s.destination, s.local_replication)
+        else:
+            key = ("ar", s.group, s.compressor, s.powersgd_rank)
+        code = self._code_of_value.get(key)
+        if code is None:
+            code = len(self._code_rows)
+            self._code_of_value[key] = code
+            if isinstance(s, PS):
+                self._code_rows.append((0, self.node_index.get(s.destination, -1),
+                                        int(s.local_replication), -1, -1, 0))
+            else:
+                self._code_rows.append((1, -1, 0, s.group, COMPRESSORS.index(s.compressor),
+                                        s.powersgd_rank))
+        return code
+
+    def _columns_of_objects(self, strategies: Sequence[Strategy]) -> Columns:
+        """Walk the strategy objects once (C-level maps; no per-row Python code)."""
+        names: list[str] = []
+        parts_all: list[Partition | None] = []
+        syncs_all: list[PS | AllReduce | None] = []
+        counts: list[int] = []
+        for s in strategies:
+            nodes = s.nodes
+            counts.append(len(nodes))
+            names.extend(map(_var_name, nodes))
+            parts_all.extend(map(_partition, nodes))
+            syncs_all.extend(map(_synchronizer, nodes))
+        C = len(names)
+        is_part_l = list(map(is_not, parts_all, repeat(None)))
+        cfg_part = np.fromiter(is_part_l, dtype=bool, count=C)
+        parts: list[Partition] = list(compress(parts_all, is_part_l))
+        part_syncs = list(map(_synchronizers, parts))
+        whole_syncs = list(compress(syncs_all, map(not_, is_part_l)))
+        cfg_var = np.fromiter(map(self.var_index.get, names, repeat(-1)), dtype=np.int64, count=C)
+        cfg_axis = np.full(C, -1, dtype=np.int64)
+        cfg_axis[cfg_part] = np.fromiter(map(_axis, parts), dtype=np.int64, count=len(parts))
+        cfg_shards = np.ones(C, dtype=np.int64)
+        cfg_shards[cfg_part] = np.fromiter(map(_shards, parts), dtype=np.int64, count=len(parts))
+        cfg_n = np.ones(C, dtype=np.int64)
+        cfg_n[cfg_part] = np.fromiter(map(len, part_syncs), dtype=np.int64, count=len(parts))
+        row_whole = np.repeat(~cfg_part, cfg_n)
+        codes = np.empty(row_whole.size, dtype=np.int64)
+        codes[row_whole] = self._sync_codes(whole_syncs)  # type: ignore[arg-type]
+        codes[~row_whole] = self._sync_codes(list(chain.from_iterable(part_syncs)))
+        ctab = np.array(self._code_rows, dtype=np.int64).reshape(-1, 6).T.copy()
+        return Columns(np.array(counts, dtype=np.int64), cfg_var, cfg_axis, cfg_shards, cfg_n,
+                       codes, ctab)
+
+    def _columns_of_sampled(self, batch: SampledBatch) -> Columns:
+        arrays: StrategyBatch = batch.arrays
+        B, V = arrays.pieces.shape
+        part = arrays.partitioned.reshape(-1)
+        pieces = arrays.pieces.reshape(-1)
+        sc = arrays.synchronizers
+        ctab = np.stack([col.astype(np.int64) for col in (
+            sc.is_ar, sc.node, sc.replication, sc.group, sc.compressor, sc.powersgd_rank)])
+        return Columns(np.full(B, V, dtype=np.int64), np.tile(np.arange(V, dtype=np.int64), B),
+                       np.where(part, arrays.axis.reshape(-1), -1), np.where(part, pieces, 1),
+                       pieces.astype(np.int64), arrays.codes, ctab)
+
+    def invalid(self, strategy: Strategy, why: str) -> StrategyValidationError:
+        validate(strategy, self.domain)  # raises the full report when the validator finds it
+        return StrategyValidationError([why])
+
+    # -- decoding ---------------------------------------------------------------------------------
+    def rows(self, strategies: Sequence[Strategy], order: bool = True) -> Rows:
+        """Decode and validate one batch; with ``order`` the rows are sorted into (strategy,
+        variable, shard) order when the configs are not already."""
+        if isinstance(strategies, SampledBatch) and (
+                strategies.domain is self.domain
+                or strategies.domain.fingerprint == self.domain.fingerprint):
+            cols = self._columns_of_sampled(strategies)
+        else:
+            cols = self._columns_of_objects(strategies)
+        counts, cfg_var, cfg_axis, cfg_shards, cfg_n, codes, ctab = cols
+        B, V = len(strategies), self.num_vars
+        cfg_strat = np.repeat(np.arange(B), counts)
+
+        bad = np.zeros(B, dtype=bool)
+        bad[cfg_strat[cfg_var < 0]] = True
+        var_ok = np.where(cfg_var < 0, 0, cfg_var)
+        part = cfg_axis >= 0
+        ndim = self.ndim[var_ok]
+        axis_ok = np.where(part, cfg_axis, 0)
+        axis_in = np.minimum(axis_ok, self.dims.shape[1] - 1)
+        dim = np.where(part & (axis_ok < ndim), self.dims[var_ok, axis_in], 0)
+        bad_part = part & (
+            (cfg_axis >= ndim) | (self.sparse[var_ok] & (cfg_axis != 0)) | (cfg_shards > dim)
+            | (cfg_n != cfg_shards)
+        )
+        bad[cfg_strat[bad_part]] = True
+        seen = np.bincount(cfg_strat * V + var_ok, minlength=B * V).reshape(B, V)
+        bad |= (seen != 1).any(axis=1) | (counts != V)
+        row_cfg = np.repeat(np.arange(cfg_var.size), cfg_n)
+        R = row_cfg.size
+        row_strat = cfg_strat[row_cfg]
+        row_var = var_ok[row_cfg]
+        cfg_start = np.cumsum(cfg_n) - cfg_n
+        shard_i = np.arange(R) - cfg_start[row_cfg]
+        is_ar = (ctab[0] == 1)[codes]
+        srv = ctab[1][codes]
+        row_sparse = self.sparse[row_var]
+        bad[row_strat[(~is_ar) & (srv < 0)]] = True
+        bad[row_strat[is_ar & row_sparse]] = True
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise self.invalid(strategies[k], "the strategy does not fit the domain")
+
+        ordered = not (np.diff(cfg_strat * V + var_ok) < 0).any()
+        if order and not ordered:
+            perm = np.lexsort((shard_i, row_var, row_strat))
+            row_cfg, row_strat, row_var, shard_i = (
+                row_cfg[perm], row_strat[perm], row_var[perm], shard_i[perm])
+            codes, is_ar, srv, row_sparse = codes[perm], is_ar[perm], srv[perm], row_sparse[perm]
+            ordered = True
+
+        r_axis = cfg_axis[row_cfg]
+        r_part = r_axis >= 0
+        r_shards = cfg_n[row_cfg]
+        r_dim = dim[row_cfg]
+        safe_dim = np.where(r_part, r_dim, 1)
+        base, rem = np.divmod(safe_dim, r_shards)
+        size = base + (shard_i < rem)
+        num_el_var = self.num_el[row_var]
+        shape0 = self.shape0[row_var]
+        n_el = np.where(r_part, (num_el_var // safe_dim) * size, num_el_var)
+        d0 = np.where(r_part & (r_axis == 0), size, shape0)
+        rows_total = np.where(r_part & (r_axis == 0), size, shape0).astype(np.float64)
+        return Rows(
+            num_strategies=B, strat=row_strat, var=row_var, shard=shard_i, shards=r_shards,
+            partitioned=r_part, codes=codes, ctab=ctab, is_ar=is_ar, server=srv,
+            replication=(ctab[2] == 1)[codes], sparse=row_sparse, numel=n_el, d0=d0,
+            rows_total=rows_total, tensor_bytes=n_el * self.itemsize[row_var], ordered=ordered,
+        )
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """For every ``q`` of ``query``: ``values[i]`` where ``keys[i] == q`` (sorted keys), else -1."""
+    if keys.size == 0:
+        return np.full(query.size, -1, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
+    return np.where(keys[pos] == query, values[pos], -1)
+
+
+def wire_bytes(rows: Rows, tokens: float, sparse_row_bytes: np.ndarray,
+               var_rows: np.ndarray) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray]:
+    """Bytes one worker puts on the wire for every row, the rows a sparse piece touches per
+    worker, and whether the row is a PowerSGD matrix (two collectives).
+
+    AR: ``none`` dtype bytes, ``fp16``/``fp16_ef`` 2 bytes per element, PowerSGD on a >= 2-D
+    piece ``4 r' (d0 + rest)`` with ``r' = min(r, d0, rest)`` (1-D pieces uncompressed). PS:
+    dense bytes, or a sparse piece's touched rows (``min(tokens x rows / R, rows)``) with their
+    indices."""
+    ctab, codes = rows.ctab, rows.codes
+    comp = ctab[4][codes]
+    rank = ctab[5][codes]
+    d0 = np.maximum(rows.d0, 1)
+    rest = rows.numel // d0
+    psgd = rows.is_ar & (comp == 3) & (d0 > 1) & (rest > 1)
+    rank_eff = np.minimum(np.minimum(rank, d0), rest)
+    ar_bytes = np.where(
+        psgd, float(_POWERSGD_FACTOR_BYTES) * rank_eff * (d0 + rest),
+        np.where((comp == 1) | (comp == 2), float(_FP16_BYTES) * rows.numel, rows.tensor_bytes))
+    touched = rows.rows_total
+    if rows.sparse.any():
+        touched = np.where(rows.sparse,
+                           np.minimum(tokens * rows.rows_total / var_rows[rows.var],
+                                      rows.rows_total), rows.rows_total)
+    ps_bytes = np.where(rows.sparse, touched * sparse_row_bytes[rows.var], rows.tensor_bytes)
+    return np.where(rows.is_ar, ar_bytes, ps_bytes), touched, psgd
+
+
+class _Physics:
+    """The per-domain numbers of the simulation (profile, calibration or the fallback)."""
+
+    def __init__(self, domain: Domain, profile: WorkloadProfile | None,
+                 calibration: ClusterCalibration | None, config: StepSimConfig):
+        model, cluster = domain.model, domain.cluster
+        variables = model.variables
+        V = len(variables)
+        nodes = cluster.nodes
+        self.num_nodes = N = len(nodes)
+        self.workers = np.array([n.workers for n in nodes], dtype=np.float64)
+        self.world = W = int(self.workers.sum())
+        self.tokens = float(model.batch_size * model.seq_len)
+        self.sparse_row_bytes = np.array(
+            [v.row_elements * v.itemsize + config.sparse_index_bytes for v in variables],
+            dtype=np.float64)
+        self.itemsize = np.array([v.itemsize for v in variables], dtype=np.float64)
+        self.var_rows = np.array([float(v.shape[0]) if v.shape else 1.0 for v in variables])
+        # ---- network ----------------------------------------------------------------------------
+        if calibration is not None:
+            by_name = {c.name: c for c in calibration.nodes}
+            missing = [n.name for n in nodes if n.name not in by_name]
+            if missing:
+                raise ConfigError(f"calibration: node {missing[0]!r} of cluster "
+                                  f"{cluster.name!r} is not calibrated")
+            self.nic = np.array([by_name[n.name].bandwidth_gbps * 1e9 / 8 for n in nodes])
+            self.lat = np.array([by_name[n.name].latency_s for n in nodes])
+            self.intra = calibration.intra_bandwidth_gbps * 1e9 / 8
+            self.intra_lat = calibration.intra_latency_s
+            self.coll_lat = calibration.collective_latency_s
+        else:
+            self.nic = np.array([n.bandwidth_gbps * 1e9 / 8 * config.goodput for n in nodes])
+            self.lat = np.array([n.latency_ms / 1e3 if n.latency_ms > 0
+                                 else config.default_latency_s for n in nodes])
+            self.intra = config.intra_node_gbps * 1e9 / 8
+            self.intra_lat = 0.0
+            self.coll_lat = 0.0
+        self.ring_factor = 2.0 * (W - 1) / W if W > 1 else 0.0
+        if N == 1:
+            ring_bw = self.intra
+        else:
+            ring_bw = float(self.nic.min())
+            if self.workers.max() >= 2:
+                ring_bw = min(ring_bw, self.intra)
+        self.ring_bw = ring_bw
+        max_lat = float(self.lat.max()) if N > 1 else self.intra_lat
+        self.ar_lat_per_coll = (2.0 * (W - 1) * max_lat + self.coll_lat) if W > 1 else 0.0
+        # NIC seconds per all-reduced byte on every node (its share of the ring)
+        self.ar_nic = (self.ring_factor / self.nic) if N > 1 else np.zeros(N)
+        # ---- compute ----------------------------------------------------------------------------
+        procs = config.host_processes or int(self.workers.max())
+        self.shared_host = config.host_processes is not None
+        cores = config.host_cores or (calibration.host_cores if calibration is not None
+                                      else procs)
+        self.host_cores = float(cores)
+        if calibration is not None:
+            self.slowdown = calibration.slowdown(procs)
+        else:
+            self.slowdown = max(1.0, procs / cores)
+        dense = np.array([0 if v.sparse else v.num_elements for v in variables], dtype=np.float64)
+        if profile is not None:
+            fwd, bwd, opt = profile.forward_s, profile.backward_s, profile.optimizer_s
+            ready = np.array([profile.ready_s.get(v.name, math.nan) for v in variables])
+            if np.isnan(ready).all():
+                ready = _fallback_ready(dense, bwd)
+            else:  # a variable the profile missed is ready with its forward neighbour
+                ready = _fill_missing(ready)
+        else:
+            flops = 6.0 * float(dense.sum()) * self.tokens
+            total = flops / config.fallback_flops_per_s
+            fwd, bwd = total / 3.0, 2.0 * total / 3.0
+            every = float(sum(v.num_elements for v in variables))
+            opt = 4.0 * every * 4 / config.fallback_memory_bytes_per_s  # read p, g; write p, m
+            ready = _fallback_ready(dense, bwd)
+        s = self.slowdown
+        self.forward_s, self.backward_s, self.optimizer_s = s * fwd, s * bwd, s * opt
+        self.unloaded_compute_s = fwd + bwd + opt
+        self.compute_s = s * (fwd + bwd + opt)
+        self.backward_end = self.forward_s + self.backward_s
+        self.cpu_share = 1.0 if s > 1.0 else 0.0
+        self.comm_scale = s if (config.network_shares_cores and s > 1.0) else 1.0
+        release = self.forward_s + s * np.minimum(ready, bwd)
+        # readiness order of the variables (ties: later forward position first, as backward)
+        self.order = np.lexsort((-np.arange(V), release))
+        self.rank_of_var = np.empty(V, dtype=np.int64)
+        self.rank_of_var[self.order] = np.arange(V)
+        self.release_sorted = release[self.order]
+        # ---- action costs -----------------------------------------------------------------------
+        actions = dict(profile.actions) if profile is not None else {}
+        mem = config.fallback_memory_bytes_per_s
+
+        def cost(name: str, bytes_per_element: float) -> ActionCost:
+            if name in actions:
+                return actions[name]
+            return ActionCost(action=name, elements=(1, 1 << 24),  # type: ignore[arg-type]
+                              seconds=(0.0, (1 << 24) * bytes_per_element / mem))
+
+        self.act_copy = cost("copy", 8.0)  # read + write of fp32
+        self.act_fp16 = cost("fp16_cast", 12.0)
+        self.act_ef = cost("error_feedback", 24.0)
+        self.act_psgd = cost("powersgd", 24.0)
+        self.act_agg = cost("ps_aggregate", 12.0)
+        self.act_gather = cost("sparse_gather", 8.0)  # scan the dense gradient, copy rows
+        self.act_scatter = cost("sparse_scatter", 4.0)  # zero-filled result, rows copied in
+        # ---- PS tables per (server p, replication r) --------------------------------------------
+        w, nic, intra = self.workers, self.nic, self.intra
+        eye = np.eye(N, dtype=bool)
+        gamma = np.empty((N, 2, N))
+        lat = np.empty((N, 2, N))
+        sources = np.empty((N, 2))
+        for r in (0, 1):
+            sent = np.ones(N) if r else w.copy()  # bytes a remote node sends per piece byte
+            remote_s = sent / nic + (r * (w - 1.0)) / intra
+            for p in range(N):
+                server_s = (sent.sum() - sent[p]) / nic[p] + (w[p] - 1.0) / intra
+                gamma[p, r] = np.where(eye[p], server_s, remote_s)
+                remote = (N - 1.0) if r else (W - w[p])
+                sources[p, r] = remote + w[p] - 1.0
+                # the server's thread: per push and pull its latency plus the framework's
+                # per-call cost (the calibration's collective latency) for every push it gathers
+                lat[p, r] = np.where(eye[p], 2.0 * sources[p, r] * self.lat[p]
+                                     + sources[p, r] * self.coll_lat, 2.0 * w * self.lat)
+        if W == 1:
+            gamma[:] = 0.0
+            lat[:] = 0.0
+        self.ps_gamma = gamma.reshape(2 * N, N)
+        self.ps_lat = lat.reshape(2 * N, N)
+        self.ps_sources = sources.reshape(2 * N)
+
+
+def _fallback_ready(dense: np.ndarray, backward_s: float) -> np.ndarray:
+    """Gradient-ready times without a profile: reverse forward order, each variable ready once
+    the backward pass has covered the parameters from the last variable down to it."""
+    weight = np.maximum(dense, 1.0)
+    done_after = np.cumsum(weight[::-1])[::-1]  # parameters of this variable and the later ones
+    return backward_s * done_after / float(weight.sum())
+
+
+def _fill_missing(ready: np.ndarray) -> np.ndarray:
+    out = ready.copy()
+    for i in range(len(out)):
+        if math.isnan(out[i]):
+            out[i] = out[i - 1] if i else np.nanmax(ready)
+    return out
+
+
+class StepSimulator:
+    """Simulates one iteration of strategies on one domain (see the module docstring).
+
+    Constructing stores; the per-domain tables are built on first use.
+    """
+
+    lower_is_better: bool = True
+
+    def __init__(self, domain: Domain, profile: WorkloadProfile | None = None,
+                 calibration: ClusterCalibration | None = None,
+                 config: StepSimConfig | None = None, decoder: RowDecoder | None = None):
+        self.domain = domain
+        self.profile = profile
+        self.calibration = calibration
+        self.config = config or StepSimConfig()
+        self._decoder = decoder
+        self._physics: _Physics | None = None
+
+    @property
+    def decoder(self) -> RowDecoder:
+        if self._decoder is None:
+            self._decoder = RowDecoder(self.domain)
+        return self._decoder
+
+    @property
+    def physics(self) -> _Physics:
+        if self._physics is None:
+            self._physics = _Physics(self.domain, self.profile, self.calibration, self.config)
+        return self._physics
+
+    def simulate(self, strategies: Sequence[Strategy]) -> np.ndarray:
+        """One :data:`TERMS` record per strategy (structured float64 array), in order."""
+        parts = [self.simulate_rows(self.decoder.rows(batch, order=False))
+                 for batch in self.decoder.batches(strategies)]
+        if not parts:
+            return np.zeros(0, dtype=_TERM_DTYPE)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def score(self, strategies: Sequence[Strategy], domain: Domain | None = None) -> np.ndarray:
+        """Predicted step seconds of every strategy (lower is faster)."""
+        if domain is not None and domain.fingerprint != self.domain.fingerprint:
+            raise ConfigError(f"domain: the simulator is for {self.domain.name!r}, got "
+                              f"{domain.name!r}")
+        return self.simulate(strategies)["step_s"]
+
+    def simulate_rows(self, rows: Rows) -> np.ndarray:
+        """The simulation of decoded rows (any row order)."""
+        ph = self.physics
+        B, V, N = rows.num_strategies, len(ph.rank_of_var), ph.num_nodes
+        wire, touched, psgd = wire_bytes(rows, ph.tokens, ph.sparse_row_bytes, ph.var_rows)
+        slot = rows.strat * V + ph.rank_of_var[rows.var]  # (strategy, readiness rank)
+        is_ar = rows.is_ar
+        out = np.zeros(B, dtype=_TERM_DTYPE)
+
+        # ---- all-reduce buckets: (strategy, group, compressor kind) ------------------------------
+        ar = np.flatnonzero(is_ar)
+        ar_work = np.zeros(B * V)
+        nic_work = np.zeros((B * V, N))
+        comp_total = np.zeros(B)
+        if ar.size:
+            ctab, codes = rows.ctab, rows.codes[ar]
+            comp = ctab[4][codes]
+            kind = np.where(comp == 3, 3 + np.minimum(ctab[5][codes], _MAX_POWERSGD_RANK), comp)
+            gk = ctab[3][codes] * _BUCKET_KINDS + kind
+            uniq, bucket_local = np.unique(gk, return_inverse=True)  # over the code table's keys
+            NB = uniq.size
+            bkey = rows.strat[ar] * NB + bucket_local.reshape(-1)
+            KB = B * NB
+            b_release = np.full(KB, -1, dtype=np.int64)
+            np.maximum.at(b_release, bkey, slot[ar])
+            b_bytes = np.bincount(bkey, weights=wire[ar], minlength=KB)
+            b_two = np.bincount(bkey, weights=psgd[ar], minlength=KB) > 0
+            # compression on the worker: per piece (fusion copy + the compressor's action)
+            numel = rows.numel[ar].astype(np.float64)
+            c = ph.act_copy.at(numel)
+            c = c + np.where(comp == 1, ph.act_fp16.at(numel), 0.0)
+            c = c + np.where(comp == 2, ph.act_ef.at(numel), 0.0)
+            if (comp == 3).any():
+                c = c + np.where(psgd[ar], ph.act_psgd.at(numel) * ctab[5][codes], 0.0)
+            b_comp = np.bincount(bkey, weights=c, minlength=KB)
+            present = b_release >= 0
+            coll = np.where(b_two, 2.0, 1.0)
+            b_time = b_comp + ph.comm_scale * (b_bytes * ph.ring_factor / ph.ring_bw
+                                               + coll * ph.ar_lat_per_coll)
+            rel = b_release[present]
+            ar_work += np.bincount(rel, weights=b_time[present], minlength=B * V)
+            nic_work += (np.bincount(rel, weights=b_bytes[present], minlength=B * V)[:, None]
+                         * (ph.comm_scale * ph.ar_nic)[None, :])
+            b_strat = np.flatnonzero(present) // NB
+            comp_total = np.bincount(b_strat, weights=b_comp[present], minlength=B)
+            out["ar_buckets"] = np.bincount(b_strat, minlength=B)
+            out["ar_wire_bytes"] = np.bincount(b_strat, weights=b_bytes[present], minlength=B)
+
+        # ---- parameter servers -------------------------------------------------------------------
+        ps = np.flatnonzero(~is_ar)
+        ps_work = np.zeros((B * V, N))
+        if ps.size:
+            p = rows.server[ps]
+            lr = rows.replication[ps].astype(np.int64)
+            pl = p * 2 + lr
+            b = wire[ps]
+            nonlinear = rows.sparse[ps] & (lr == 1)
+            b_lin = np.where(nonlinear, 0.0, b)
+            key = slot[ps] * (2 * N) + pl
+            K2 = B * V * 2 * N
+            ps_work += (np.bincount(key, weights=b_lin, minlength=K2).reshape(B * V, 2 * N)
+                        @ ph.ps_gamma)
+            ps_work += (np.bincount(key, minlength=K2).reshape(B * V, 2 * N).astype(np.float64)
+                        @ ph.ps_lat)
+            # the server aggregates every incoming gradient
+            agg = ph.act_agg.at(rows.numel[ps].astype(np.float64)) * ph.ps_sources[pl]
+            ps_work += np.bincount(slot[ps] * N + p, weights=agg,
+                                   minlength=B * V * N).reshape(B * V, N)
+            sp = rows.sparse[ps]
+            if sp.any():
+                # row-sparse pieces: every worker finds its touched rows in the dense gradient
+                # and scatters the result back (both over the whole piece); the server also
+                # copies its own gradient to aggregate into
+                n_sp = rows.numel[ps][sp].astype(np.float64)
+                worker = ph.act_gather.at(n_sp) + ph.act_scatter.at(n_sp)
+                ps_work += (np.bincount(slot[ps][sp], weights=worker, minlength=B * V)[:, None]
+                            * np.ones(N)[None, :])
+                ps_work += np.bincount(slot[ps][sp] * N + p[sp], weights=ph.act_copy.at(n_sp),
+                                       minlength=B * V * N).reshape(B * V, N)
+            if nonlinear.any():
+                nl = np.flatnonzero(nonlinear)
+                rows_nl = ps[nl]
+                w = ph.workers
+                p_nl = p[nl]
+                on_server = p_nl[:, None] == np.arange(N)[None, :]
+                sender = (np.minimum(w[None, :] * touched[rows_nl, None],
+                                     rows.rows_total[rows_nl, None])
+                          * ph.sparse_row_bytes[rows.var[rows_nl], None])
+                sender[on_server] = 0.0
+                ingress = np.where(on_server, sender.sum(axis=1)[:, None], sender)
+                intra = (w - 1.0)[None, :] * b[nl, None]
+                node_time = ingress / ph.nic[None, :] + intra / ph.intra
+                if ph.world == 1:
+                    node_time[:] = 0.0
+                keys = (slot[rows_nl, None] * N + np.arange(N)[None, :]).ravel()
+                ps_work += np.bincount(keys, weights=node_time.ravel(),
+                                       minlength=B * V * N).reshape(B * V, N)
+        ps_work *= ph.comm_scale
+        nic_work += ps_work
+
+        # ---- queues: end = max_j (release_j + work released at or after j) ----------------------
+        t = ph.release_sorted
+        ar_end = _queue_end(ar_work.reshape(B, V), t)
+        ps_end_nodes = _queue_end(ps_work.reshape(B, V, N), t)
+        nic_end = _queue_end(nic_work.reshape(B, V, N), t).max(axis=1)
+        ps_end = ps_end_nodes.max(axis=1)
+        threads_end = np.maximum(ar_end, ps_end)
+        sync_end = np.maximum(threads_end, nic_end)
+
+        comm_cpu = np.zeros(B)
+        if ph.shared_host:
+            # one host's cores run every worker's compute, compression and network stack: the
+            # CPU the network stack spends (per byte sent, per message) is taken from compute
+            cfg = self.config
+            W = ph.world
+            sent = np.bincount(rows.strat, weights=wire * np.where(
+                is_ar, W * ph.ring_factor, 2.0 * (W - 1)), minlength=B)
+            msgs = np.bincount(rows.strat, weights=np.where(is_ar, 0.0, 2.0 * (W - 1)),
+                               minlength=B)
+            if ar.size:
+                msgs += np.bincount(np.flatnonzero(present) // NB, weights=coll[present]
+                                    * 2.0 * W * (W - 1), minlength=B)
+            comm_cpu = (sent * cfg.host_cpu_s_per_byte
+                        + msgs * cfg.host_cpu_s_per_message) / ph.host_cores
+        backward_end = ph.backward_end + ph.cpu_share * (comp_total + comm_cpu)
+        critical = np.maximum(backward_end, sync_end)
+        step = critical + ph.optimizer_s
+        if ph.shared_host:
+            cpu = W * (ph.unloaded_compute_s + comp_total) / ph.host_cores + comm_cpu
+            out["cpu_contention_s"] = np.maximum(0.0, cpu - step) + ph.cpu_share * comm_cpu
+            step = np.maximum(step, cpu)
+        out["step_s"] = step + self.config.step_overhead_s
+        out["compute_s"] = ph.compute_s
+        out["exposed_comm_s"] = np.maximum(0.0, sync_end - backward_end)
+        out["exposed_compute_s"] = out["step_s"] - out["exposed_comm_s"]
+        out["compression_s"] = comp_total
+        out["cpu_contention_s"] += (ph.compute_s - ph.unloaded_compute_s
+                                    + ph.cpu_share * comp_total)
+        out["nic_contention_s"] = sync_end - threads_end
+        out["ar_s"] = ar_work.reshape(B, V).sum(axis=1)
+        out["ps_s"] = ps_work.reshape(B, V, N).sum(axis=1).max(axis=1)
+        out["sync_end_s"] = sync_end
+        return out
+
+
+def _queue_end(work: np.ndarray, release: np.ndarray) -> np.ndarray:
+    """End of a work-conserving queue per strategy: ``work [B, V(, N)]`` released at
+    ``release [V]`` (ascending); 0 where there is no work."""
+    rel = release.reshape((1, -1) + (1,) * (work.ndim - 2))
+    after = np.cumsum(work[:, ::-1], axis=1)[:, ::-1]  # work released at or after j
+    cand = np.where(work > 0, rel + after, 0.0)
+    return cand.max(axis=1)
+
+
+def simulate(strategies: Sequence[Strategy], domain: Domain,
+             profile: WorkloadProfile | None = None,
+             calibration: ClusterCalibration | None = None,
+             config: StepSimConfig | None = None) -> np.ndarray:
+    """:meth:`StepSimulator.simulate` of ``strategies`` on ``domain``."""
+    return StepSimulator(domain, profile, calibration, config).simulate(strategies)

@@ -1,0 +1,156 @@
+"""Step-time simulator accuracy, with no learning and zero trials of the domain.
+
+For every trial store (default: the 15 shipped domains, ``datasets/trials/*.jsonl``, plus the
+held-out cluster's stores given with ``--heldout``), compares the simulator's predicted step time
+with each strategy's measured runtime (median of its trials' medians):
+
+* ``mape``: median absolute percentage error of the predicted step time;
+* ``pw``: pairwise accuracy of the simulator's ranking (pairs of strategies of one domain)
+  against the drift-normalized labels the rankers train on (``dataset.loader.drift_normalized``);
+* ``pw_an``: pairwise accuracy of the analytical sync-only model (the old baseline), beside it.
+
+Two inputs per domain: ``fallback`` (the cluster spec and the model graph only) and ``profile``
+(the shipped :class:`~autosync_transfer.domains.profile.WorkloadProfile` of the model and
+:class:`~autosync_transfer.domains.profile.ClusterCalibration` of the cluster, matched by
+fingerprint in ``--profiles`` / ``--calibrations``; ``-`` where none is shipped).
+
+A store whose metadata says ``launcher: emulated`` ran every worker on one machine: the simulator
+is told so (``StepSimConfig.host_processes`` = world size, ``host_cores`` = the ``cpus`` the
+records' ``machine`` field reports); this is a property of the launcher, not a fitted number.
+
+    python benchmarks/stepsim_accuracy.py [--heldout DIR] [--profiles DIR] [--calibrations DIR]
+        [--out benchmarks/results/stepsim_accuracy.txt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def pairwise(pred: np.ndarray, y: np.ndarray) -> float:
+    i, j = np.triu_indices(len(y), 1)
+    m = y[i] != y[j]
+    return float(np.mean(np.sign(pred[i] - pred[j])[m] == np.sign(y[i] - y[j])[m]))
+
+
+def _load_json_models(folder: Path | None, cls: type) -> list:
+    out = []
+    if folder is None or not folder.is_dir():
+        return out
+    for p in sorted(folder.glob("*.json")):
+        try:
+            data = json.loads(p.read_text())
+            # fields a newer version of the record added are not needed by the simulator
+            data = {k: v for k, v in data.items() if k in cls.model_fields}
+            out.append(cls.model_validate(data))
+        except Exception as e:  # a file of another kind or version: skipped, said so
+            print(f"# skipped {p}: {str(e).splitlines()[0]}", file=sys.stderr)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", default="datasets/trials")
+    ap.add_argument("--heldout", default=None, help="folder of the held-out cluster's stores")
+    ap.add_argument("--profiles", default="datasets/profiles")
+    ap.add_argument("--calibrations", default="datasets/calibrations")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    from autosync_transfer.dataset.loader import (file_meta, find_domain, load_trials,
+                                                  normalized_reference_noise, reference_noise,
+                                                  strategy_table)
+    from autosync_transfer.rankers.metrics import noise_ceiling
+    from autosync_transfer.domains.profile import ClusterCalibration, WorkloadProfile
+    from autosync_transfer.rankers.costmodel import AnalyticalRanker
+    from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
+
+    profiles = _load_json_models(Path(args.profiles), WorkloadProfile)
+    calibrations = _load_json_models(Path(args.calibrations), ClusterCalibration)
+    files = sorted(Path(args.datasets).glob("*.jsonl"))
+    if args.heldout:
+        files += sorted(Path(args.heldout).glob("*.jsonl"))
+    header = (f"# python {' '.join(shlex.quote(a) for a in sys.argv)}\n"
+              f"# {len(profiles)} profiles, {len(calibrations)} calibrations found; "
+              f"mape = median |pred - measured| / measured of the step time; pw = pairwise "
+              f"accuracy; pw_an = the analytical sync-only model's pairwise accuracy\n")
+    lines = [f"{'domain':16s} {'n':>4s} {'fallback mape':>13s} {'pw':>6s} "
+             f"{'profile mape':>13s} {'pw':>6s} {'pw_an':>6s} {'ceil_raw':>8s} "
+             f"{'ceil_norm':>9s}"]
+    summary: dict[str, list[float]] = {"fb_mape": [], "fb_pw": [], "pr_mape": [], "pr_pw": [],
+                                       "an_pw": [], "ceil_raw": [], "ceil_norm": []}
+    for f in files:
+        df = load_trials(f)
+        if not len(df):
+            lines.append(f"{f.stem:16s}    0   (no trials yet)")
+            continue
+        name = str(df["domain"].iloc[0])
+        domain = find_domain(name, [f])
+        raw = strategy_table(df, normalize=False)
+        if len(raw) < 2:
+            lines.append(f"{name:16s} {len(raw):4d}   (too few strategies)")
+            continue
+        norm = strategy_table(df).set_index("strategy_id")["runtime_s"]
+        strategies = list(raw["strategy"])
+        y = raw["runtime_s"].to_numpy(dtype=float)  # measured step time (mape)
+        yn = norm.loc[raw["strategy_id"]].to_numpy(dtype=float)  # drift-normalized (pw)
+        meta = file_meta(f)
+        world = sum(n.workers for n in domain.cluster.nodes)
+        host: dict[str, int] = {}
+        if meta.get("launcher") == "emulated":
+            cpus = [json.loads(m).get("cpus") for m in df["machine"] if m]
+            cores = int(np.median([c for c in cpus if c])) if any(cpus) else None
+            host = {"host_processes": world, **({"host_cores": cores} if cores else {})}
+        config = StepSimConfig(**host)
+        fb = StepSimulator(domain, config=config).simulate(strategies)["step_s"]
+        prof = next((p for p in profiles if p.fingerprint == domain.model.fingerprint), None)
+        cal = next((c for c in calibrations if c.fingerprint == domain.cluster.fingerprint),
+                   None)
+        an = AnalyticalRanker().score(strategies, domain)
+        fb_mape = float(np.median(np.abs(fb - y) / y))
+        row = f"{name:16s} {len(y):4d} {fb_mape:13.3f} {pairwise(fb, yn):6.3f} "
+        summary["fb_mape"].append(fb_mape)
+        summary["fb_pw"].append(pairwise(fb, yn))
+        if prof is not None or cal is not None:
+            pr = StepSimulator(domain, prof, cal, config).simulate(strategies)["step_s"]
+            pr_mape = float(np.median(np.abs(pr - y) / y))
+            row += f"{pr_mape:13.3f} {pairwise(pr, yn):6.3f} "
+            summary["pr_mape"].append(pr_mape)
+            summary["pr_pw"].append(pairwise(pr, yn))
+            if prof is None or cal is None:
+                row += "(partial) "
+        else:
+            row += f"{'-':>13s} {'-':>6s} "
+        row += f"{pairwise(an, yn):6.3f}"
+        summary["an_pw"].append(pairwise(an, yn))
+        # noise ceilings: raw reference CV on raw runtimes; leave-one-out CV of the normalized
+        # references on the normalized runtimes
+        raw_noise, norm_noise = reference_noise(df), normalized_reference_noise(df)
+        c_raw = (noise_ceiling(y, float(raw_noise["median_robust_cv"])) if raw_noise
+                 else float("nan"))
+        c_norm = (noise_ceiling(yn, float(norm_noise["median_robust_cv"])) if norm_noise
+                  else float("nan"))
+        row += f" {c_raw:8.3f} {c_norm:9.3f}"
+        summary["ceil_raw"].append(c_raw)
+        summary["ceil_norm"].append(c_norm)
+        lines.append(row)
+        print(row, flush=True)
+    med = {k: (f"{np.nanmedian(v):.3f}" if v else "-") for k, v in summary.items()}
+    lines.append(f"{'median':16s} {'':4s} {med['fb_mape']:>13s} {med['fb_pw']:>6s} "
+                 f"{med['pr_mape']:>13s} {med['pr_pw']:>6s} {med['an_pw']:>6s} "
+                 f"{med['ceil_raw']:>8s} {med['ceil_norm']:>9s}")
+    text = header + "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,193 @@
+"""The step-time simulator: hand-computed iterations, vectorization, inputs and rankers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autosync_transfer.domains.domain import Domain
+from autosync_transfer.domains.graph import ModelGraph, Variable
+from autosync_transfer.domains.profile import (ActionCost, ClusterCalibration, NodeCalibration,
+                                               WorkloadProfile)
+from autosync_transfer.errors import ConfigError, StrategyValidationError
+from autosync_transfer.rankers.simulator import STEPSIM, Simulator
+from autosync_transfer.rankers.stepsim import TERMS, StepSimConfig, StepSimulator
+from autosync_transfer.strategies.sampler import SamplerConfig, StrategySampler
+from autosync_transfer.strategies.types import PS, AllReduce, Strategy, VarConfig
+from autosync_transfer.testing import tiny_cluster, tiny_domain, tiny_strategies
+
+MB = 1_000_000
+
+
+def _graph(sizes: list[int]) -> ModelGraph:
+    """Dense 1-D float32 variables of ``sizes`` elements, in forward order."""
+    return ModelGraph(name="g", variables=tuple(
+        Variable(name=f"v{i}", shape=(n,), order=i) for i, n in enumerate(sizes)))
+
+
+def _profile(graph: ModelGraph, ready: list[float], *, fwd: float = 0.1, bwd: float = 0.2,
+             opt: float = 0.05, actions: dict[str, ActionCost] | None = None) -> WorkloadProfile:
+    zero = {a: ActionCost(action=a, elements=(1,), seconds=(0.0,))  # type: ignore[arg-type]
+            for a in ("copy", "fp16_cast", "error_feedback", "powersgd", "ps_aggregate")}
+    return WorkloadProfile(
+        workload=graph.name, fingerprint=graph.fingerprint, worker_type="cpu", batch_size=1,
+        forward_s=fwd, backward_s=bwd, optimizer_s=opt,
+        ready_s={v.name: r for v, r in zip(graph.variables, ready)},
+        actions={**zero, **(actions or {})})
+
+
+def _calibration(domain: Domain, gbps: float = 8.0, latency_s: float = 0.0,
+                 slowdown: dict[int, float] | None = None) -> ClusterCalibration:
+    return ClusterCalibration(
+        cluster=domain.cluster.name, fingerprint=domain.cluster.fingerprint, launcher="test",
+        nodes=tuple(NodeCalibration(name=n.name, bandwidth_gbps=gbps, latency_s=latency_s)
+                    for n in domain.cluster.nodes),
+        intra_bandwidth_gbps=80.0, compute_slowdown=slowdown or {1: 1.0})
+
+
+def _strategy(syncs: list[PS | AllReduce]) -> Strategy:
+    return Strategy(id="s", nodes=tuple(VarConfig(var_name=f"v{i}", synchronizer=s)
+                                        for i, s in enumerate(syncs)))
+
+
+def _sim(sizes: list[int], ready: list[float], workers: int = 1, nodes: int = 2,
+         **profile_kw: object) -> StepSimulator:
+    g = _graph(sizes)
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(nodes, workers))
+    return StepSimulator(dom, _profile(g, ready, **profile_kw),  # type: ignore[arg-type]
+                         _calibration(dom))
+
+
+def test_one_bucket_waits_for_its_last_gradient() -> None:
+    # 2 workers, 8 Gbit/s = 1e9 B/s: a ring moves 2 (W-1)/W = 1 x the bytes: 4 MB -> 4 ms
+    sim = _sim([MB, 1000], [0.2, 0.05])
+    out = sim.simulate([_strategy([AllReduce(group=0), AllReduce(group=0)])])[0]
+    bucket = (4 * MB + 4000) / 1e9
+    # v0 (first in forward order) is ready last, at forward + 0.2 = 0.3 s
+    assert out["sync_end_s"] == pytest.approx(0.3 + bucket)
+    assert out["step_s"] == pytest.approx(0.3 + bucket + 0.05)
+    assert out["exposed_comm_s"] == pytest.approx(bucket)
+    assert out["compute_s"] == pytest.approx(0.35)
+    assert out["nic_contention_s"] == pytest.approx(0.0)
+
+
+def test_separate_buckets_overlap_with_backward() -> None:
+    # v1's bucket (40 ms) launches at 0.15 s and ends before v0 is ready at 0.3 s
+    sim = _sim([1000, 10 * MB], [0.2, 0.05])
+    one = sim.simulate([_strategy([AllReduce(group=0), AllReduce(group=0)])])[0]
+    two = sim.simulate([_strategy([AllReduce(group=0), AllReduce(group=1)])])[0]
+    assert one["sync_end_s"] == pytest.approx(0.3 + (4000 + 40 * MB) / 1e9)
+    assert two["sync_end_s"] == pytest.approx(0.3 + 4000 / 1e9)
+    assert two["step_s"] < one["step_s"]
+
+
+def test_the_ar_thread_runs_buckets_one_after_another() -> None:
+    # both ready at 0.1 + 0.01: two 40 ms buckets end at 0.11 + 0.08
+    sim = _sim([10 * MB, 10 * MB], [0.01, 0.01])
+    out = sim.simulate([_strategy([AllReduce(group=0), AllReduce(group=1)])])[0]
+    assert out["sync_end_s"] == pytest.approx(0.11 + 0.08)
+    assert out["ar_s"] == pytest.approx(0.08)
+
+
+def test_ps_and_all_reduce_share_a_nic() -> None:
+    # PS on n0 of v1 (40 MB) and AR of v0 (40 MB), both ready at 0.11 s: each alone takes
+    # 40 ms (the PS push/pull crosses each NIC once per direction), on one NIC 80 ms
+    sim = _sim([10 * MB, 10 * MB], [0.01, 0.01])
+    out = sim.simulate([_strategy([AllReduce(group=0), PS(destination="n0")])])[0]
+    assert out["ar_s"] == pytest.approx(0.04)
+    assert out["ps_s"] == pytest.approx(0.04)
+    assert out["sync_end_s"] == pytest.approx(0.11 + 0.08)
+    assert out["nic_contention_s"] == pytest.approx(0.04)
+
+
+def test_compression_occupies_the_worker_and_shrinks_the_wire() -> None:
+    fp16 = ActionCost(action="fp16_cast", elements=(1, 10 * MB), seconds=(0.0, 0.01))
+    sim = _sim([10 * MB, 1000], [0.2, 0.05], actions={"fp16_cast": fp16})
+    none, half = sim.simulate([_strategy([AllReduce(), AllReduce(group=1)]),
+                               _strategy([AllReduce(compressor="fp16"), AllReduce(group=1)])])
+    assert half["compression_s"] == pytest.approx(0.01)
+    assert none["compression_s"] == pytest.approx(0.0)
+    assert half["sync_end_s"] == pytest.approx(0.3 + 0.01 + 20 * MB / 1e9)
+    assert none["sync_end_s"] == pytest.approx(0.3 + 40 * MB / 1e9)
+
+
+def test_calibrated_slowdown_scales_compute() -> None:
+    g = _graph([1000, 1000])
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(2, 2))
+    cal = _calibration(dom, slowdown={1: 1.0, 2: 1.5})
+    sim = StepSimulator(dom, _profile(g, [0.2, 0.05]), cal)
+    out = sim.simulate([_strategy([AllReduce(), AllReduce()])])[0]
+    assert out["compute_s"] == pytest.approx(1.5 * 0.35)
+    assert out["cpu_contention_s"] == pytest.approx(0.5 * 0.35)
+
+
+def test_batch_equals_one_at_a_time_and_objects_equal_the_sampled_batch() -> None:
+    dom = tiny_domain(3, [2, 1, 2], [1.0, 1.0, 0.25])
+    batch = StrategySampler(dom, SamplerConfig(), seed=3).sample_batch(40)
+    strategies = list(batch)
+    sim = StepSimulator(dom)
+    together = sim.simulate(batch)
+    objects = StepSimulator(dom).simulate(strategies)
+    alone = np.concatenate([StepSimulator(dom).simulate([s]) for s in strategies])
+    for name, _ in TERMS:
+        np.testing.assert_allclose(together[name], alone[name], rtol=1e-9, atol=1e-15)
+        np.testing.assert_allclose(objects[name], alone[name], rtol=1e-9, atol=1e-15)
+    assert (together["step_s"] > 0).all() and np.isfinite(together["step_s"]).all()
+    assert len(set(np.round(together["step_s"], 12))) > 1
+
+
+def test_fallback_without_profile_or_calibration() -> None:
+    dom = tiny_domain(2)
+    out = StepSimulator(dom).simulate(tiny_strategies(dom, 5))
+    assert (out["compute_s"] > 0).all() and (out["step_s"] >= out["compute_s"]).all()
+    # slower NICs make no strategy faster
+    slow = StepSimulator(tiny_domain(2, bandwidths=[0.1, 0.1])).simulate(tiny_strategies(dom, 5))
+    assert (slow["step_s"] >= out["step_s"]).all()
+    assert (slow["step_s"] > out["step_s"]).any()
+
+
+def test_shared_host_compute_slowdown_from_the_config() -> None:
+    dom = tiny_domain(4)
+    s = tiny_strategies(dom, 1)
+    alone = StepSimulator(dom).simulate(s)[0]
+    shared = StepSimulator(dom, config=StepSimConfig(host_processes=4, host_cores=2)).simulate(s)[0]
+    assert shared["compute_s"] == pytest.approx(2 * alone["compute_s"])
+
+
+def test_invalid_strategy_raises_the_validator_report() -> None:
+    sim = _sim([1000, 1000], [0.2, 0.05])
+    with pytest.raises(StrategyValidationError):
+        sim.simulate([_strategy([AllReduce(), PS(destination="nowhere")])])
+
+
+def test_calibration_must_cover_every_node() -> None:
+    g = _graph([1000])
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(2))
+    other = Domain(name="e", model=g, cluster=tiny_cluster(1))
+    with pytest.raises(ConfigError, match="not calibrated"):
+        StepSimulator(dom, calibration=_calibration(other)).simulate(
+            [_strategy([AllReduce()])])
+
+
+def test_stepsim_ranker_scores_simulated_seconds() -> None:
+    dom = tiny_domain(2)
+    strategies = tiny_strategies(dom, 6)
+    sim = Simulator(STEPSIM)
+    assert sim.fitted and sim.state_dict() == {}
+    np.testing.assert_allclose(sim.score(strategies, dom),
+                               StepSimulator(dom).simulate(strategies)["step_s"])
+    again = Simulator.from_config(sim.config())
+    np.testing.assert_allclose(again.score(strategies, dom), sim.score(strategies, dom))
+
+
+def test_buckets_follow_the_runtime_plan() -> None:
+    from autosync_transfer.runtime.plan import make_plan
+
+    dom = tiny_domain(3, [2, 1, 2], [1.0, 1.0, 0.25])
+    strategies = tiny_strategies(dom, 30, seed=5)
+    out = StepSimulator(dom).simulate(strategies)
+    for s, rec in zip(strategies, out):
+        plan = make_plan(s, dom.model, dom.cluster)
+        assert rec["ar_buckets"] == len(plan.buckets)
+        if all(b.compressor != "powersgd" for b in plan.buckets):
+            assert rec["ar_wire_bytes"] == pytest.approx(sum(b.wire_bytes for b in plan.buckets))
