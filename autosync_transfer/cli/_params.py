@@ -73,11 +73,13 @@ class NumericBounds:
 
 
 #: seeds fit numpy's and torch's generators; counts, budgets, candidates, iterations at most a
-#: million; a trial's watchdog at most a week; the diversity weight at most 100
+#: million; a trial's watchdog at most a week; the diversity weight at most 100; a learning rate at
+#: most 10
 NUMERIC_BOUNDS = NumericBounds(
     max_int=10**6,
     int_max={"seed": 2**32 - 1, "port": 65535, "seeds": 1000, "epochs": 100_000},
-    float_max={"timeout_s": 7 * 24 * 3600.0, "timeout": 7 * 24 * 3600.0, "diversity": 100.0},
+    float_max={"timeout_s": 7 * 24 * 3600.0, "timeout": 7 * 24 * 3600.0, "diversity": 100.0,
+               "lr": 10.0},
 )
 
 

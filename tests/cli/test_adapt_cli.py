@@ -152,14 +152,21 @@ def test_bad_input_is_one_line_and_registers_nothing(cli: Any, registry: Path,
     assert registered(cli) == {}
 
 
-def test_incompatible_feature_schema_is_one_line(cli: Any, registry: Path,
-                                                 trials_dir: Path) -> None:
-    from autosync_transfer.registry import models
+def test_incompatible_feature_schema_is_one_line(cli: Any, registry: Path, trials_dir: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from autosync_transfer.rankers import simulator as simulator_module
+    from autosync_transfer.rankers.modules import build_ranker
     from autosync_transfer.rankers.simulator import Simulator
+    from autosync_transfer.registry import models
 
-    info = models.log_simulator(Simulator("analytical", {}, schema_version=0), domain=SOURCE,
+    # a learned simulator registered by a release whose features were one version older
+    hparams = {"row_hidden": 8, "row_out": 8, "lstm_hidden": 8, "head_hidden": 8}
+    weights = build_ranker("rnn", hparams, seed=0).state_dict()
+    info = models.log_simulator(Simulator("rnn", hparams, state_dict=weights), domain=SOURCE,
                                 metrics={"test_pairwise_accuracy": 0.9})
     models.promote(info.name, info.version)
+    monkeypatch.setattr(simulator_module, "FEATURE_SCHEMA_VERSION",
+                        simulator_module.FEATURE_SCHEMA_VERSION + 1)
     res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--data", str(trials_dir),
               *FAST)
     assert_one_line_error(res, "feature schema version mismatch")

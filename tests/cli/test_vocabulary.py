@@ -119,7 +119,7 @@ def test_choices_are_the_librarys() -> None:
     from autosync_transfer.cli import _choices as c
     from autosync_transfer.dataset.collect import planned_strategies
     from autosync_transfer.rankers.modules import RANKERS
-    from autosync_transfer.rankers.simulator import ANALYTICAL
+    from autosync_transfer.rankers.simulator import ANALYTICAL, STEPSIM
     from autosync_transfer.search.loop import LAUNCHERS, METHODS
     from autosync_transfer.strategies.builders import BUILDERS
     from autosync_transfer.strategies.sampler import PRESETS
@@ -129,7 +129,7 @@ def test_choices_are_the_librarys() -> None:
 
     assert values(c.SamplerPreset) == list(PRESETS)
     assert values(c.Builder) == list(BUILDERS)
-    assert set(values(c.RankerKind)) == {ANALYTICAL, *RANKERS}
+    assert set(values(c.RankerKind)) == {ANALYTICAL, STEPSIM, *RANKERS}
     assert values(c.SearchMethod) == list(METHODS)
     from autosync_transfer.search.objective import OBJECTIVES
 

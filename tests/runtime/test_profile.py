@@ -29,7 +29,7 @@ MLP = (
     "    return nn.functional.cross_entropy(output, targets)\n"
 )
 
-FAST = {"steps": 3, "warmup": 1, "attempts": 1, "largest": 1 << 14}
+FAST = {"steps": 3, "warmup": 1, "attempts": 1, "largest": 1 << 18}
 
 
 def _mlp(tmp_path, batch: int = 8, name: str = "mlp"):  # noqa: ANN202
@@ -62,7 +62,7 @@ def test_profile_of_a_tiny_model(tmp_path) -> None:
     # every action, costs not decreasing with size and growing over the range
     assert set(prof.actions) == set(ACTIONS)
     for cost in prof.actions.values():
-        assert cost.elements == tuple(size_grid(1 << 14))
+        assert cost.elements == tuple(size_grid(FAST["largest"]))
         assert all(b >= a for a, b in zip(cost.seconds, cost.seconds[1:])), cost
         assert cost.seconds[-1] > cost.seconds[0], cost
     assert prof.seconds > 0 and prof.foreign_cpu is not None

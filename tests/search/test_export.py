@@ -41,7 +41,7 @@ SPEC = """nodes:
 #: the search's settings, as flags of ``search`` (the CLI continues the stored run)
 SEARCH_FLAGS = ["--launcher", "local", "--method", "random", "--budget", "2", "-k", "2",
                 "--candidates", "20", "--seed", "3", "--confirm", "0", "--preset", "dataset",
-                "--no-log", "--max-foreign-cpu", "1"]
+                "--no-log", "--max-foreign-cpu", "1", "--objective", "step-time"]
 
 
 def _check(sid: str, passed: bool) -> ConvergenceCheck:
@@ -68,8 +68,10 @@ def lossy_search(tmp_path_factory):  # noqa: ANN201
     store = folder / "run.jsonl"
     psgd = build("all_reduce", d, compressor="powersgd",
                  powersgd_rank=1).model_copy(update={"id": "all_reduce+psgd1"})
+    # step time is the objective: the unchecked fastest step is the lossy pick export must refuse
+    # (time to loss would rank it by its probe and check it at the end)
     cfg = SearchConfig(method="random", budget=2, per_round=2, candidates=20, seed=3, confirm=0,
-                       preset="dataset")
+                       preset="dataset", objective="step-time")
 
     class PowerSGDFirst(RandomProposer):
         def propose(self, round_no, k, measured, history, parents=()):  # noqa: ANN001, ANN201
