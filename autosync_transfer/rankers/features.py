@@ -58,7 +58,6 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not, not_
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -101,14 +100,7 @@ _ROWS_PER_BATCH = 1 << 17  # rows per batch: the work arrays of a batch stay sma
 # arithmetic (2,000 bert-12l strategies: about 6,500/s at 2**17 rows, 15,000/s at 2**14)
 _AGG_ROWS_PER_BATCH = 1 << 14
 _MAX_STRATEGIES_PER_BATCH = 4096  # bounds the (strategies x nodes) tables of a batch
-_ID_CACHE_LIMIT = 100_000  # synchronizer objects remembered by identity
 
-_var_name = attrgetter("var_name")
-_partition = attrgetter("partition")
-_synchronizer = attrgetter("synchronizer")
-_synchronizers = attrgetter("synchronizers")
-_axis = attrgetter("axis")
-_shards = attrgetter("shards")
 
 # -- schema --------------------------------------------------------------------------------------
 
