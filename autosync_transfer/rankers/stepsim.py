@@ -66,6 +66,8 @@ Vectorization
 from __future__ import annotations
 
 import math
+import os
+from collections import deque
 from collections.abc import Iterator, Sequence
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_not, not_
@@ -96,7 +98,10 @@ _MAX_POWERSGD_RANK = 64  # AllReduce.powersgd_rank's upper bound
 #: bucket kinds of one group: none, fp16, fp16_ef, then PowerSGD ranks 1..64
 _BUCKET_KINDS = 4 + _MAX_POWERSGD_RANK
 _ID_CACHE_LIMIT = 100_000  # synchronizer objects remembered by identity
-_ROWS_PER_BATCH = 1 << 15  # small work arrays stay in cache and in the allocator's heap
+_ROWS_PER_BATCH = 1 << 15  # small work arrays stay in cache
+#: threads that simulate batches (``benchmarks/scoring_throughput.py``: 1.5x on 2 cores)
+_THREADS = max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else (os.cpu_count() or 1)))
 _MAX_STRATEGIES_PER_BATCH = 4096
 
 _var_name = attrgetter("var_name")
@@ -623,9 +628,32 @@ class StepSimulator:
         return self._physics
 
     def simulate(self, strategies: Sequence[Strategy]) -> np.ndarray:
-        """One :data:`TERMS` record per strategy (structured float64 array), in order."""
-        parts = [self.simulate_rows(self.decoder.rows(batch, order=False))
-                 for batch in self.decoder.batches(strategies)]
+        """One :data:`TERMS` record per strategy (structured float64 array), in order.
+
+        Batches are decoded in this thread (the decoder's caches are not shared) and simulated
+        on up to :data:`_THREADS` threads (numpy releases the GIL inside its array operations)."""
+        batches = self.decoder.batches(strategies, _ROWS_PER_BATCH)
+        first = next(batches, None)
+        if first is None:
+            return np.zeros(0, dtype=_TERM_DTYPE)
+        second = next(batches, None)
+        if second is None or _THREADS < 2:
+            rest = [] if second is None else [second]
+            parts = [self.simulate_rows(self.decoder.rows(b, order=False))
+                     for b in chain([first], rest, batches)]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _ = self.physics  # built once, before the threads read it
+            parts = []
+            in_flight: deque[Any] = deque()  # bounded: decoded rows of a few batches at a time
+            with ThreadPoolExecutor(_THREADS) as pool:
+                for b in chain([first, second], batches):
+                    if len(in_flight) >= 2 * _THREADS:
+                        parts.append(in_flight.popleft().result())
+                    in_flight.append(pool.submit(self.simulate_rows,
+                                                 self.decoder.rows(b, order=False)))
+                parts += [f.result() for f in in_flight]
         if not parts:
             return np.zeros(0, dtype=_TERM_DTYPE)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -655,9 +683,7 @@ class StepSimulator:
             ctab, codes = rows.ctab, rows.codes[ar]
             comp = ctab[4][codes]
             kind = np.where(comp == 3, 3 + np.minimum(ctab[5][codes], _MAX_POWERSGD_RANK), comp)
-            gk = ctab[3][codes] * _BUCKET_KINDS + kind
-            uniq, bucket_local = np.unique(gk, return_inverse=True)  # over the code table's keys
-            NB = uniq.size
+            bucket_local, NB = _bucket_index(ctab, codes, kind)
             bkey = rows.strat[ar] * NB + bucket_local.reshape(-1)
             KB = B * NB
             b_release = np.full(KB, -1, dtype=np.int64)
@@ -782,13 +808,34 @@ class StepSimulator:
         return out
 
 
+def _bucket_index(ctab: np.ndarray, codes: np.ndarray, kind: np.ndarray
+                  ) -> tuple[np.ndarray, int]:
+    """The bucket (group, compressor kind) of every all-reduce row as an index ``0..NB-1``.
+
+    Keys are made unique over the code table when it is small (a sampler's table: a few codes
+    per group), which costs nothing per row; over the rows otherwise."""
+    if ctab.shape[1] <= 4 * codes.size:
+        is_ar = ctab[0] == 1
+        tab_comp = ctab[4]
+        tab_kind = np.where(tab_comp == 3, 3 + np.minimum(ctab[5], _MAX_POWERSGD_RANK), tab_comp)
+        tab_key = np.where(is_ar, ctab[3] * _BUCKET_KINDS + tab_kind, -1)
+        uniq, inv = np.unique(tab_key[is_ar], return_inverse=True)
+        local = np.full(ctab.shape[1], -1, dtype=np.int64)
+        local[is_ar] = inv.reshape(-1)
+        return local[codes], int(uniq.size)
+    gk = ctab[3][codes] * _BUCKET_KINDS + kind
+    uniq, inv = np.unique(gk, return_inverse=True)
+    return inv.reshape(-1), int(uniq.size)
+
+
 def _queue_end(work: np.ndarray, release: np.ndarray) -> np.ndarray:
     """End of a work-conserving queue per strategy: ``work [B, V(, N)]`` released at
     ``release [V]`` (ascending); 0 where there is no work."""
     rel = release.reshape((1, -1) + (1,) * (work.ndim - 2))
     after = np.cumsum(work[:, ::-1], axis=1)[:, ::-1]  # work released at or after j
-    cand = np.where(work > 0, rel + after, 0.0)
-    return cand.max(axis=1)
+    after += rel
+    after[work <= 0] = 0.0
+    return after.max(axis=1)
 
 
 def simulate(strategies: Sequence[Strategy], domain: Domain,
