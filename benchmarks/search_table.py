@@ -85,6 +85,8 @@ def main() -> int:
     ap.add_argument("--objective", default="time-to-loss", choices=["time-to-loss", "step-time"])
     ap.add_argument("--final-checks", type=int, default=3,
                     help="lossy final candidates per run that get a convergence run")
+    ap.add_argument("--final-rounds", type=int, default=3,
+                    help="rounds of final checks (the next round: candidates that compress less)")
     ap.add_argument("--check-steps", type=int, default=150,
                     help="training steps of each convergence run")
     ap.add_argument("--check", action="store_true",
@@ -135,7 +137,7 @@ def main() -> int:
                                neighbours=args.neighbours, confirm=args.confirm,
                                knob_candidates=args.knob_candidates if knobs else 0,
                                objective=args.objective, final_checks=args.final_checks,
-                               check_steps=args.check_steps)
+                               final_rounds=args.final_rounds, check_steps=args.check_steps)
             name = run_name(cfg, m == "autosync-warm")
             store = Path(args.store_dir) / dname / f"{name}.jsonl"
             knob_tag = f"+knobs{cfg.knob_candidates}" if cfg.knob_candidates else ""
@@ -222,34 +224,26 @@ def main() -> int:
 def _time_to_loss(domain, store, name, progress, strategies, summary, args):  # noqa: ANN001, ANN202
     """The time-to-loss figures of a stored run (its checks from the check store beside it;
     with ``--check`` the missing ones are run first)."""
-    from autosync_transfer.dataset.checks import CheckStore, checks_path
+    from autosync_transfer.dataset.checks import checks_path
     from autosync_transfer.rankers.fidelity import FidelityModel
     from autosync_transfer.search.objective import get_objective
     from autosync_transfer.search.resume import record_prefix
-    from autosync_transfer.search.timetoloss import (final_candidates, run_checks,
-                                                     time_to_loss_figures)
+    from autosync_transfer.search.timetoloss import check_final, time_to_loss_figures
 
     prefix = record_prefix(domain.name, name)
-    cands = final_candidates(progress, strategies, prefix, get_objective(args.objective),
-                             args.final_checks, FidelityModel(), domain.model)
-    errors: dict[str, str] = {}
     # the domain's checks, shared by its runs (a strategy several runs found is trained once)
     shared = Path(args.store_dir) / domain.name / "convergence.jsonl"
-    if args.check and cands:
-        print(f"  [{domain.name} {name}] convergence runs of {len(cands)} final candidates",
+    if args.check:
+        print(f"  [{domain.name} {name}] convergence runs of the final candidates",
               file=sys.stderr, flush=True)
-        checks, errors = run_checks(domain, cands, shared, steps=args.check_steps,
-                                    seed=args.seed)
-    else:
-        checks = {}
-        for path in (shared, checks_path(store)):  # and those the search ran itself
-            stored = CheckStore(path)
-            checks.update({s.id: c for s in cands if s.id not in checks and (
-                c := stored.get(domain.name, s, args.check_steps, args.seed)) is not None})
+    checks, errors, unchecked = check_final(
+        domain, progress, strategies, prefix, get_objective(args.objective), shared,
+        limit=args.final_checks, rounds=args.final_rounds, steps=args.check_steps,
+        seed=args.seed, model=FidelityModel(), graph=domain.model, train=args.check,
+        stored=[checks_path(store)])  # and those the search ran itself
     out = time_to_loss_figures(progress, strategies, prefix, checks, summary, errors)
-    unchecked = [s.id for s in cands if s.id not in checks and s.id not in errors]
-    for sid in unchecked:
-        out["excluded"][sid] = "not checked (run --report --check)"
+    for s in unchecked:
+        out["excluded"][s.id] = "not checked (run --report --check)"
     return out
 
 

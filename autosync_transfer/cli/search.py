@@ -45,6 +45,7 @@ def search(
     objective: Objective = typer.Option(Objective.time_to_loss, "--objective", help="time-to-loss: step time x steps to a target loss relative to exact synchronization (estimated during the search, measured by convergence runs of the lossy final candidates; a strategy that fails is excluded); step-time: seconds per step only."),
     lossless: bool = typer.Option(False, "--lossless", help="Propose lossless strategies only (no fp16 or PowerSGD compression)."),
     final_checks: int = typer.Option(3, "--final-checks", min=0, help="time-to-loss: lossy final candidates that get a convergence run (0: none, lossy strategies then never count)."),
+    final_rounds: int = typer.Option(3, "--final-rounds", min=1, help="time-to-loss: rounds of final checks; after a round whose candidates all failed, the next best that compress less are checked."),
     check_steps: int = typer.Option(150, "--check-steps", min=4, help="time-to-loss: training steps of each convergence run."),
     store: Optional[str] = store_option("The run's trial store (default runs/search/DOMAIN/RUN.jsonl; any trial store, e.g. one under datasets/); the search continues it."),
     data: Optional[str] = data_option("Trial data to train a --warm-start domain's simulator on when it has no champion: a trial store (.jsonl), a parquet file or a folder; default: the shipped datasets."),
@@ -84,7 +85,7 @@ def search(
                           diversity=diversity, ranker=ranker.value, max_epochs=epochs,
                           neighbours=neighbours, confirm=confirm, knob_candidates=knob_candidates,
                           objective=objective.value, lossless=lossless, final_checks=final_checks,
-                          check_steps=check_steps)
+                          final_rounds=final_rounds, check_steps=check_steps)
     warm = lineage = None
     if warm_start is not None:
         from autosync_transfer.search.warm import warm_simulator

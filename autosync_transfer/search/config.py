@@ -60,6 +60,9 @@ class SearchConfig(BaseModel):
     lossless: bool = False
     # time-to-loss: lossy final candidates that get a convergence run, and its steps
     final_checks: int = Field(default=3, ge=0)
+    # rounds of final checks: after a round whose candidates all failed, the next best that
+    # compress less are checked (search.timetoloss.check_final)
+    final_rounds: int = Field(default=3, ge=1)
     check_steps: int = Field(default=150, ge=4)
 
     @field_validator("objective")

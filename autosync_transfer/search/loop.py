@@ -300,7 +300,7 @@ class Searcher:
         if (not self.objective.checks_convergence or not self.config.final_checks
                 or self.config.lossless):  # lossless: nothing lossy can be chosen
             return
-        from autosync_transfer.search.timetoloss import final_candidates, run_checks
+        from autosync_transfer.search.timetoloss import check_final, final_candidates
 
         if self.fidelity is not None:
             from autosync_transfer.search.timetoloss import fit_fidelity
@@ -313,10 +313,12 @@ class Searcher:
         self._emit(progress, f"checking convergence of {len(cands)} final candidates")
         from autosync_transfer.dataset.checks import checks_path
 
-        self.checks, self.check_errors = run_checks(
-            self.domain, cands, checks_path(self.store.path), steps=self.config.check_steps,
-            seed=self.config.seed, workload=self.workload,
-            on_message=lambda m: self._emit(progress, m))
+        self.checks, self.check_errors, _ = check_final(
+            self.domain, progress, strategies, self._prefix(), self.objective,
+            checks_path(self.store.path), limit=self.config.final_checks,
+            rounds=self.config.final_rounds, steps=self.config.check_steps,
+            seed=self.config.seed, model=self.fidelity, graph=self.domain.model,
+            workload=self.workload, on_message=lambda m: self._emit(progress, m))
         for sid, c in self.checks.items():
             self._emit(progress, f"{sid}: {c.summary()}")
 

@@ -6,7 +6,10 @@ whose estimated time to loss beats the best lossless strategy of the run, the be
 reference among them) with a convergence run each
 (:func:`~autosync_transfer.runtime.convergence.check_convergence`, one exact run for all of them),
 stored in the check store beside the trial store (:mod:`autosync_transfer.dataset.checks`) so a
-continued search does not train twice.
+continued search does not train twice. When every candidate of a round fails,
+:func:`check_final` checks the next best ones that compress less (not
+:func:`at_least_as_lossy` as a failed one: e.g. fp16 after PowerSGD rank 1 damaged training),
+for up to ``final_rounds`` rounds.
 
 :func:`time_to_loss_figures` turns a run and its checks into the summary's time-to-loss figures:
 every strategy's time to the target loss is its median step time x its steps-to-target ratio
@@ -19,7 +22,7 @@ the same run (both lossless).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +38,8 @@ if TYPE_CHECKING:
     from autosync_transfer.search.objective import Objective
     from autosync_transfer.search.summary import SearchProgress
 
-__all__ = ["final_candidates", "run_checks", "time_to_loss_figures", "fit_fidelity"]
+__all__ = ["final_candidates", "check_final", "lossiness", "at_least_as_lossy", "run_checks",
+           "time_to_loss_figures", "fit_fidelity"]
 
 
 def _measured(progress: SearchProgress, strategies: Mapping[str, Strategy], prefix: str
@@ -54,23 +58,98 @@ def _measured(progress: SearchProgress, strategies: Mapping[str, Strategy], pref
     return out
 
 
+def lossiness(strategy: Strategy) -> dict[str, float]:
+    """How lossy ``strategy`` is on every variable it compresses: 1 fp16 with error feedback,
+    2 fp16, 3 + 1/rank PowerSGD (rank 1 the most lossy); the most lossy shard counts for a
+    partitioned variable. Lossless variables (PS, uncompressed all-reduce) are left out."""
+    from autosync_transfer.strategies.types import AllReduce
+
+    out: dict[str, float] = {}
+    for node in strategy.nodes:
+        for _, sync in node.items():
+            if not isinstance(sync, AllReduce) or sync.compressor == "none":
+                continue
+            level = {"fp16_ef": 1.0, "fp16": 2.0}.get(sync.compressor,
+                                                      3.0 + 1.0 / sync.powersgd_rank)
+            out[node.var_name] = max(out.get(node.var_name, 0.0), level)
+    return out
+
+
+def at_least_as_lossy(candidate: Mapping[str, float], failed: Mapping[str, float]) -> bool:
+    """Whether a strategy of :func:`lossiness` ``candidate`` compresses every variable that a
+    strategy of lossiness ``failed`` compresses, at least as much: when ``failed`` damaged
+    training, ``candidate`` is expected to as well and is not worth a convergence run."""
+    return all(candidate.get(v, 0.0) >= level for v, level in failed.items())
+
+
 def final_candidates(progress: SearchProgress, strategies: Mapping[str, Strategy], prefix: str,
                      objective: Objective, limit: int, model: FidelityModel | None = None,
-                     graph: Any = None) -> list[Strategy]:
+                     graph: Any = None, *, skip: Collection[str] = (),
+                     failed: Sequence[Strategy] = ()) -> list[Strategy]:
     """Up to ``limit`` lossy strategies measured ok (trials and fp16 references) to check, best
     estimated time to loss first; only those whose estimate beats the best lossless strategy of
-    the run (a lossy strategy that cannot win needs no check)."""
+    the run (a lossy strategy that cannot win needs no check). Strategy ids in ``skip`` (checked
+    already) are left out, and so is every strategy :func:`at_least_as_lossy` as one of
+    ``failed`` (strategies whose check failed)."""
     rows = _measured(progress, strategies, prefix)
     lossless = [t for t, _, s, _ in rows if s is None or is_lossless(s)]
     bar = min(lossless) if lossless else math.inf
+    failed_levels = [lossiness(f) for f in failed]
     scored: dict[str, tuple[float, Strategy]] = {}
     for t, _, s, rec in rows:
-        if s is None or is_lossless(s):
+        if s is None or is_lossless(s) or s.id in skip:
             continue
         est = objective.score(t, objective.ratio(s, rec, model, graph))
         if est < bar and (s.content_key not in scored or est < scored[s.content_key][0]):
             scored[s.content_key] = (est, s)
-    return [s for _, s in sorted(scored.values(), key=lambda v: v[0])][:limit]
+    ranked = [s for _, s in sorted(scored.values(), key=lambda v: v[0])]
+    if failed_levels:
+        ranked = [s for s in ranked
+                  if not any(at_least_as_lossy(lossiness(s), f) for f in failed_levels)]
+    return ranked[:limit]
+
+
+def check_final(domain: Domain, progress: SearchProgress, strategies: Mapping[str, Strategy],
+                prefix: str, objective: Objective, checks_file: str | Path, *, limit: int,
+                rounds: int, steps: int, seed: int, model: FidelityModel | None = None,
+                graph: Any = None, workload: Any = None, train: bool = True,
+                stored: Sequence[str | Path] = (), on_message: Any = None
+                ) -> tuple[dict[str, ConvergenceCheck], dict[str, str], list[Strategy]]:
+    """Convergence checks of the final candidates, in up to ``rounds`` rounds of ``limit``:
+    a round whose candidates all fail is followed by the next best candidates that are not
+    :func:`at_least_as_lossy` as a failed one (less aggressive compression), until one passes.
+    Returns ``(checks, errors, unchecked)`` by strategy id; ``unchecked``: candidates with no
+    stored check when ``train`` is false (checks are then only read, from ``checks_file`` and
+    the ``stored`` check stores)."""
+    from autosync_transfer.dataset.checks import CheckStore
+
+    checks: dict[str, ConvergenceCheck] = {}
+    errors: dict[str, str] = {}
+    failed: list[Strategy] = []
+    for _ in range(max(0, rounds)):
+        cands = final_candidates(progress, strategies, prefix, objective, limit, model, graph,
+                                 skip=set(checks) | set(errors), failed=failed)
+        if not cands:
+            break
+        if train:
+            got, errs = run_checks(domain, cands, checks_file, steps=steps, seed=seed,
+                                   workload=workload, on_message=on_message)
+        else:
+            got, errs = {}, {}
+            for path in (checks_file, *stored):
+                store = CheckStore(path)
+                got.update({s.id: c for s in cands if s.id not in got
+                            and (c := store.get(domain.name, s, steps, seed)) is not None})
+            missing = [s for s in cands if s.id not in got]
+            if missing:
+                checks.update(got)
+                return checks, errors, missing
+        checks.update(got)
+        errors.update(errs)
+        if errs or any(c.passed for c in got.values()):
+            break  # a winner (the best estimate that passed), or runs that cannot train
+        failed += [s for s in cands if s.id in got]
+    return checks, errors, []
 
 
 def run_checks(domain: Domain, candidates: Sequence[Strategy], checks_file: str | Path, *,

@@ -141,3 +141,68 @@ def test_the_step_time_objective_checks_nothing(tmp_path: Path) -> None:
     result = Searcher(domain, store, cfg, launcher="local", workload=spec).run(_fast_if_lossy)
     assert not checks_path(store).exists() and "objective" not in result.summary
     assert not is_lossless(result.best)  # the fastest by step time, lossy as it is
+
+
+def test_lossiness_orders_compressors_per_variable() -> None:
+    from autosync_transfer.search.timetoloss import at_least_as_lossy, lossiness
+
+    d = _ncf("ncf-dense")
+    fp16 = lossiness(build("all_reduce", d, compressor="fp16"))
+    ef = lossiness(build("all_reduce", d, compressor="fp16_ef"))
+    r1 = lossiness(build("all_reduce", d, compressor="powersgd", powersgd_rank=1))
+    r8 = lossiness(build("all_reduce", d, compressor="powersgd", powersgd_rank=8))
+    assert lossiness(build("all_reduce", d)) == {} and set(fp16) == set(r1)
+    assert at_least_as_lossy(r1, r8) and at_least_as_lossy(r8, fp16) and at_least_as_lossy(fp16, ef)
+    assert not at_least_as_lossy(fp16, r1) and not at_least_as_lossy(r8, r1)
+    one = {next(iter(r1)): r1[next(iter(r1))]}  # PowerSGD rank 1 on one variable only
+    assert at_least_as_lossy(r1, one) and not at_least_as_lossy(one, fp16)
+    assert not at_least_as_lossy(fp16, one)
+
+
+def test_final_checks_go_on_with_less_lossy_candidates_when_a_round_fails(tmp_path: Path) -> None:
+    """Round 1's candidates failed (their stored checks say so): round 2 offers the next best
+    candidates that compress less, none as lossy as a failed one; one that passed ends it."""
+    from autosync_transfer.runtime.convergence import ConvergenceConfig, ConvergenceRun, analyze
+    from autosync_transfer.search.resume import load_run, record_prefix
+    from autosync_transfer.search.timetoloss import (at_least_as_lossy, check_final,
+                                                     final_candidates, lossiness)
+
+    d = _ncf("ncf-dense")
+    cfg = SearchConfig(method="random", budget=16, per_round=8, candidates=60, seed=2, confirm=0,
+                       preset="compressed", objective="step-time")
+    store = tmp_path / "run.jsonl"
+    Searcher(d, store, cfg, launcher="local").run(_fast_if_lossy)
+    name = run_name(cfg, False)
+    progress, strategies = load_run(d, store, name, cfg.budget)
+    prefix, ttl = record_prefix(d.name, name), get_objective("time-to-loss")
+    checks_file = tmp_path / "checks.jsonl"
+    exact = [1.0 - 0.9 * i / 39 for i in range(40)]
+
+    def record(s: Strategy, passed: bool) -> None:
+        losses = exact if passed else [1.0] * 40
+        CheckStore(checks_file).append(d.name, s, ConvergenceRun(
+            analyze(s.id, losses, exact, ConvergenceConfig(steps=40, seed=0)), losses, exact))
+
+    first = final_candidates(progress, strategies, prefix, ttl, 2)
+    assert len(first) == 2
+    for s in first:
+        record(s, passed=False)
+    checks, errors, unchecked = check_final(d, progress, strategies, prefix, ttl, checks_file,
+                                            limit=2, rounds=3, steps=40, seed=0, train=False)
+    assert errors == {} and set(checks) == {s.id for s in first}
+    assert not any(c.passed for c in checks.values())
+    assert unchecked and not {s.id for s in unchecked} & set(checks)
+    assert not any(at_least_as_lossy(lossiness(s), lossiness(f)) for s in unchecked
+                   for f in first)
+    # the second round's first candidate passed: no third round
+    record(unchecked[0], passed=True)
+    for s in unchecked[1:]:
+        record(s, passed=False)
+    checks, _, left = check_final(d, progress, strategies, prefix, ttl, checks_file, limit=2,
+                                  rounds=3, steps=40, seed=0, train=False)
+    assert left == [] and checks[unchecked[0].id].passed
+    assert set(checks) == {s.id for s in first + unchecked}
+    # one round only: the second is never looked at
+    checks, _, left = check_final(d, progress, strategies, prefix, ttl, checks_file, limit=2,
+                                  rounds=1, steps=40, seed=0, train=False)
+    assert set(checks) == {s.id for s in first} and left == []
