@@ -90,14 +90,24 @@ def final_candidates(progress: SearchProgress, strategies: Mapping[str, Strategy
     estimated time to loss first; only those whose estimate beats the best lossless strategy of
     the run (a lossy strategy that cannot win needs no check). Strategy ids in ``skip`` (checked
     already) are left out, and so is every strategy :func:`at_least_as_lossy` as one of
-    ``failed`` (strategies whose check failed)."""
+    ``failed`` (strategies whose check failed), or whose gradient error (its fidelity probe, else
+    the fidelity model's estimate) is at least the smallest of a failed one."""
     rows = _measured(progress, strategies, prefix)
     lossless = [t for t, _, s, _ in rows if s is None or is_lossless(s)]
     bar = min(lossless) if lossless else math.inf
     failed_levels = [lossiness(f) for f in failed]
+    # the smallest gradient error (probed, else predicted) of a failed strategy: a candidate
+    # whose averaged gradient is at least as far from the exact one is expected to fail too
+    failed_ids = {f.id for f in failed}
+    errors = [e for _, _, s, rec in rows if s is not None and s.id in failed_ids
+              and (e := _gradient_error(s, rec, model, graph)) is not None]
+    error_bar = min(errors) if errors else math.inf
     scored: dict[str, tuple[float, Strategy]] = {}
     for t, _, s, rec in rows:
         if s is None or is_lossless(s) or s.id in skip:
+            continue
+        err = _gradient_error(s, rec, model, graph) if failed else None
+        if err is not None and err >= error_bar:
             continue
         est = objective.score(t, objective.ratio(s, rec, model, graph))
         if est < bar and (s.content_key not in scored or est < scored[s.content_key][0]):
@@ -107,6 +117,20 @@ def final_candidates(progress: SearchProgress, strategies: Mapping[str, Strategy
         ranked = [s for s in ranked
                   if not any(at_least_as_lossy(lossiness(s), f) for f in failed_levels)]
     return ranked[:limit]
+
+
+def _gradient_error(strategy: Strategy, record: Any, model: FidelityModel | None,
+                    graph: Any) -> float | None:
+    """The relative gradient error of ``strategy``: its trial's fidelity probe, else the
+    fidelity model's prediction, else ``None``."""
+    from autosync_transfer.search.objective import record_fidelity
+
+    fid = record_fidelity(record) if record is not None else None
+    if fid is not None and fid.get("rel_error") is not None:
+        return float(fid["rel_error"])
+    if model is not None and graph is not None:
+        return float(model.predict([strategy], graph)[0])
+    return None
 
 
 def check_final(domain: Domain, progress: SearchProgress, strategies: Mapping[str, Strategy],

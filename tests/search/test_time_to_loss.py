@@ -202,6 +202,22 @@ def test_final_checks_go_on_with_less_lossy_candidates_when_a_round_fails(tmp_pa
                                   rounds=3, steps=40, seed=0, train=False)
     assert left == [] and checks[unchecked[0].id].passed
     assert set(checks) == {s.id for s in first + unchecked}
+    # with the fidelity model: no candidate of a later round has a gradient error (estimated)
+    # at least that of a failed one
+    model = FidelityModel()
+    first_m = final_candidates(progress, strategies, prefix, ttl, 2, model, d.model)
+    failed_error = min(model.predict(first_m, d.model))
+    CheckStore(checks_file).path.unlink()
+    for s in first_m:
+        record(s, passed=False)
+    _, _, later = check_final(d, progress, strategies, prefix, ttl, checks_file, limit=2,
+                              rounds=2, steps=40, seed=0, model=model, graph=d.model,
+                              train=False)
+    assert later and not {s.id for s in later} & {s.id for s in first_m}
+    assert all(model.predict(later, d.model) < failed_error)
+    CheckStore(checks_file).path.unlink()
+    for s in first:
+        record(s, passed=False)
     # one round only: the second is never looked at
     checks, _, left = check_final(d, progress, strategies, prefix, ttl, checks_file, limit=2,
                                   rounds=1, steps=40, seed=0, train=False)
