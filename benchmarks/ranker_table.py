@@ -1,22 +1,34 @@
 """AutoSync's Table-1 analogue on the measured dataset: in-domain ranking quality per ranker.
 
 For every domain with enough ok trials, each ranker kind is trained on the domain's 70 % split and
-evaluated on its 15 % test split (per-domain seeded splits), over several seeds; the table prints
-pairwise accuracy (mean ± std over seeds) and top-1 score (best true runtime / true runtime of
-the predicted best). The analytical cost model needs no training and is evaluated on the same
-test split. The ``ceiling`` column is the pairwise accuracy a perfect simulator can expect
+evaluated on its 15 % test split (per-domain seeded splits), over several seeds; each cell prints
+pairwise accuracy (mean ± std over seeds), the top-1 score ``t1`` and the regret ``rg`` of the
+strategy the ranker picks from the test split (means over seeds). pick = argmin of the ranker's
+score over the test strategies; ``t1`` = ``rankers.metrics.top1_score`` = measured(best) /
+measured(pick) (1.0: the best picked); ``rg`` = ``rankers.metrics.regret`` = measured(pick) /
+measured(best) - 1 (0: the best picked), on the drift-normalized runtimes the rankers train on.
+The analytical cost model (``analytical``) and the step-time simulator (``stepsim``, its fallback
+physics: cluster spec and model graph) need no training (zero trials) and are evaluated on the
+same test split. The ``ceiling`` column is the pairwise accuracy a perfect simulator can expect
 against measurements as noisy as the domain's reference re-measurements
 (``rankers.metrics.noise_ceiling`` over the domain's strategy runtimes at the median robust CV
 of the re-measurements: 1.4826 x MAD / median, which a few disturbed measurements barely move).
+``--out FILE`` appends the table, headed by the command line, to FILE.
 
-    python benchmarks/ranker_table.py [--seeds 3] [--epochs 60] [--min-trials 40] [--kinds analytical,linear,rnn,gat,transformer]
+    python benchmarks/ranker_table.py [--seeds 3] [--epochs 60] [--min-trials 40]
+        [--kinds analytical,stepsim,linear,rnn,gat,transformer] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import shlex
 import statistics
 import sys
+
+#: the kinds that train nothing (zero trials of the domain)
+PHYSICS = ("analytical", "stepsim")
 
 
 def main() -> int:
@@ -24,9 +36,10 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=60)
     ap.add_argument("--min-trials", type=int, default=40)
-    ap.add_argument("--kinds", default="analytical,linear,rnn,gat,transformer")
+    ap.add_argument("--kinds", default="analytical,stepsim,linear,rnn,gat,transformer")
     ap.add_argument("--stores", default=None, help="trial stores (default: the shipped datasets/)")
     ap.add_argument("--domains", default=None, help="comma-separated subset")
+    ap.add_argument("--out", default=None, help="append the table to this file")
     args = ap.parse_args()
 
     import torch
@@ -47,7 +60,13 @@ def main() -> int:
         print(f"no domain has {args.min_trials} measured strategies yet", file=sys.stderr)
         return 1
     kinds = args.kinds.split(",")
-    print(f"{'domain':14s} {'n':>4s} {'ceiling':>7s} " + " ".join(f"{k:>22s}" for k in kinds))
+    lines: list[str] = []
+
+    def out(line: str) -> None:
+        lines.append(line)
+        print(line, flush=True)
+
+    out(f"{'domain':14s} {'n':>4s} {'ceiling':>7s} " + " ".join(f"{k:>30s}" for k in kinds))
     best_learned, ceilings = [], []
     for d in domains:
         sub = df[df["domain"] == d]
@@ -60,23 +79,33 @@ def main() -> int:
         cells = []
         accs: dict[str, float] = {}
         for kind in kinds:
-            pa, t1 = [], []
+            pa, t1, rg = [], [], []
             for seed in range(args.seeds):
                 _, m = train_simulator(kind, table, seed=seed, max_epochs=args.epochs)
                 pa.append(m["test_pairwise_accuracy"])
                 t1.append(m["test_top1"])
+                rg.append(m["test_regret"])
             sd = statistics.pstdev(pa) if len(pa) > 1 else 0.0
             accs[kind] = statistics.mean(pa)
-            cells.append(f"{statistics.mean(pa):.3f}±{sd:.3f} t1 {statistics.mean(t1):.2f}")
-        learned = {k: v for k, v in accs.items() if k != "analytical"}
+            cells.append(f"{statistics.mean(pa):.3f}±{sd:.3f} t1 {statistics.mean(t1):.2f} "
+                         f"rg {statistics.mean(rg):.3f}")
+        learned = {k: v for k, v in accs.items() if k not in PHYSICS}
         if learned:
             best_learned.append(max(learned.values()))
-        print(f"{d:14s} {counts[d]:4d} {ceiling:7.3f} " + " ".join(f"{c:>22s}" for c in cells),
-              flush=True)
+        out(f"{d:14s} {counts[d]:4d} {ceiling:7.3f} " + " ".join(f"{c:>30s}" for c in cells))
+    out(f"\ncell: test pairwise accuracy mean±std over {args.seeds} seeds; t1 = top-1 score "
+        f"(rankers.metrics.top1_score) = measured(best) / measured(pick); rg = regret = "
+        f"measured(pick) / measured(best) - 1; pick = argmin of the score over the test split; "
+        f"{', '.join(k for k in kinds if k in PHYSICS) or 'no kind'}: zero trials (no training)")
     if best_learned:
-        print(f"\nmedian over domains of the best learned ranker's pairwise accuracy: "
-              f"{statistics.median(best_learned):.3f} (goal >= 0.92); median noise ceiling: "
-              f"{statistics.median(ceilings) if ceilings else float('nan'):.3f}")
+        out(f"median over domains of the best learned ranker's pairwise accuracy: "
+            f"{statistics.median(best_learned):.3f} (goal >= 0.92); median noise ceiling: "
+            f"{statistics.median(ceilings) if ceilings else float('nan'):.3f}")
+    if args.out:
+        stamp = datetime.date.today().isoformat()
+        with open(args.out, "a", encoding="utf-8") as fh:
+            fh.write(f"\n# {stamp}: python {' '.join(shlex.quote(a) for a in sys.argv)}\n"
+                     + "\n".join(lines) + "\n")
     return 0
 
 

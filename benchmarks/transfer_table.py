@@ -2,20 +2,50 @@
 
 For every (source, target) setting: a ``--ranker`` simulator is trained on all the source's
 measured strategies; then :func:`~autosync_transfer.adapt.core.learning_curve` evaluates, on the
-target's held-out strategies (15 %, never used for adaptation), the source as is (zero-shot),
-fine-tuned on N target trials, and a simulator trained from scratch on the same N trials, over
-``--seeds`` seeds. N = 200 (or every non-held-out target strategy, when fewer: the column says
-how many) is the from-scratch reference that ≤ 20 adapted trials should match.
+target's held-out **evaluation strategies** (never used for adaptation), the source as is
+(zero-shot), fine-tuned on N target trials, and a simulator trained from scratch on the same N
+trials, over ``--seeds`` seeds. N = 200 (or every non-held-out target strategy, when fewer: the
+column says how many) is the from-scratch reference that <= 20 adapted trials should match.
+
+Evaluation share: 15 % of the target's measured strategies (the registry's test split), but at
+least ``--min-eval`` (default 10) of them: a target of n strategies holds out
+``max(0.15, min_eval / n)`` of them (40 strategies -> 25 %, 10 held out; the 200-strategy
+targets keep 15 %, 30 held out). The ``eval`` column says how many.
+
+Two tables:
+
+* **pairwise**: pairwise accuracy on the evaluation strategies (pairs of different measured
+  runtime whose order the scores get right), as before;
+* **pick**: what a user of the simulator gets from it. On the target's evaluation strategies,
+  ``pick = argmin`` of the simulator's score (the first on ties);
+  ``regret = measured(pick) / measured(best) - 1`` and top-1 is ``rankers.metrics.top1_score``
+  (``measured(best) / measured(pick)``: 1.0 when the pick is the best, 0.5 when it takes twice
+  as long), with the measured runtimes drift-normalized like the pairwise labels
+  (``dataset.loader.strategies_and_runtimes``); means over seeds. Beside the learned ones, the
+  zero-trial physics on the same evaluation strategies: the step-time simulator
+  (``Simulator("stepsim")``, its fallback physics: the cluster spec and the model graph, no
+  profile, no calibration) and the analytical sync-only cost model (``Simulator("analytical")``).
+
+``--heldout DIR``: the trial stores of a held-out cluster (``<model>-heldout.jsonl``, e.g.
+``benchmarks/results/heldout``; cluster ``examples/clusters/heldout.yml``, which nothing shipped
+is trained or tuned on); its domains are found from the stores' metadata and the settings
+bert-3l-C -> bert-3l-heldout, ncf-A -> ncf-heldout, vgg16-s-A -> vgg16-s-heldout are added to the
+default ones (with ``--settings``, exactly the given pairs run: ``--heldout`` then only supplies
+the stores). ``--out FILE`` appends the tables, headed by the command line, to FILE.
 
     python benchmarks/transfer_table.py [--seeds 3] [--epochs 40] [--settings bert-A:bert-B,...]
+        [--heldout benchmarks/results/heldout] [--min-eval 10] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import math
+import shlex
 import sys
 import time
+from pathlib import Path
 
 DEFAULT_SETTINGS = (
     ("clusters", "bert-A", "bert-B"),
@@ -24,10 +54,25 @@ DEFAULT_SETTINGS = (
     ("clusters", "ncf-A", "ncf-C"),
     ("clusters", "vgg16-s-A", "vgg16-s-B"),
 )
+#: the settings ``--heldout`` adds: a catalog source to the held-out cluster
+HELDOUT_SETTINGS = (
+    ("held-out", "bert-3l-C", "bert-3l-heldout"),
+    ("held-out", "ncf-A", "ncf-heldout"),
+    ("held-out", "vgg16-s-A", "vgg16-s-heldout"),
+)
+PHYSICS = ("stepsim", "analytical")
+#: their column labels
+PHYSICS_LABELS = {"stepsim": "stepsim pw", "analytical": "analyt. pw"}
 
 
-def _f(v: float) -> str:
-    return "  -  " if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+def _f(v: float | None, digits: int = 3) -> str:
+    return "  -  " if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def holdout_fraction(n: int, min_eval: int, base: float = 0.15) -> float:
+    """The evaluation share of a target with ``n`` measured strategies: ``base``, raised so that
+    about ``min_eval`` strategies are held out (never more than half)."""
+    return min(0.5, max(base, min_eval / max(n, 1)))
 
 
 def main() -> int:
@@ -39,44 +84,76 @@ def main() -> int:
     ap.add_argument("--shots", default="5,20,50")
     ap.add_argument("--reference", type=int, default=200, help="from-scratch reference N")
     ap.add_argument("--settings", default=None,
-                    help="comma-separated SOURCE:TARGET pairs (default: the five of the paper's settings)")
+                    help="comma-separated SOURCE:TARGET pairs (default: the five of the paper's "
+                         "settings, plus the held-out ones with --heldout)")
     ap.add_argument("--trials", default=None, help="trial stores (default: the shipped datasets)")
+    ap.add_argument("--heldout", default=None,
+                    help="folder of the held-out cluster's trial stores (adds its settings)")
+    ap.add_argument("--min-eval", type=int, default=10,
+                    help="hold out at least this many target strategies for evaluation")
+    ap.add_argument("--out", default=None, help="append the tables to this file")
     ap.add_argument("--cv-below", type=int, default=None,
                     help="fine-tuning selects epochs by cross-validation below this many shots "
                          "(default: ShotTraining's)")
     args = ap.parse_args()
+    if args.min_eval < 2:
+        print(f"--min-eval must be >= 2, got {args.min_eval}", file=sys.stderr)
+        return 2
 
+    import pandas as pd
     import torch
 
     from autosync_transfer.adapt.core import learning_curve
-    from autosync_transfer.adapt.data import split_target, target_data
+    from autosync_transfer.adapt.data import evaluate_on, split_target, target_data
     from autosync_transfer.adapt.methods import FromScratch
     from autosync_transfer.adapt.training import ShotTraining
-    from autosync_transfer.dataset.loader import load_trials
-    from autosync_transfer.domains.catalog import get_domain
+    from autosync_transfer.dataset.loader import find_domain, load_trials
+    from autosync_transfer.domains.catalog import split_domain_name
+    from autosync_transfer.rankers.simulator import Simulator
 
     torch.set_num_threads(1)
+    heldout_files = sorted(Path(args.heldout).glob("*.jsonl")) if args.heldout else []
+    if args.heldout and not heldout_files:
+        print(f"--heldout {args.heldout}: no trial stores (*.jsonl) there", file=sys.stderr)
+        return 2
+    heldout_names = set()
+    if heldout_files:
+        heldout_names = set(load_trials(heldout_files, status="all")["domain"].unique())
     if args.settings:
-        from autosync_transfer.domains.catalog import split_domain_name
-
         settings = []
         for pair in args.settings.split(","):
             src, tgt = pair.split(":", 1)
             (sm, sc), (tm, tc) = split_domain_name(src), split_domain_name(tgt)
-            settings.append(("clusters" if sm == tm else "models" if sc == tc else "both", src, tgt))
+            kind = ("held-out" if tgt in heldout_names else "clusters" if sm == tm
+                    else "models" if sc == tc else "both")
+            settings.append((kind, src, tgt))
     else:
-        settings = list(DEFAULT_SETTINGS)
+        settings = list(DEFAULT_SETTINGS) + (list(HELDOUT_SETTINGS) if heldout_files else [])
     shots = [int(x) for x in args.shots.split(",")]
+    pick_shots = [n for n in shots if n <= 20]  # the regret / top-1 columns: ft@5, ft@20
     df = load_trials(args.trials)
+    if heldout_files:
+        df = pd.concat([df, load_trials(heldout_files)], ignore_index=True)
     training = (ShotTraining(max_epochs=args.epochs) if args.cv_below is None
                 else ShotTraining(max_epochs=args.epochs, cv_below=args.cv_below))
-    head = (f"{'setting':9s} {'source -> target':24s} {'src n':>5s} {'tgt n':>5s} {'zero':>6s} "
-            + " ".join(f"{'ft@' + str(n):>6s}" for n in shots) + " "
-            + " ".join(f"{'fs@' + str(n):>6s}" for n in shots) + f" {'fs@ref':>10s} {'goal':>5s} {'time':>5s}")
-    rows = []
+
+    def domain_of(name: str):
+        return find_domain(name, heldout_files) if name in heldout_names else find_domain(name)
+
+    head = (f"{'setting':9s} {'source -> target':28s} {'src n':>5s} {'tgt n':>5s} {'eval':>4s} "
+            f"{'zero':>6s} " + " ".join(f"{'ft@' + str(n):>6s}" for n in shots) + " "
+            + " ".join(f"{'fs@' + str(n):>6s}" for n in shots)
+            + f" {'fs@ref':>10s} {'goal':>5s} {'time':>5s}")
+    pick_head = (f"{'setting':9s} {'source -> target':28s} {'eval':>4s} {'rg zero':>7s} "
+                 + " ".join(f"{'rg@' + str(n):>6s}" for n in pick_shots) + " "
+                 + " ".join(f"{'fs rg@' + str(n):>8s}" for n in pick_shots)
+                 + f" {'t1 zero':>7s} " + " ".join(f"{'t1@' + str(n):>6s}" for n in pick_shots)
+                 + " | " + " ".join(f"{PHYSICS_LABELS[p]:>10s} {'rg':>6s} {'t1':>5s}"
+                                    for p in PHYSICS))
+    rows, pick_rows = [], []
     for kind, src, tgt in settings:
         t0 = time.monotonic()
-        sdom, tdom = get_domain(src), get_domain(tgt)
+        sdom, tdom = domain_of(src), domain_of(tgt)
         src_df = df[(df["domain"] == src) & (df["status"] == "ok")]
         tgt_df = df[(df["domain"] == tgt) & (df["status"] == "ok")]
         if not len(src_df) or not len(tgt_df):
@@ -84,16 +161,20 @@ def main() -> int:
                   file=sys.stderr)
             continue
         source_data = target_data(sdom, src_df)
+        tgt_data = target_data(tdom, tgt_df)
         source = FromScratch(args.ranker, training=training).fit(None, source_data, seed=0).simulator
-        split = split_target(tdom, tgt_df, split_seed=0)
+        split = split_target(tdom, tgt_data, split_seed=0,
+                             holdout_fraction=holdout_fraction(len(tgt_data), args.min_eval))
+        n_eval = len(split.holdout_ids)
         ref_n = min(args.reference, split.available)
         wanted = sorted({0, *[n for n in shots if n <= split.available], ref_n})
         lc = learning_curve(source, tdom, split, wanted, args.seeds, method=args.method,
                             pretrain_trials=df, training=training)
-        table = {r["shots"]: r for r in lc.table()}
+        tables = {m: {r["shots"]: r for r in lc.table(m)}
+                  for m in ("pairwise_accuracy", "regret", "top1")}
 
-        def cell(n: int, key: str) -> float:
-            r = table.get(n)
+        def cell(n: int, key: str, metric: str = "pairwise_accuracy") -> float:
+            r = tables[metric].get(n)
             return r[f"{key}_mean"] if r else math.nan
 
         zero = lc.zero_shot.get("pairwise_accuracy", math.nan)
@@ -104,16 +185,48 @@ def main() -> int:
         best_small = max([v for n, v in zip([0, *shots], [zero, *ft]) if n <= 20 and not math.isnan(v)],
                          default=math.nan)
         goal = "yes" if best_small >= ref else "no"
-        rows.append(f"{kind:9s} {src + ' -> ' + tgt:24s} {len(source_data):5d} {split.available + len(split.holdout()):5d} "
+        holdout = split.holdout()
+        physics = {p: evaluate_on(Simulator(p), holdout) for p in PHYSICS}
+        name = f"{src} -> {tgt}"
+        rows.append(f"{kind:9s} {name:28s} {len(source_data):5d} {len(tgt_data):5d} {n_eval:4d} "
                     f"{_f(zero):>6s} " + " ".join(f"{_f(v):>6s}" for v in ft) + " "
                     + " ".join(f"{_f(v):>6s}" for v in fs)
                     + f" {_f(ref) + f' (N={ref_n})':>10s} {goal:>5s} {time.monotonic() - t0:4.0f}s")
+        pick_rows.append(
+            f"{kind:9s} {name:28s} {n_eval:4d} {_f(lc.zero_shot['regret']):>7s} "
+            + " ".join(f"{_f(cell(n, 'adapted', 'regret')):>6s}" for n in pick_shots) + " "
+            + " ".join(f"{_f(cell(n, 'scratch', 'regret')):>8s}" for n in pick_shots)
+            + f" {_f(lc.zero_shot['top1']):>7s} "
+            + " ".join(f"{_f(cell(n, 'adapted', 'top1')):>6s}" for n in pick_shots)
+            + " | " + " ".join(f"{_f(physics[p]['pairwise_accuracy']):>10s} "
+                               f"{_f(physics[p]['regret']):>6s} {_f(physics[p]['top1'], 2):>5s}"
+                               for p in PHYSICS))
         print(rows[-1], file=sys.stderr, flush=True)
-    print(head)
-    print("\n".join(rows))
-    print(f"\nheld-out pairwise accuracy (mean over {args.seeds} seeds); ft = {args.method} from the "
-          f"source ({args.ranker} trained on all source strategies), fs = {args.ranker} from scratch "
-          f"on the same target trials; goal: zero-shot or ft with <= 20 trials >= fs at the reference N")
+        print(pick_rows[-1], file=sys.stderr, flush=True)
+    lines = [
+        head, *rows,
+        f"held-out pairwise accuracy (mean over {args.seeds} seeds); ft = {args.method} from the "
+        f"source ({args.ranker} trained on all source strategies), fs = {args.ranker} from scratch "
+        f"on the same target trials; eval = target strategies held out for evaluation "
+        f"(15 %, at least {args.min_eval}); goal: zero-shot or ft with <= 20 trials >= fs at the "
+        f"reference N",
+        "",
+        pick_head, *pick_rows,
+        "pick = argmin of the simulator's score over the eval strategies; rg = regret = "
+        "measured(pick) / measured(best) - 1; t1 = top-1 score (rankers.metrics.top1_score) = "
+        "measured(best) / measured(pick), 1.0 = the best picked; measured = drift-normalized "
+        f"runtimes (the pairwise labels); rg@N / t1@N: {args.method} with N target trials, fs rg@N: "
+        f"from scratch, means over {args.seeds} seeds; zero: the source as is; stepsim / "
+        "analytical: the step-time simulator (fallback physics) and the analytical sync-only "
+        "model, zero target trials (pw = their pairwise accuracy)",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        stamp = datetime.date.today().isoformat()
+        with open(args.out, "a", encoding="utf-8") as fh:
+            fh.write(f"\n# {stamp}: python {' '.join(shlex.quote(a) for a in sys.argv)}\n"
+                     f"{text}\n")
     return 0
 
 

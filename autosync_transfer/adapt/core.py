@@ -268,7 +268,7 @@ class LearningCurve:
                 "seeds": list(self.seeds), "skipped": list(self.skipped),
                 "available": self.available, "zero_shot": self.zero_shot,
                 "test_split": self.test_split,
-                "table": {m: self.table(m) for m in ("pairwise_accuracy", "top1")},
+                "table": {m: self.table(m) for m in ("pairwise_accuracy", "top1", "regret")},
                 "points": list(self.points)})
 
 

@@ -335,6 +335,12 @@ def test_learning_curve_table_and_plot(source_sim: Any, split: Any, domains: Any
         assert 0.0 <= rows[n]["adapted_mean"] <= 1.0 and rows[n]["adapted_std"] >= 0.0
         assert 0.0 <= rows[n]["scratch_mean"] <= 1.0 and rows[n]["seeds"] == 2
     assert curve.to_dict()["table"]["top1"][0]["shots"] == 0
+    # the regret of the pick on the held-out strategies, per N, besides pairwise accuracy
+    regrets = {r["shots"]: r for r in curve.table("regret")}
+    assert regrets[0]["adapted_mean"] == pytest.approx(curve.zero_shot["regret"])
+    for n in (4, 10):
+        assert regrets[n]["adapted_mean"] >= 0.0 and regrets[n]["scratch_mean"] >= 0.0
+    assert curve.to_dict()["table"]["regret"][1]["shots"] == 4
     png = learning_curve_plot(curve, tmp_path / "curve.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

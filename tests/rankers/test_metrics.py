@@ -56,6 +56,9 @@ def test_ties() -> None:
     assert kendall_tau([0.0, 1.0, 2.0], [1.0, 1.0, 2.0]) == pytest.approx(2 / math.sqrt(6))
     # several lowest scores: the first is the predicted best
     assert top1_score([0.0, 0.0, 1.0], [2.0, 1.0, 3.0]) == pytest.approx(0.5)
+    assert regret([0.0, 0.0, 1.0], [2.0, 1.0, 3.0]) == pytest.approx(1.0)
+    # a pick tied in runtime with the best has no regret
+    assert regret([1.0, 0.0, 2.0], [1.0, 1.0, 3.0]) == 0.0
 
 
 def test_nothing_to_measure_is_nan() -> None:
@@ -63,6 +66,9 @@ def test_nothing_to_measure_is_nan() -> None:
     assert math.isnan(pairwise_accuracy([1.0, 2.0], [3.0, 3.0]))
     assert math.isnan(kendall_tau([1.0], [2.0]))
     assert math.isnan(top1_score([], []))
+    assert math.isnan(regret([], []))
+    with pytest.raises(ValueError):
+        regret([1.0, 2.0], [1.0])
     with pytest.raises(ValueError):
         pairwise_accuracy([1.0, 2.0], [1.0])
     with pytest.raises(ValueError):
