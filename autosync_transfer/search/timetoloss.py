@@ -7,9 +7,9 @@ reference among them) with a convergence run each
 (:func:`~autosync_transfer.runtime.convergence.check_convergence`, one exact run for all of them),
 stored in the check store beside the trial store (:mod:`autosync_transfer.dataset.checks`) so a
 continued search does not train twice. When every candidate of a round fails,
-:func:`check_final` checks the next best ones that compress less (not
-:func:`at_least_as_lossy` as a failed one: e.g. fp16 after PowerSGD rank 1 damaged training),
-for up to ``final_rounds`` rounds.
+:func:`check_final` checks the next best ones that compress differently or less (not of a failed
+one's :func:`compression_family`, not :func:`at_least_as_lossy` as a failed one: e.g. fp16 after
+PowerSGD rank 1 damaged training), for up to ``final_rounds`` rounds.
 
 :func:`time_to_loss_figures` turns a run and its checks into the summary's time-to-loss figures:
 every strategy's time to the target loss is its median step time x its steps-to-target ratio
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from autosync_transfer.search.objective import Objective
     from autosync_transfer.search.summary import SearchProgress
 
-__all__ = ["final_candidates", "check_final", "lossiness", "at_least_as_lossy", "run_checks",
+__all__ = ["final_candidates", "check_final", "lossiness", "at_least_as_lossy",
+           "compression_family", "run_checks",
            "time_to_loss_figures", "fit_fidelity"]
 
 
@@ -75,6 +76,17 @@ def lossiness(strategy: Strategy) -> dict[str, float]:
     return out
 
 
+def compression_family(strategy: Strategy) -> tuple[str, ...]:
+    """The compressors ``strategy`` uses (PowerSGD with its ranks), sorted: strategies of one
+    family differ only in which variables they compress and how they group them."""
+    from autosync_transfer.strategies.types import AllReduce
+
+    kinds = {s.compressor if s.compressor != "powersgd" else f"powersgd{s.powersgd_rank}"
+             for n in strategy.nodes for _, s in n.items()
+             if isinstance(s, AllReduce) and s.compressor != "none"}
+    return tuple(sorted(kinds))
+
+
 def at_least_as_lossy(candidate: Mapping[str, float], failed: Mapping[str, float]) -> bool:
     """Whether a strategy of :func:`lossiness` ``candidate`` compresses every variable that a
     strategy of lossiness ``failed`` compresses, at least as much: when ``failed`` damaged
@@ -89,13 +101,15 @@ def final_candidates(progress: SearchProgress, strategies: Mapping[str, Strategy
     """Up to ``limit`` lossy strategies measured ok (trials and fp16 references) to check, best
     estimated time to loss first; only those whose estimate beats the best lossless strategy of
     the run (a lossy strategy that cannot win needs no check). Strategy ids in ``skip`` (checked
-    already) are left out, and so is every strategy :func:`at_least_as_lossy` as one of
-    ``failed`` (strategies whose check failed), or whose gradient error (its fidelity probe, else
-    the fidelity model's estimate) is at least the smallest of a failed one."""
+    already) are left out, and so is every strategy of the :func:`compression_family` of one of
+    ``failed`` (strategies whose check failed), :func:`at_least_as_lossy` as one of them, or
+    whose gradient error (its fidelity probe, else the fidelity model's estimate) is at least the
+    smallest of a failed one."""
     rows = _measured(progress, strategies, prefix)
     lossless = [t for t, _, s, _ in rows if s is None or is_lossless(s)]
     bar = min(lossless) if lossless else math.inf
     failed_levels = [lossiness(f) for f in failed]
+    failed_families = {compression_family(f) for f in failed}
     # the smallest gradient error (probed, else predicted) of a failed strategy: a candidate
     # whose averaged gradient is at least as far from the exact one is expected to fail too
     failed_ids = {f.id for f in failed}
@@ -104,7 +118,8 @@ def final_candidates(progress: SearchProgress, strategies: Mapping[str, Strategy
     error_bar = min(errors) if errors else math.inf
     scored: dict[str, tuple[float, Strategy]] = {}
     for t, _, s, rec in rows:
-        if s is None or is_lossless(s) or s.id in skip:
+        if (s is None or is_lossless(s) or s.id in skip
+                or compression_family(s) in failed_families):
             continue
         err = _gradient_error(s, rec, model, graph) if failed else None
         if err is not None and err >= error_bar:

@@ -165,7 +165,8 @@ def test_final_checks_go_on_with_less_lossy_candidates_when_a_round_fails(tmp_pa
     from autosync_transfer.runtime.convergence import ConvergenceConfig, ConvergenceRun, analyze
     from autosync_transfer.search.resume import load_run, record_prefix
     from autosync_transfer.search.timetoloss import (at_least_as_lossy, check_final,
-                                                     final_candidates, lossiness)
+                                                     compression_family, final_candidates,
+                                                     lossiness)
 
     d = _ncf("ncf-dense")
     cfg = SearchConfig(method="random", budget=16, per_round=8, candidates=60, seed=2, confirm=0,
@@ -194,6 +195,7 @@ def test_final_checks_go_on_with_less_lossy_candidates_when_a_round_fails(tmp_pa
     assert unchecked and not {s.id for s in unchecked} & set(checks)
     assert not any(at_least_as_lossy(lossiness(s), lossiness(f)) for s in unchecked
                    for f in first)
+    assert not {compression_family(s) for s in unchecked} & {compression_family(f) for f in first}
     # the second round's first candidate passed: no third round
     record(unchecked[0], passed=True)
     for s in unchecked[1:]:
