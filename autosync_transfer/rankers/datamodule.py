@@ -16,6 +16,7 @@ compare strategies of one domain). Shuffling uses a generator seeded by ``seed``
 
 from __future__ import annotations
 
+import copy
 import math
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -303,6 +304,19 @@ class TrialDataModule(L.LightningDataModule):
             runtimes=np.array([float(np.median(by_id[i][1])) for i in ids]),
             features=tuple(feats),
         )
+
+    def with_physics(self, physics: str) -> TrialDataModule:
+        """This data module featurized with ``physics`` (``self`` when it already is; else a
+        copy, set up: the same data, splits and batches)."""
+        if check_physics(physics) == self.physics:
+            return self
+        other = copy.copy(self)
+        other.physics = physics
+        other._domains, other._split_idx, other._items, other._offsets = None, {}, [], []
+        other._table_launchers = {}
+        if self._domains is not None:
+            other.setup()
+        return other
 
     def launcher_of(self, name: str) -> str | None:
         """The launcher whose calibration featurizes domain ``name`` (``None``: any)."""

@@ -419,8 +419,11 @@ def evaluate_simulator(simulator: Simulator, datamodule: TrialDataModule, split:
     ``pairwise_accuracy``, ``kendall_tau``, ``top1`` (best runtime / runtime of the predicted
     best), ``regret`` (runtime of the predicted best / best - 1), each the mean over domains
     (domains where a metric is undefined are left out), ``strategies`` and ``per_domain``
-    (domain name -> the same metrics and ``strategies``)."""
+    (domain name -> the same metrics and ``strategies``). The strategies are featurized with the
+    simulator's ``physics`` (a copy of the data module when it featurizes with another)."""
     datamodule.setup()
+    if simulator.kind != ANALYTICAL:  # its features do not depend on the physics
+        datamodule = datamodule.with_physics(simulator.physics)
     items = datamodule.split_items(split)
     names = datamodule.domain_names
     per_domain: dict[str, dict[str, float]] = {}

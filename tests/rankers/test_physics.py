@@ -174,3 +174,29 @@ def test_physics_mode_is_part_of_the_config() -> None:
     other = back.with_launcher("torchrun")
     assert other is not back and other.launcher == "torchrun" and back.launcher is None
     assert back.with_launcher(None) is back
+
+
+def test_evaluation_featurizes_with_the_simulators_physics(dirs: tuple[Path, Path],
+                                                           domain: Domain) -> None:
+    from autosync_transfer.rankers.simulator import evaluate_simulator
+
+    save_profile(_profile(domain, compute_s=0.05))
+    save_calibration(_calibration(domain, "torchrun", gbps=0.01))
+    strategies = tiny_strategies(domain, 30, seed=8)
+    runtimes = StepSimulator(domain).simulate(strategies)["step_s"]  # the fallback's order
+    triples = [(domain, strategies, list(runtimes))]
+    measured = TrialDataModule(triples, fractions=(0.0, 0.0, 1.0))
+    fallback = TrialDataModule(triples, fractions=(0.0, 0.0, 1.0), physics="fallback")
+    measured.setup()
+    fallback.setup()
+    again = measured.with_physics("fallback")
+    assert again is not measured and measured.with_physics("measured") is measured
+    assert again.splits() == fallback.splits()
+    for a, b in zip(again.domain_data[0].features, fallback.domain_data[0].features):
+        np.testing.assert_array_equal(a.agg, b.agg)
+    # a simulator trained on the fallback's features (a saved one without "physics") is
+    # evaluated on them, whatever the data module was made with
+    old = Simulator(STEPSIM, physics="fallback")
+    assert evaluate_simulator(old, measured) == evaluate_simulator(old, fallback)
+    assert evaluate_simulator(old, measured)["pairwise_accuracy"] == 1.0
+    assert evaluate_simulator(Simulator(STEPSIM), measured)["pairwise_accuracy"] < 1.0
