@@ -5,6 +5,13 @@ import os
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# the step simulator finds stored profiles and calibrations by fingerprint: tests see the
+# shipped ones only, never what this user measured (a test that writes some sets its own folders)
+for _name in ("AUTOSYNC_PROFILES_DIR", "AUTOSYNC_CALIBRATIONS_DIR"):
+    if _name not in os.environ:
+        import tempfile
+
+        os.environ[_name] = tempfile.mkdtemp(prefix=f"{_name.lower()}-")
 
 import pytest  # noqa: E402
 

@@ -67,12 +67,15 @@ def digest(obj: Any) -> str:
 
 @dataclass(frozen=True)
 class TargetData:
-    """Measured strategies of one domain: ids (sorted), strategies and runtimes (s)."""
+    """Measured strategies of one domain: ids (sorted), strategies and runtimes (s);
+    ``launcher``: what they were measured with (picks the cluster calibration of the
+    step-simulator features; ``None``: unknown, any calibration)."""
 
     domain: Domain
     strategy_ids: tuple[str, ...]
     strategies: tuple[Strategy, ...]
     runtimes_s: tuple[float, ...]
+    launcher: str | None = None
 
     def __len__(self) -> int:
         return len(self.strategy_ids)
@@ -87,7 +90,7 @@ class TargetData:
         keep = [i for i, s in enumerate(self.strategy_ids) if s in wanted]
         return TargetData(self.domain, tuple(self.strategy_ids[i] for i in keep),
                           tuple(self.strategies[i] for i in keep),
-                          tuple(self.runtimes_s[i] for i in keep))
+                          tuple(self.runtimes_s[i] for i in keep), self.launcher)
 
     def triple(self) -> tuple[Domain, list[Strategy], list[float]]:
         """``(domain, strategies, runtimes_s)``, the input of ``TrialDataModule``."""
@@ -126,8 +129,11 @@ def target_data(domain: Domain, trials: pandas.DataFrame) -> TargetData:
                               f"finite number of seconds > 0, got {r!r}")
         by_id.setdefault(s.id, (s, float(r)))
     ids = sorted(by_id)
+    launchers = ({str(x) for x in df["launcher"] if isinstance(x, str) and x}
+                 if "launcher" in df.columns else set())
     return TargetData(domain, tuple(ids), tuple(by_id[i][0] for i in ids),
-                      tuple(by_id[i][1] for i in ids))
+                      tuple(by_id[i][1] for i in ids),
+                      launchers.pop() if len(launchers) == 1 else None)
 
 
 @dataclass(frozen=True)
@@ -215,7 +221,7 @@ def split_target(
     if len(candidates):
         dm = TrialDataModule([candidates.triple()],
                              fractions=(1.0 - holdout_fraction, 0.0, holdout_fraction),
-                             split_seed=split_seed)
+                             split_seed=split_seed, launcher=data.launcher)
         dm.setup()
         holdout = tuple(dm.splits()["test"][domain.name])
     if len(holdout) < 2:
@@ -243,7 +249,7 @@ class ShotDataModule(TrialDataModule):
         costmodel_config: CostModelConfig | None = None,
     ) -> None:
         super().__init__([data.triple()], batch_size=batch_size, seed=seed,
-                         costmodel_config=costmodel_config)
+                         costmodel_config=costmodel_config, launcher=data.launcher)
         assignment = dict(assignment or {})
         bad = sorted({v for v in assignment.values() if v not in SPLITS})
         if bad:
@@ -258,9 +264,12 @@ class ShotDataModule(TrialDataModule):
 
 def evaluate_on(sim: Simulator | None, data: TargetData) -> dict[str, float]:
     """Ranking metrics (:data:`METRIC_NAMES`) of ``sim`` on ``data``'s strategies, scored with
-    the simulator's own featurization (all ``nan`` when ``sim`` is None: nothing trained)."""
+    the simulator's own featurization, for ``data``'s launcher when it is known (all ``nan``
+    when ``sim`` is None: nothing trained)."""
     if sim is None or len(data) == 0:
         return {k: math.nan for k in METRIC_NAMES}
+    if data.launcher is not None:
+        sim = sim.with_launcher(data.launcher)
     scores = sim.score(list(data.strategies), data.domain)
     runtimes = np.asarray(data.runtimes_s, dtype=np.float64)
     return {

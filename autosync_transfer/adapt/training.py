@@ -237,7 +237,7 @@ def finetune_full(
     if tracker.best_state is not None:
         ranker.load_state_dict(tracker.best_state)
     ranker.eval()
-    sim = Simulator.from_module(ranker, source.costmodel_config)
+    sim = Simulator.from_module(ranker, source.costmodel_config, physics=dm.physics)
     return sim, {"epochs": len(tracker.history["train_loss"]), "best_epoch": tracker.best_epoch,
                  "best_val_pairwise_acc": tracker.best if tracker.best_state is not None
                  else math.nan, "fit_s": time.perf_counter() - t0, "history": tracker.history}

@@ -493,7 +493,9 @@ def describe_domain(
 def strategy_table(df: pandas.DataFrame, *, normalize: bool = True) -> pandas.DataFrame:
     """The measured strategies of a trials table as the rankers' data module takes them: one row
     per distinct (domain, strategy_id) with an ok measurement, columns ``domain``,
-    ``cluster_fingerprint`` (the first non-empty one of its trials), ``strategy_id``,
+    ``cluster_fingerprint`` and ``launcher`` (the first non-empty ones of its ok trials: the data
+    module picks the cluster calibration of the step-simulator features by the launcher),
+    ``strategy_id``,
     ``strategy`` (a :class:`~autosync_transfer.strategies.types.Strategy`), ``runtime_s`` (median
     of its trials' medians, reference re-measurements included), ``measurements`` and the worst
     gradient fidelity of its trials (``fidelity_rel_error``, ``fidelity_cosine``; NaN when none
@@ -506,13 +508,14 @@ def strategy_table(df: pandas.DataFrame, *, normalize: bool = True) -> pandas.Da
     gives the raw medians."""
     pd = require("pandas")
 
-    cols = ["domain", "cluster_fingerprint", "strategy_id", "strategy", "runtime_s",
-            "measurements", *FIDELITY_COLUMNS]
+    cols = ["domain", "cluster_fingerprint", "launcher", "strategy_id", "strategy",
+            "runtime_s", "measurements", *FIDELITY_COLUMNS]
     missing = {"domain", "strategy_id", "strategy", "status", "median_s"} - set(df.columns)
     if missing:
         raise ConfigError(f"not a trial table: no column {sorted(missing)[0]!r}")
     graphs = _graphs_by_domain(df)
-    fingerprints = _cluster_fingerprints(df)
+    fingerprints = _first_of_ok(df, "cluster_fingerprint")
+    launchers = _first_of_ok(df, "launcher")
     if normalize and {"reference", "timestamp"} <= set(df.columns):
         df = drift_normalized(df)
     rows = []
@@ -522,6 +525,7 @@ def strategy_table(df: pandas.DataFrame, *, normalize: bool = True) -> pandas.Da
         data = json.loads(r.strategy) if isinstance(r.strategy, str) else r.strategy
         rows.append({"domain": r.domain,
                      "cluster_fingerprint": fingerprints.get((r.domain, r.strategy_id), ""),
+                     "launcher": launchers.get((r.domain, r.strategy_id), ""),
                      "strategy_id": r.strategy_id,
                      "strategy": strategy_from_record(data, graphs.get(r.domain)),
                      "runtime_s": float(r.median_s), "measurements": int(r.measurements),
@@ -540,15 +544,15 @@ def strategies_and_runtimes(df: pandas.DataFrame, *, normalize: bool = True
     return list(zip(table["strategy"], (float(r) for r in table["runtime_s"])))
 
 
-def _cluster_fingerprints(df: pandas.DataFrame) -> dict[tuple[str, str], str]:
-    """(domain, strategy_id) -> the first non-empty cluster fingerprint of its ok trials."""
-    if "cluster_fingerprint" not in df.columns or not len(df):
+def _first_of_ok(df: pandas.DataFrame, column: str) -> dict[tuple[str, str], str]:
+    """(domain, strategy_id) -> the first non-empty ``column`` of its ok trials."""
+    if column not in df.columns or not len(df):
         return {}
     ok = df[(df["status"] == "ok") & df["median_s"].notna()]
     out: dict[tuple[str, str], str] = {}
-    for d, sid, fp in zip(ok["domain"], ok["strategy_id"], ok["cluster_fingerprint"]):
-        if fp and (d, sid) not in out:
-            out[(str(d), str(sid))] = str(fp)
+    for d, sid, value in zip(ok["domain"], ok["strategy_id"], ok[column]):
+        if isinstance(value, str) and value and (d, sid) not in out:
+            out[(str(d), str(sid))] = value
     return out
 
 

@@ -19,6 +19,7 @@ _EXPORTS = {
     "STEPSIM": "simulator",
     "StepSimulator": "stepsim",
     "StepSimConfig": "stepsim",
+    "measured_physics": "physics",
     "Simulator": "simulator",
     "train_simulator": "simulator",
     "evaluate_simulator": "simulator",

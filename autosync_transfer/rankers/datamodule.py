@@ -16,6 +16,7 @@ compare strategies of one domain). Shuffling uses a generator seeded by ``seed``
 
 from __future__ import annotations
 
+import copy
 import math
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -35,6 +36,8 @@ from autosync_transfer.rankers.features import (
     StrategyFeatures,
     collate,
 )
+from autosync_transfer.rankers.physics import MEASURED, check_physics, physics_for
+from autosync_transfer.rankers.stepsim import StepSimulator
 from autosync_transfer.strategies.types import Strategy
 
 if TYPE_CHECKING:
@@ -136,6 +139,14 @@ class TrialDataModule(L.LightningDataModule):
     function; default: the catalog's ``get_domain``); a table whose cluster fingerprint differs
     from the resolved domain's is a :class:`ConfigError`.
 
+    Step-simulator features (``sim_*``) are computed with the physics a
+    :class:`~autosync_transfer.rankers.simulator.Simulator` scores with
+    (:func:`~autosync_transfer.rankers.physics.physics_for`): ``physics="measured"`` (default)
+    the stored profile and calibration of each domain, ``"fallback"`` the simulator's fallback
+    constants. ``launcher`` picks the calibration: a name for every domain or a mapping of domain
+    names; a domain it does not name takes the ``launcher`` column of the table when all of its
+    rows agree, else any calibration (a non-emulated one preferred).
+
     ``batch_size`` strategies of one domain per training batch (``domains_per_batch`` domains
     joined); ``eval_batch_size`` for validation/test (default ``batch_size``); ``fractions`` the
     train/val/test shares per domain; ``split_seed`` seeds the splits, ``seed`` the shuffling.
@@ -154,6 +165,8 @@ class TrialDataModule(L.LightningDataModule):
         seed: int = 0,
         domains: Mapping[str, Domain] | Callable[[str], Domain] | None = None,
         costmodel_config: CostModelConfig | None = None,
+        physics: str = MEASURED,
+        launcher: str | Mapping[str, str | None] | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 2 or (eval_batch_size is not None and eval_batch_size < 1):
@@ -175,6 +188,10 @@ class TrialDataModule(L.LightningDataModule):
         self.seed = seed
         self.domains = domains
         self.costmodel_config = costmodel_config
+        self.physics = check_physics(physics)
+        self.launcher = launcher
+        #: launcher of each domain read from the table's ``launcher`` column
+        self._table_launchers: dict[str, str] = {}
         self._domains: list[DomainData] | None = None
         self._split_idx: dict[str, list[np.ndarray]] = {}
         self._items: list[tuple[StrategyFeatures, float, int]] = []
@@ -251,6 +268,10 @@ class TrialDataModule(L.LightningDataModule):
                         f"{sorted(fps)[0]!r}, but the resolved domain's cluster has "
                         f"{domain.cluster.fingerprint!r} (pass domains= with the cluster "
                         f"that was measured)")
+            if "launcher" in sub.columns:
+                launchers = {str(x) for x in sub["launcher"] if isinstance(x, str) and x}
+                if len(launchers) == 1:
+                    self._table_launchers[str(name)] = launchers.pop()
             strategies = list(sub["strategy"])
             bad = next((s for s in strategies if not isinstance(s, Strategy)), None)
             if bad is not None:
@@ -273,7 +294,9 @@ class TrialDataModule(L.LightningDataModule):
                                   f"be a finite number of seconds > 0, got {r!r}")
             by_id.setdefault(s.id, (s, []))[1].append(float(r))
         ids = sorted(by_id)
-        feats = Featurizer(domain, self.costmodel_config).featurize_many(
+        stepsim = StepSimulator(domain, *physics_for(domain, self.physics,
+                                                     self.launcher_of(domain.name)))
+        feats = Featurizer(domain, self.costmodel_config, stepsim).featurize_many(
             [by_id[i][0] for i in ids])
         return DomainData(
             domain=domain,
@@ -281,6 +304,27 @@ class TrialDataModule(L.LightningDataModule):
             runtimes=np.array([float(np.median(by_id[i][1])) for i in ids]),
             features=tuple(feats),
         )
+
+    def with_physics(self, physics: str) -> TrialDataModule:
+        """This data module featurized with ``physics`` (``self`` when it already is; else a
+        copy, set up: the same data, splits and batches)."""
+        if check_physics(physics) == self.physics:
+            return self
+        other = copy.copy(self)
+        other.physics = physics
+        other._domains, other._split_idx, other._items, other._offsets = None, {}, [], []
+        other._table_launchers = {}
+        if self._domains is not None:
+            other.setup()
+        return other
+
+    def launcher_of(self, name: str) -> str | None:
+        """The launcher whose calibration featurizes domain ``name`` (``None``: any)."""
+        if isinstance(self.launcher, str):
+            return self.launcher
+        if self.launcher is not None and name in self.launcher:
+            return self.launcher[name]
+        return self._table_launchers.get(name)
 
     def _split_domain(self, d: DomainData) -> list[np.ndarray]:
         n = len(d.strategy_ids)

@@ -46,6 +46,13 @@ from autosync_transfer.rankers.features import (
     StrategyFeatures,
     collate,
 )
+from autosync_transfer.rankers.physics import (
+    FALLBACK,
+    MEASURED,
+    Physics,
+    check_physics,
+    physics_for,
+)
 from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
 from autosync_transfer.strategies.sampler import SampledBatch
 
@@ -114,13 +121,22 @@ class Simulator:
         profiles: Sequence[WorkloadProfile] = (),
         calibrations: Sequence[ClusterCalibration] = (),
         step_config: StepSimConfig | None = None,
+        physics: str = MEASURED,
+        launcher: str | None = None,
     ) -> None:
         self.kind = kind
         #: measured physics for the step simulator (its features and the stepsim kind), picked
-        #: per domain by the model's and the cluster's fingerprint; without one, its fallback
+        #: per domain by the model's and the cluster's fingerprint. Given here, only these are
+        #: used; not given, ``physics="measured"`` finds the stored ones
+        #: (:func:`~autosync_transfer.rankers.physics.measured_physics` with :attr:`launcher`)
+        #: and ``physics="fallback"`` uses the step simulator's fallback constants
         self.profiles = tuple(profiles)
         self.calibrations = tuple(calibrations)
         self.step_config = step_config
+        self.physics = check_physics(physics)
+        #: the launcher the scored strategies would run with (picks the calibration; ``None``:
+        #: any, a non-emulated one preferred)
+        self.launcher = launcher
         self.hparams = dict(hparams or {})
         self.schema_version = int(schema_version)
         self._state = dict(state_dict) if state_dict is not None else None
@@ -132,6 +148,16 @@ class Simulator:
         fitted = "fitted" if self.fitted else "not fitted"
         return f"Simulator(kind={self.kind!r}, schema v{self.schema_version}, {fitted})"
 
+    def with_launcher(self, launcher: str | None) -> Simulator:
+        """This simulator scoring for strategies run with ``launcher`` (``self`` when it already
+        does; else a shallow copy sharing the weights)."""
+        if launcher == self.launcher:
+            return self
+        other = copy.copy(self)
+        other.launcher = launcher
+        other._featurizer = None
+        return other
+
     # -- construction -----------------------------------------------------------------------------
 
     @property
@@ -140,10 +166,13 @@ class Simulator:
 
     @classmethod
     def from_module(cls, module: RankerModule,
-                    costmodel_config: CostModelConfig | None = None) -> Simulator:
-        """The simulator of a trained ranker module (weights copied)."""
+                    costmodel_config: CostModelConfig | None = None, *,
+                    physics: str = MEASURED) -> Simulator:
+        """The simulator of a trained ranker module (weights copied); ``physics``: what its
+        step-simulator features were computed with in training."""
         sim = cls(module.kind, dict(module.hparams), FEATURE_SCHEMA_VERSION,
-                  _copy_state(module.state_dict()), costmodel_config=costmodel_config)
+                  _copy_state(module.state_dict()), costmodel_config=costmodel_config,
+                  physics=physics)
         sim._build()
         return sim
 
@@ -190,8 +219,9 @@ class Simulator:
 
     def config(self) -> dict[str, Any]:
         """Everything but the weights, JSON-serializable: ``format``, ``kind``, ``hparams``
-        (all of them, defaults included), ``schema_version``, ``feature_widths`` and
-        ``costmodel`` (the cost-model constants of the z_pre features)."""
+        (all of them, defaults included), ``schema_version``, ``feature_widths``,
+        ``costmodel`` (the cost-model constants of the z_pre features) and ``physics`` (what
+        the step-simulator features are computed with: ``measured`` or ``fallback``)."""
         hparams = dict(self.module.hparams) if self.kind not in _PHYSICS and self.fitted else dict(
             self.hparams)
         return {
@@ -201,6 +231,7 @@ class Simulator:
             "schema_version": self.schema_version,
             "feature_widths": _feature_widths(),
             "costmodel": self.costmodel_config.model_dump(mode="json"),
+            "physics": self.physics,
         }
 
     def state_dict(self) -> dict[str, Tensor]:
@@ -241,8 +272,11 @@ class Simulator:
             from autosync_transfer.errors import format_pydantic_error
 
             raise ConfigError(format_pydantic_error(e, "simulator costmodel config")) from e
+        # a learned simulator saved without ``physics`` was trained on the fallback's features
+        physics = check_physics(str(config.get("physics", FALLBACK if learned else MEASURED)))
         sim = cls(str(config["kind"]), dict(config.get("hparams") or {}), version,
-                  None if state_dict is None else dict(state_dict), costmodel_config=cm)
+                  None if state_dict is None else dict(state_dict), costmodel_config=cm,
+                  physics=physics)
         sim._check()
         if sim.kind not in _PHYSICS:
             if state_dict is None:
@@ -252,14 +286,29 @@ class Simulator:
 
     # -- scoring ----------------------------------------------------------------------------------
 
-    def _featurizer_for(self, domain: Domain) -> Featurizer:
-        key = (domain.name, domain.fingerprint)
-        if self._featurizer is None or self._featurizer[0] != key:
+    def physics_of(self, domain: Domain) -> Physics:
+        """The step simulator's inputs for ``domain``: the given ``profiles`` /
+        ``calibrations`` when any were given, else the stored ones
+        (:func:`~autosync_transfer.rankers.physics.measured_physics` with :attr:`launcher`), or
+        none with ``physics="fallback"``; an explicit ``step_config`` is used as given."""
+        if self.profiles or self.calibrations:
             profile = next((p for p in self.profiles
                             if p.fingerprint == domain.model.fingerprint), None)
             calibration = next((c for c in self.calibrations
                                 if c.fingerprint == domain.cluster.fingerprint), None)
-            stepsim = StepSimulator(domain, profile, calibration, self.step_config)
+            return Physics(profile, calibration, self.step_config or StepSimConfig())
+        found = physics_for(domain, self.physics, self.launcher, config=self.step_config)
+        if self.step_config is not None:  # explicit constants win over the emulated host's
+            found = found._replace(config=self.step_config)
+        return found
+
+    def _featurizer_for(self, domain: Domain) -> Featurizer:
+        found = self.physics_of(domain)
+        # stored physics is cached: the same objects while nothing changed on disk
+        key = (domain.name, domain.fingerprint, id(found.profile), id(found.calibration),
+               found.config)
+        if self._featurizer is None or self._featurizer[0] != key:
+            stepsim = StepSimulator(domain, *found)
             self._featurizer = (key, Featurizer(domain, self.costmodel_config, stepsim))
         return self._featurizer[1]
 
@@ -370,8 +419,11 @@ def evaluate_simulator(simulator: Simulator, datamodule: TrialDataModule, split:
     ``pairwise_accuracy``, ``kendall_tau``, ``top1`` (best runtime / runtime of the predicted
     best), ``regret`` (runtime of the predicted best / best - 1), each the mean over domains
     (domains where a metric is undefined are left out), ``strategies`` and ``per_domain``
-    (domain name -> the same metrics and ``strategies``)."""
+    (domain name -> the same metrics and ``strategies``). The strategies are featurized with the
+    simulator's ``physics`` (a copy of the data module when it featurizes with another)."""
     datamodule.setup()
+    if simulator.kind != ANALYTICAL:  # its features do not depend on the physics
+        datamodule = datamodule.with_physics(simulator.physics)
     items = datamodule.split_items(split)
     names = datamodule.domain_names
     per_domain: dict[str, dict[str, float]] = {}
@@ -560,7 +612,7 @@ def train_simulator(
                                   seed=seed, max_epochs=max_epochs, patience=patience,
                                   logger=logger, enable_progress_bar=enable_progress_bar,
                                   gradient_clip_val=gradient_clip_val)
-    sim = Simulator.from_module(module, cm)
+    sim = Simulator.from_module(module, cm, physics=dm.physics)
     test = evaluate_simulator(sim, dm, "test")
     epochs = len(tracker.history["train_loss"])
     out = _metrics(test, sizes)
@@ -585,7 +637,7 @@ def _evaluate_physics(kind: str, dm: TrialDataModule, cm: CostModelConfig | None
                       ) -> tuple[Simulator, dict[str, Any]]:
     """``train_simulator`` for the analytical model or the step simulator: nothing to train,
     evaluated alike."""
-    sim = Simulator(kind, costmodel_config=cm)
+    sim = Simulator(kind, costmodel_config=cm, physics=dm.physics)
     test = evaluate_simulator(sim, dm, "test")
     out = _metrics(test, sizes)
     out.update(kind=kind, seed=seed, epochs=0, best_epoch=-1,

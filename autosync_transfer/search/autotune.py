@@ -41,16 +41,21 @@ class SimulatorProposer:
     """Autotune candidates: ``proposer(graph, cluster)`` is the ``k`` strategies a simulator ranks
     fastest among the hand-optimized builders and ``candidates`` sampled ones (lossless only
     unless ``lossless=False``), then the ``baselines`` builders not among them. ``simulator``: a Simulator, a registry reference (loaded on the
-    first call, i.e. by rank 0 at setup), or ``None`` for the analytical cost model."""
+    first call, i.e. by rank 0 at setup), or ``None`` for the analytical cost model.
+    ``launcher``: what the job runs with; the step-simulator physics uses the cluster's
+    calibration made with it (``None``: the simulator's own ``launcher``, by default any
+    calibration, a non-emulated one preferred: a job runs on a real cluster)."""
 
     def __init__(self, simulator: Any = None, *, k: int = 4, candidates: int = 500, seed: int = 0,
                  lossless: bool = True, preset: str = "dataset",
-                 baselines: tuple[str, ...] = DEFAULT_BASELINES) -> None:
+                 baselines: tuple[str, ...] = DEFAULT_BASELINES,
+                 launcher: str | None = None) -> None:
         if k < 1:
             raise ConfigError(f"k must be >= 1, got {k}")
         if candidates < 0:
             raise ConfigError(f"candidates must be >= 0, got {candidates}")
         self.simulator = simulator
+        self.launcher = launcher
         self.k = k
         self.candidates = candidates
         self.seed = seed
@@ -80,6 +85,8 @@ class SimulatorProposer:
         sampled = StrategySampler(domain, sampler_preset(self.preset),
                                   seed=self.seed).sample_batch(self.candidates)
         ranker = simulator if simulator is not None else Simulator("analytical")
+        if self.launcher is not None:
+            ranker = ranker.with_launcher(self.launcher)
         scores = np.concatenate((ranker.score(builders, domain), ranker.score(sampled, domain)))
         out: list[Strategy] = []
         seen: set[str] = set()

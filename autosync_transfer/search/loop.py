@@ -135,6 +135,7 @@ class Searcher:
 
             self.fidelity = FidelityModel()
         proposer.fidelity = self.fidelity
+        proposer.launcher = self.launcher
         #: the final candidates' convergence checks (by strategy id) and failed runs
         self.checks: dict[str, Any] = {}
         self.check_errors: dict[str, str] = {}

@@ -22,7 +22,8 @@ __all__ = ["recommend", "recommend_checked"]
 def recommend(model: Any, cluster: Cluster | str, simulator: Any = None, *, candidates: int = 2000,
               seed: int = 0, batch_size: int = 1, seq_len: int = 1, preset: str = "dataset",
               allow_lossy: bool = False,
-              checks: Mapping[str, ConvergenceCheck] | None = None) -> Strategy:
+              checks: Mapping[str, ConvergenceCheck] | None = None,
+              launcher: str | None = None) -> Strategy:
     """The candidate ``simulator`` ranks fastest among the hand-optimized builders and
     ``candidates`` sampled strategies, lossy ones only with a passed convergence check in
     ``checks`` (by strategy id) or ``allow_lossy`` (:mod:`autosync_transfer.search.export`;
@@ -33,17 +34,22 @@ def recommend(model: Any, cluster: Cluster | str, simulator: Any = None, *, cand
     :class:`Cluster` or a catalog name (``"B"``). ``simulator``: a
     :class:`~autosync_transfer.rankers.simulator.Simulator`, a registry reference
     (``models:/NAME@ALIAS``, ``models:/NAME/VERSION`` or a registered name: its champion), or
-    ``None`` for the analytical cost model.
+    ``None`` for the analytical cost model. ``launcher``: what the strategy will run with
+    (``torchrun``, ``emulated``, ...): the step-simulator physics (its features, the
+    ``stepsim`` kind) uses the stored calibration of the cluster made with it (``None``: the
+    simulator's own ``launcher``; by default any calibration, a non-emulated one preferred).
     """
     return recommend_checked(model, cluster, simulator, candidates=candidates, seed=seed,
                              batch_size=batch_size, seq_len=seq_len, preset=preset,
-                             allow_lossy=allow_lossy, checks=checks).strategy  # type: ignore[return-value]
+                             allow_lossy=allow_lossy, checks=checks,
+                             launcher=launcher).strategy  # type: ignore[return-value]
 
 
 def recommend_checked(model: Any, cluster: Cluster | str, simulator: Any = None, *,
                       candidates: int = 2000, seed: int = 0, batch_size: int = 1,
                       seq_len: int = 1, preset: str = "dataset", allow_lossy: bool = False,
-                      checks: Mapping[str, ConvergenceCheck] | None = None) -> ExportChoice:
+                      checks: Mapping[str, ConvergenceCheck] | None = None,
+                      launcher: str | None = None) -> ExportChoice:
     """:func:`recommend`'s pick with the lossy candidates ranked above it that were refused
     (an :class:`~autosync_transfer.search.export.ExportChoice`; the hand-optimized builders are
     lossless, so there is always a pick)."""
@@ -67,6 +73,8 @@ def recommend_checked(model: Any, cluster: Cluster | str, simulator: Any = None,
     builders = [build(b, domain) for b in BUILDERS]
     sampled = StrategySampler(domain, sampler_preset(preset), seed=seed).sample_batch(candidates)
     ranker = simulator if simulator is not None else Simulator("analytical")
+    if launcher is not None:
+        ranker = ranker.with_launcher(launcher)
     # the sampled candidates are scored from the sampler's arrays; only those walked are built
     scores = np.concatenate((ranker.score(builders, domain), ranker.score(sampled, domain)))
     excluded = []

@@ -173,6 +173,10 @@ def test_save_load_round_trip(trained: tuple[Simulator, dict[str, Any]], triples
                                    torch.load(tmp_path / "weights.pt", weights_only=True))
     dom, strategies, _ = triples[1]
     np.testing.assert_array_equal(loaded.score(strategies, dom), sim.score(strategies, dom))
+    # it records the physics of its features; one saved before that trained on the fallback's
+    assert config["physics"] == "measured" and loaded.physics == "measured"
+    del config["physics"]
+    assert Simulator.from_config(config, sim.state_dict()).physics == "fallback"
 
 
 def test_schema_version_mismatch_is_a_config_error(

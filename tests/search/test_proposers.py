@@ -183,3 +183,33 @@ def test_a_journal_ahead_of_its_store_is_refused(tmp_path: Path) -> None:
     store.unlink()
     with pytest.raises(ConfigError, match="holds TPE trials of run tpe-seed5 that store"):
         Searcher(d, store, TPE, launcher="local").run(measure=_fake)
+
+
+def test_the_ranked_methods_score_with_the_calibration_of_the_searchs_launcher(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autosync_transfer.domains.physics import save_calibration
+    from autosync_transfer.domains.profile import ClusterCalibration, NodeCalibration
+    from autosync_transfer.rankers.physics import clear_physics_cache
+    from autosync_transfer.rankers.simulator import Simulator
+
+    monkeypatch.setenv("AUTOSYNC_CALIBRATIONS_DIR", str(tmp_path / "calibrations"))
+    clear_physics_cache()
+    d = _domain()
+    for launcher, created in (("local", "2026-01-01"), ("emulated", "2026-02-01")):
+        save_calibration(ClusterCalibration(
+            cluster=d.cluster.name, fingerprint=d.cluster.fingerprint, launcher=launcher,
+            nodes=tuple(NodeCalibration(name=n.name, bandwidth_gbps=0.5, latency_s=1e-4)
+                        for n in d.cluster.nodes),
+            intra_bandwidth_gbps=1.0, created_at=created))
+    cfg = SearchConfig(method="stepsim", knob_candidates=None)
+    stepsim = Searcher(d, tmp_path / "s.jsonl", cfg, launcher="local").proposer
+    assert stepsim.launcher == "local"
+    scorer = stepsim.scorer()
+    assert scorer.launcher == "local" and stepsim.scorer() is scorer  # kept between rounds
+    assert scorer.physics_of(d).calibration.launcher == "local"
+    warm = Simulator("rnn")
+    autosync = Searcher(d, tmp_path / "a.jsonl", SearchConfig(knob_candidates=None), warm=warm,
+                        launcher="local").proposer
+    assert autosync.scorer().launcher == "local" and autosync.warm is warm
+    assert warm.launcher is None and warm.physics_of(d).calibration.launcher == "local"  # any: real
+    clear_physics_cache()

@@ -57,6 +57,9 @@ class Proposer(ABC):
         self.objective: Objective = get_objective(config.objective)
         #: predicts a candidate's gradient error for the objective (set by the search)
         self.fidelity: FidelityModel | None = None
+        #: the launcher the search measures with (set by the search): the simulators score with
+        #: the cluster calibration made with it
+        self.launcher: str | None = None
 
     @property
     def lossless(self) -> bool:

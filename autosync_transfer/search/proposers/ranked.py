@@ -113,10 +113,15 @@ class StepSimProposer(RankedProposer):
 
     method = "stepsim"
 
+    _stepsim: Simulator | None = None
+
     def scorer(self) -> Simulator:
         from autosync_transfer.rankers.simulator import STEPSIM, Simulator
 
-        return Simulator(STEPSIM)
+        # kept between rounds (its featurizer too); the physics of the search's launcher
+        if self._stepsim is None or self._stepsim.launcher != self.launcher:
+            self._stepsim = Simulator(STEPSIM, launcher=self.launcher)
+        return self._stepsim
 
 
 class AutoSyncProposer(RankedProposer):
@@ -153,7 +158,10 @@ class AutoSyncProposer(RankedProposer):
         return self._simulator
 
     def scorer(self) -> Simulator | None:
-        return self._simulator
+        sim = self._simulator
+        if sim is not None and sim.launcher != self.launcher:  # the search's physics
+            sim = self._simulator = sim.with_launcher(self.launcher)
+        return sim
 
     def refits_before(self, round_no: int) -> bool:
         # a cold search picks all of round 0 at random, also when it continues mid-round
@@ -197,7 +205,8 @@ class AutoSyncProposer(RankedProposer):
                 by_fp.setdefault(s.content_key, (s, t))
         keyed = sorted((f"{s.id}#{fp[:8]}", s, t) for fp, (s, t) in by_fp.items())
         return TargetData(self.domain, tuple(k for k, _, _ in keyed),
-                          tuple(s for _, s, _ in keyed), tuple(t for _, _, t in keyed))
+                          tuple(s for _, s, _ in keyed), tuple(t for _, _, t in keyed),
+                          self.launcher)
 
 
 class _Joined(Sequence[Strategy]):
