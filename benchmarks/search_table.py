@@ -85,6 +85,9 @@ def main() -> int:
     ap.add_argument("--objective", default="time-to-loss", choices=["time-to-loss", "step-time"])
     ap.add_argument("--final-checks", type=int, default=3,
                     help="lossy final candidates per run that get a convergence run")
+    ap.add_argument("--max-step-ratio", type=float, default=1.10,
+                    help="a lossy strategy passes its check within this many times exact "
+                         "synchronization's steps to the target loss (charged to its time to loss)")
     ap.add_argument("--final-rounds", type=int, default=3,
                     help="rounds of final checks (the next round: candidates that compress less)")
     ap.add_argument("--check-steps", type=int, default=150,
@@ -137,7 +140,8 @@ def main() -> int:
                                neighbours=args.neighbours, confirm=args.confirm,
                                knob_candidates=args.knob_candidates if knobs else 0,
                                objective=args.objective, final_checks=args.final_checks,
-                               final_rounds=args.final_rounds, check_steps=args.check_steps)
+                               final_rounds=args.final_rounds, check_steps=args.check_steps,
+                               max_step_ratio=args.max_step_ratio)
             name = run_name(cfg, m == "autosync-warm")
             store = Path(args.store_dir) / dname / f"{name}.jsonl"
             knob_tag = f"+knobs{cfg.knob_candidates}" if cfg.knob_candidates else ""
@@ -225,6 +229,7 @@ def _time_to_loss(domain, store, name, progress, strategies, summary, args):  # 
     """The time-to-loss figures of a stored run (its checks from the check store beside it;
     with ``--check`` the missing ones are run first)."""
     from autosync_transfer.dataset.checks import checks_path
+    from autosync_transfer.runtime.accuracy import ConvergenceTolerance
     from autosync_transfer.rankers.fidelity import FidelityModel
     from autosync_transfer.search.objective import get_objective
     from autosync_transfer.search.resume import record_prefix
@@ -240,7 +245,8 @@ def _time_to_loss(domain, store, name, progress, strategies, summary, args):  # 
         domain, progress, strategies, prefix, get_objective(args.objective), shared,
         limit=args.final_checks, rounds=args.final_rounds, steps=args.check_steps,
         seed=args.seed, model=FidelityModel(), graph=domain.model, train=args.check,
-        stored=[checks_path(store)])  # and those the search ran itself
+        stored=[checks_path(store)],  # and those the search ran itself
+        tolerance=ConvergenceTolerance(max_step_ratio=args.max_step_ratio))
     out = time_to_loss_figures(progress, strategies, prefix, checks, summary, errors)
     for s in unchecked:
         out["excluded"][s.id] = "not checked (run --report --check)"

@@ -12,7 +12,7 @@ measured in the same run, and over the confirmation's medians when the run was c
 
     python benchmarks/ttl_report.py --store STORE [--run NAME]
         (--domain NAME | --model SPEC --cluster-file FILE) [--check-steps 150]
-        [--final-checks 3] [--final-rounds 3] [--no-train]
+        [--final-checks 3] [--final-rounds 3] [--max-step-ratio 1.10] [--no-train]
 
 Convergence runs train (local gloo processes, one per worker of the cluster); they are not
 timed measurements, so a busy machine makes them slower, not wrong.
@@ -37,11 +37,15 @@ def main() -> int:
     ap.add_argument("--final-checks", type=int, default=3)
     ap.add_argument("--final-rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-step-ratio", type=float, default=1.10,
+                    help="a lossy strategy passes its check within this many times exact "
+                         "synchronization's steps to the target loss (charged to its time to loss)")
     ap.add_argument("--no-train", action="store_true",
                     help="read stored checks only; print which candidates are unchecked")
     args = ap.parse_args()
 
     from autosync_transfer.dataset.checks import checks_path
+    from autosync_transfer.runtime.accuracy import ConvergenceTolerance
     from autosync_transfer.rankers.fidelity import FidelityModel
     from autosync_transfer.search.objective import get_objective
     from autosync_transfer.search.resume import load_run, record_prefix, run_meta
@@ -76,7 +80,7 @@ def main() -> int:
         domain, progress, strategies, prefix, get_objective("time-to-loss"), checks_path(store),
         limit=args.final_checks, rounds=args.final_rounds, steps=args.check_steps,
         seed=args.seed, model=FidelityModel(), graph=domain.model, workload=workload,
-        train=not args.no_train,
+        train=not args.no_train, tolerance=ConvergenceTolerance(max_step_ratio=args.max_step_ratio),
         on_message=lambda m: print(f"  [{domain.name} {name}] {m}", file=sys.stderr, flush=True))
     ttl = time_to_loss_figures(progress, strategies, prefix, checks, summary, errors)
 

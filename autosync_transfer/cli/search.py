@@ -46,6 +46,7 @@ def search(
     lossless: bool = typer.Option(False, "--lossless", help="Propose lossless strategies only (no fp16 or PowerSGD compression)."),
     final_checks: int = typer.Option(3, "--final-checks", min=0, help="time-to-loss: lossy final candidates that get a convergence run (0: none, lossy strategies then never count)."),
     final_rounds: int = typer.Option(3, "--final-rounds", min=1, help="time-to-loss: rounds of final checks; after a round whose candidates all failed, the next best that compress less are checked."),
+    max_step_ratio: float = typer.Option(1.10, "--max-step-ratio", min=1.0, help="time-to-loss: a lossy strategy passes its convergence check when it needs at most this many times exact synchronization's steps to the target loss (and ends within 2 % of its loss); its time to loss is charged the measured ratio."),
     check_steps: int = typer.Option(150, "--check-steps", min=4, help="time-to-loss: training steps of each convergence run."),
     store: Optional[str] = store_option("The run's trial store (default runs/search/DOMAIN/RUN.jsonl; any trial store, e.g. one under datasets/); the search continues it."),
     data: Optional[str] = data_option("Trial data to train a --warm-start domain's simulator on when it has no champion: a trial store (.jsonl), a parquet file or a folder; default: the shipped datasets."),
@@ -85,7 +86,8 @@ def search(
                           diversity=diversity, ranker=ranker.value, max_epochs=epochs,
                           neighbours=neighbours, confirm=confirm, knob_candidates=knob_candidates,
                           objective=objective.value, lossless=lossless, final_checks=final_checks,
-                          final_rounds=final_rounds, check_steps=check_steps)
+                          final_rounds=final_rounds, check_steps=check_steps,
+                          max_step_ratio=max_step_ratio)
     warm = lineage = None
     if warm_start is not None:
         from autosync_transfer.search.warm import warm_simulator

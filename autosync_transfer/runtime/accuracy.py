@@ -68,6 +68,10 @@ class ConvergenceTolerance(BaseModel):
     max_step_ratio: float = Field(default=1.10, ge=1.0, allow_inf_nan=False)
     max_final_gap: float = Field(default=0.02, ge=0.0, allow_inf_nan=False)
 
+    def accepts(self, step_ratio: float, final_gap: float) -> bool:
+        """The rule: within both bounds (``inf``: the target was never reached)."""
+        return bool(step_ratio <= self.max_step_ratio and final_gap <= self.max_final_gap)
+
 
 class ConvergenceCheck(BaseModel):
     """One convergence run of ``strategy_id`` against exact synchronization (same seeds and
@@ -91,6 +95,13 @@ class ConvergenceCheck(BaseModel):
     tolerance: ConvergenceTolerance = Field(default_factory=ConvergenceTolerance)
     passed: bool
     seconds: float = Field(default=0.0, ge=0)
+
+    def judged(self, tolerance: ConvergenceTolerance) -> ConvergenceCheck:
+        """This check under ``tolerance`` (the same curves' figures, the verdict again)."""
+        if tolerance == self.tolerance:
+            return self
+        return self.model_copy(update={
+            "tolerance": tolerance, "passed": tolerance.accepts(self.step_ratio, self.final_gap)})
 
     def summary(self) -> str:
         """One line: the verdict and its figures."""

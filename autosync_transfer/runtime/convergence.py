@@ -134,7 +134,7 @@ def analyze(strategy_id: str, losses: list[float], exact_losses: list[float],
         strategy_id=strategy_id, steps=n, seed=cfg.seed, target_loss=target,
         steps_to_target=got, exact_steps_to_target=exact_steps, final_loss=final,
         exact_final_loss=exact_final, step_ratio=ratio, final_gap=gap, tolerance=tol,
-        passed=bool(ratio <= tol.max_step_ratio and gap <= tol.max_final_gap),
+        passed=tol.accepts(ratio, gap),
         seconds=seconds)
 
 

@@ -63,6 +63,9 @@ class SearchConfig(BaseModel):
     # rounds of final checks: after a round whose candidates all failed, the next best that
     # compress less are checked (search.timetoloss.check_final)
     final_rounds: int = Field(default=3, ge=1)
+    # a lossy strategy passes its check within this many times exact synchronization's steps to
+    # the target loss (runtime.accuracy.ConvergenceTolerance; its time to loss is charged the ratio)
+    max_step_ratio: float = Field(default=1.10, ge=1.0, allow_inf_nan=False)
     check_steps: int = Field(default=150, ge=4)
 
     @field_validator("objective")

@@ -301,6 +301,7 @@ class Searcher:
         if (not self.objective.checks_convergence or not self.config.final_checks
                 or self.config.lossless):  # lossless: nothing lossy can be chosen
             return
+        from autosync_transfer.runtime.accuracy import ConvergenceTolerance
         from autosync_transfer.search.timetoloss import check_final, final_candidates
 
         if self.fidelity is not None:
@@ -319,7 +320,8 @@ class Searcher:
             checks_path(self.store.path), limit=self.config.final_checks,
             rounds=self.config.final_rounds, steps=self.config.check_steps,
             seed=self.config.seed, model=self.fidelity, graph=self.domain.model,
-            workload=self.workload, on_message=lambda m: self._emit(progress, m))
+            workload=self.workload, on_message=lambda m: self._emit(progress, m),
+            tolerance=ConvergenceTolerance(max_step_ratio=self.config.max_step_ratio))
         for sid, c in self.checks.items():
             self._emit(progress, f"{sid}: {c.summary()}")
 

@@ -27,7 +27,7 @@ __all__ = ["RESUMABLE", "check_resumable", "load_run", "record_prefix", "run_met
 #: settings a stored run may change when it continues (the objective ranks, it does not change
 #: what was measured)
 RESUMABLE = frozenset({"budget", "confirm", "objective", "final_checks", "final_rounds",
-                       "check_steps"})
+                       "check_steps", "max_step_ratio"})
 
 
 def record_prefix(domain: str, run: str) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autosync_transfer.errors import AutosyncError
-from autosync_transfer.runtime.accuracy import ConvergenceCheck, is_lossless
+from autosync_transfer.runtime.accuracy import ConvergenceCheck, ConvergenceTolerance, is_lossless
 from autosync_transfer.search.references import FP16_REFERENCES
 from autosync_transfer.strategies.types import TORCH_DDP, Strategy
 
@@ -152,14 +152,15 @@ def check_final(domain: Domain, progress: SearchProgress, strategies: Mapping[st
                 prefix: str, objective: Objective, checks_file: str | Path, *, limit: int,
                 rounds: int, steps: int, seed: int, model: FidelityModel | None = None,
                 graph: Any = None, workload: Any = None, train: bool = True,
-                stored: Sequence[str | Path] = (), on_message: Any = None
+                stored: Sequence[str | Path] = (), on_message: Any = None,
+                tolerance: ConvergenceTolerance | None = None
                 ) -> tuple[dict[str, ConvergenceCheck], dict[str, str], list[Strategy]]:
     """Convergence checks of the final candidates, in up to ``rounds`` rounds of ``limit``:
     a round whose candidates all fail is followed by the next best candidates that are not
     :func:`at_least_as_lossy` as a failed one (less aggressive compression), until one passes.
     Returns ``(checks, errors, unchecked)`` by strategy id; ``unchecked``: candidates with no
     stored check when ``train`` is false (checks are then only read, from ``checks_file`` and
-    the ``stored`` check stores)."""
+    the ``stored`` check stores). ``tolerance`` judges every check (default: each check's own)."""
     from autosync_transfer.dataset.checks import CheckStore
 
     checks: dict[str, ConvergenceCheck] = {}
@@ -172,12 +173,13 @@ def check_final(domain: Domain, progress: SearchProgress, strategies: Mapping[st
             break
         if train:
             got, errs = run_checks(domain, cands, checks_file, steps=steps, seed=seed,
-                                   workload=workload, on_message=on_message)
+                                   workload=workload, on_message=on_message, tolerance=tolerance)
         else:
             got, errs = {}, {}
             for path in (checks_file, *stored):
                 store = CheckStore(path)
-                got.update({s.id: c for s in cands if s.id not in got
+                got.update({s.id: (c.judged(tolerance) if tolerance is not None else c)
+                            for s in cands if s.id not in got
                             and (c := store.get(domain.name, s, steps, seed)) is not None})
             missing = [s for s in cands if s.id not in got]
             if missing:
@@ -192,12 +194,14 @@ def check_final(domain: Domain, progress: SearchProgress, strategies: Mapping[st
 
 
 def run_checks(domain: Domain, candidates: Sequence[Strategy], checks_file: str | Path, *,
-               steps: int, seed: int, workload: Any = None,
-               on_message: Any = None) -> tuple[dict[str, ConvergenceCheck], dict[str, str]]:
+               steps: int, seed: int, workload: Any = None, on_message: Any = None,
+               tolerance: ConvergenceTolerance | None = None
+               ) -> tuple[dict[str, ConvergenceCheck], dict[str, str]]:
     """``(checks by strategy id, errors by strategy id)``: the checks of ``candidates`` stored
     in ``checks_file`` (a :class:`~autosync_transfer.dataset.checks.CheckStore`) and a
     convergence run for those without one (appended to it). A run that fails is an error
-    (retried when the search continues)."""
+    (retried when the search continues). With ``tolerance``, every check (stored or new) is
+    judged by it (the stored curves' figures do not depend on it)."""
     from autosync_transfer.dataset.checks import CheckStore
     from autosync_transfer.runtime.convergence import ConvergenceConfig, check_convergence
 
@@ -208,7 +212,7 @@ def run_checks(domain: Domain, candidates: Sequence[Strategy], checks_file: str 
     for s in candidates:
         c = known.get(store.key(domain.name, s, steps, seed))
         if c is not None:
-            checks[s.id] = c
+            checks[s.id] = c.judged(tolerance) if tolerance is not None else c
         else:
             missing.append(s)
     errors: dict[str, str] = {}
@@ -217,8 +221,9 @@ def run_checks(domain: Domain, candidates: Sequence[Strategy], checks_file: str 
             on_message(f"convergence runs: {len(missing)} strategies x {steps} steps "
                        f"vs exact synchronization")
         try:
-            runs = check_convergence(domain, missing, workload=workload,
-                                     config=ConvergenceConfig(steps=steps, seed=seed))
+            config = ConvergenceConfig(steps=steps, seed=seed,
+                                       **({"tolerance": tolerance} if tolerance else {}))
+            runs = check_convergence(domain, missing, workload=workload, config=config)
         except AutosyncError as e:
             line = " ".join(str(e).split())[:300]
             return checks, {s.id: f"convergence run failed: {line}" for s in missing}

@@ -224,3 +224,20 @@ def test_final_checks_go_on_with_less_lossy_candidates_when_a_round_fails(tmp_pa
     checks, _, left = check_final(d, progress, strategies, prefix, ttl, checks_file, limit=2,
                                   rounds=1, steps=40, seed=0, train=False)
     assert set(checks) == {s.id for s in first} and left == []
+
+
+def test_a_stored_check_is_judged_again_under_another_tolerance() -> None:
+    from autosync_transfer.runtime.accuracy import ConvergenceTolerance
+    from autosync_transfer.runtime.convergence import ConvergenceConfig, analyze
+
+    exact = [1.0 - 0.9 * i / 39 for i in range(40)]
+    # eight steps behind until step 30, then the same: later to the target, the same final loss
+    slower = [exact[max(0, i - 8)] if i < 30 else exact[i] for i in range(40)]
+    c = analyze("s", slower, exact, ConvergenceConfig(steps=40))
+    assert c.step_ratio > 1.10 and not c.passed  # the default tolerance
+    loose = c.judged(ConvergenceTolerance(max_step_ratio=1.5))
+    assert loose.passed and loose.step_ratio == c.step_ratio and loose.tolerance.max_step_ratio == 1.5
+    assert c.judged(c.tolerance) is c
+    assert not c.judged(ConvergenceTolerance(max_step_ratio=1.15)).passed
+    with pytest.raises(ValueError):
+        SearchConfig(max_step_ratio=0.9)
