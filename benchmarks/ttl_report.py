@@ -12,7 +12,10 @@ measured in the same run, and over the confirmation's medians when the run was c
 
     python benchmarks/ttl_report.py --store STORE [--run NAME]
         (--domain NAME | --model SPEC --cluster-file FILE) [--check-steps 150]
-        [--final-checks 3] [--final-rounds 3] [--max-step-ratio 1.10] [--no-train]
+        [--final-checks 3] [--final-rounds 3] [--max-step-ratio 1.10] [--first N] [--no-train]
+
+Checks are read from the check store beside the trial store and from ``convergence.jsonl`` in its
+folder (where ``search_table.py`` keeps a domain's checks); new ones go beside the trial store.
 
 Convergence runs train (local gloo processes, one per worker of the cluster); they are not
 timed measurements, so a busy machine makes them slower, not wrong.
@@ -40,6 +43,8 @@ def main() -> int:
     ap.add_argument("--max-step-ratio", type=float, default=1.10,
                     help="a lossy strategy passes its check within this many times exact "
                          "synchronization's steps to the target loss (charged to its time to loss)")
+    ap.add_argument("--first", type=int, default=None,
+                    help="only the run's first N trials (what a budget of N would have found)")
     ap.add_argument("--no-train", action="store_true",
                     help="read stored checks only; print which candidates are unchecked")
     args = ap.parse_args()
@@ -73,6 +78,8 @@ def main() -> int:
     config = meta.get("config") or {}
     budget = int(config.get("budget", 10**9))
     progress, strategies = load_run(domain, store, name, budget)
+    if args.first is not None:
+        progress.trials = progress.trials[: args.first]
     summary = summarize(progress.trials, progress.references, int(config.get("per_round", 10)),
                         progress.confirmations)
     prefix = record_prefix(domain.name, name)
@@ -80,7 +87,7 @@ def main() -> int:
         domain, progress, strategies, prefix, get_objective("time-to-loss"), checks_path(store),
         limit=args.final_checks, rounds=args.final_rounds, steps=args.check_steps,
         seed=args.seed, model=FidelityModel(), graph=domain.model, workload=workload,
-        train=not args.no_train, tolerance=ConvergenceTolerance(max_step_ratio=args.max_step_ratio),
+        train=not args.no_train, stored=[store.parent / "convergence.jsonl"], tolerance=ConvergenceTolerance(max_step_ratio=args.max_step_ratio),
         on_message=lambda m: print(f"  [{domain.name} {name}] {m}", file=sys.stderr, flush=True))
     ttl = time_to_loss_figures(progress, strategies, prefix, checks, summary, errors)
 
