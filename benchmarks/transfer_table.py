@@ -23,8 +23,9 @@ Two tables:
   as long), with the measured runtimes drift-normalized like the pairwise labels
   (``dataset.loader.strategies_and_runtimes``); means over seeds. Beside the learned ones, the
   zero-trial physics on the same evaluation strategies: the step-time simulator
-  (``Simulator("stepsim")``, its fallback physics: the cluster spec and the model graph, no
-  profile, no calibration) and the analytical sync-only cost model (``Simulator("analytical")``).
+  (``Simulator("stepsim")`` with its measured physics: the target's shipped workload profile and
+  cluster calibration, found by fingerprint, ``rankers.physics``) and the analytical sync-only
+  cost model (``Simulator("analytical")``).
 
 ``--heldout DIR``: the trial stores of a held-out cluster (``<model>-heldout.jsonl``, e.g.
 ``benchmarks/results/heldout``; cluster ``examples/clusters/heldout.yml``, which nothing shipped
@@ -217,7 +218,7 @@ def main() -> int:
         "measured(best) / measured(pick), 1.0 = the best picked; measured = drift-normalized "
         f"runtimes (the pairwise labels); rg@N / t1@N: {args.method} with N target trials, fs rg@N: "
         f"from scratch, means over {args.seeds} seeds; zero: the source as is; stepsim / "
-        "analytical: the step-time simulator (fallback physics) and the analytical sync-only "
+        "analytical: the step-time simulator (measured physics: shipped profile + calibration) and the analytical sync-only "
         "model, zero target trials (pw = their pairwise accuracy)",
     ]
     text = "\n".join(lines)
