@@ -99,7 +99,6 @@ _ROWS_PER_BATCH = 1 << 17  # rows per batch: the work arrays of a batch stay sma
 # it maps and unmaps every time, and the page faults of touching fresh pages cost more than the
 # arithmetic (2,000 bert-12l strategies: about 6,500/s at 2**17 rows, 15,000/s at 2**14)
 _AGG_ROWS_PER_BATCH = 1 << 14
-_MAX_STRATEGIES_PER_BATCH = 4096  # bounds the (strategies x nodes) tables of a batch
 
 
 # -- schema --------------------------------------------------------------------------------------
@@ -494,17 +493,7 @@ class Featurizer:
 
     def _batches(self, strategies: Sequence[Strategy], rows_per_batch: int = _ROWS_PER_BATCH
                  ) -> Iterator[Sequence[Strategy]]:
-        n = len(strategies)
-        if n == 0:
-            return
-        if isinstance(strategies, SampledBatch):
-            est_rows = max(1, int(strategies.arrays.pieces[0].sum()))
-        else:
-            est_rows = max(1, sum(1 if c.partition is None else c.partition.shards
-                                  for c in strategies[0].nodes))
-        per_batch = min(_MAX_STRATEGIES_PER_BATCH, max(1, rows_per_batch // est_rows))
-        for start in range(0, n, per_batch):
-            yield strategies[start : start + per_batch]
+        return self.decoder.batches(strategies, rows_per_batch)
 
     # -- one batch ------------------------------------------------------------------------------
     def _columns_of_objects(self, strategies: Sequence[Strategy]) -> Columns:
