@@ -160,7 +160,7 @@ def check(
     steps: int = typer.Option(150, "--steps", min=4, help="Training steps of each run (the strategy's and exact synchronization's)."),
     seed: int = typer.Option(0, "--seed", help="Seeds the weights and the batches (the same in both runs)."),
     optimizer: Optimizer = typer.Option(Optimizer.adam, "--optimizer", help="adam or sgd (momentum 0.9)."),
-    lr: float = typer.Option(1e-3, "--lr", min=0.0, help="Learning rate."),
+    lr: Optional[float] = typer.Option(None, "--lr", min=0.0, help="Learning rate [default: the workload's: 1e-4 for VGG, 1e-3 otherwise]."),
     max_step_ratio: float = typer.Option(1.10, "--max-step-ratio", min=1.0, help="Pass when the strategy needs at most this many times the exact run's steps to the target loss ..."),
     max_final_gap: float = typer.Option(0.02, "--max-final-gap", min=0.0, help="... and its final loss is at most this much (relative) above the exact run's."),
     store: Optional[str] = store_option("Append the check to this check store (JSON Lines); a check stored there already is shown, not run again."),
@@ -176,27 +176,31 @@ def check(
 
     from autosync_transfer.cli._common import err, load_strategy, out, print_json, resolve_target
     from autosync_transfer.runtime.accuracy import ConvergenceTolerance
-    from autosync_transfer.runtime.convergence import ConvergenceConfig, check_convergence
+    from autosync_transfer.runtime.convergence import (ConvergenceConfig, check_convergence,
+                                                       resolve_config)
+    from autosync_transfer.runtime.trial import workload_spec_of
     from autosync_transfer.strategies.builders import BUILDERS, build
     from autosync_transfer.strategies.validate import validate
 
     from autosync_transfer.errors import ConfigError
 
-    if not lr > 0:
+    if lr is not None and not lr > 0:
         raise ConfigError(f"--lr must be > 0, got {lr:g}")
     domain, workload = resolve_target(domain_name, cluster_file, model)
     strat = (build(strategy, domain) if strategy in BUILDERS
              else validate(load_strategy(strategy, domain), domain))
-    cfg = ConvergenceConfig(steps=steps, seed=seed, optimizer=optimizer.value, lr=lr,
-                            tolerance=ConvergenceTolerance(max_step_ratio=max_step_ratio,
-                                                           max_final_gap=max_final_gap))
+    cfg = resolve_config(
+        ConvergenceConfig(steps=steps, seed=seed, optimizer=optimizer.value, lr=lr,
+                          tolerance=ConvergenceTolerance(max_step_ratio=max_step_ratio,
+                                                         max_final_gap=max_final_gap)),
+        workload_spec_of(domain, workload))
     checks = None
     found = None
     if store:
         from autosync_transfer.dataset.checks import CheckStore
 
         checks = CheckStore(store)
-        found = checks.get(domain.name, strat, steps, seed)
+        found = checks.get(domain.name, strat, steps, seed, optimizer=cfg.optimizer, lr=cfg.lr)
         if found is not None and found.tolerance != cfg.tolerance:
             found = None
     t0 = time.monotonic()

@@ -2,8 +2,9 @@
 
 Every row is one :class:`~autosync_transfer.runtime.accuracy.ConvergenceCheck` of a strategy on a
 domain with its loss curves (:class:`~autosync_transfer.runtime.convergence.ConvergenceRun`),
-keyed by the domain, the strategy's content (``Strategy.content_key``), the steps and the seed,
-so a search or a ``strategies check`` that is run again finds what was measured and does not train
+keyed by the domain, the strategy's content (``Strategy.content_key``), the steps, the seed and
+the training recipe (optimizer and learning rate; Adam at 1e-3 adds nothing to the key, so rows
+stored before recipes were recorded keep their keys), so a search or a ``strategies check`` that is run again finds what was measured and does not train
 twice. Appends hold an exclusive ``flock`` on the file and are fsynced; a torn last line (a
 killed writer) is skipped when reading.
 """
@@ -38,8 +39,10 @@ class CheckStore:
         self.path = Path(path)
 
     @staticmethod
-    def key(domain: str, strategy: Strategy, steps: int, seed: int) -> str:
-        return f"{domain}|{strategy.content_key}|{steps}|{seed}"
+    def key(domain: str, strategy: Strategy, steps: int, seed: int, *,
+            optimizer: str = "adam", lr: float | None = 1e-3) -> str:
+        recipe = "" if (optimizer, lr) == ("adam", 1e-3) else f"|{optimizer}@{lr!r}"
+        return f"{domain}|{strategy.content_key}|{steps}|{seed}{recipe}"
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """Every complete row, in order."""
@@ -66,9 +69,10 @@ class CheckStore:
                 out[row["key"]] = ConvergenceCheck.model_validate(row["check"])
         return out
 
-    def get(self, domain: str, strategy: Strategy, steps: int, seed: int
-            ) -> ConvergenceCheck | None:
-        return self.checks(domain).get(self.key(domain, strategy, steps, seed))
+    def get(self, domain: str, strategy: Strategy, steps: int, seed: int, *,
+            optimizer: str = "adam", lr: float | None = 1e-3) -> ConvergenceCheck | None:
+        return self.checks(domain).get(
+            self.key(domain, strategy, steps, seed, optimizer=optimizer, lr=lr))
 
     def append(self, domain: str, strategy: Strategy, run: ConvergenceRun,
                extra: dict[str, Any] | None = None) -> None:
@@ -76,7 +80,8 @@ class CheckStore:
         from autosync_transfer.dataset.store import utc_now
 
         c = run.check
-        row = {"key": self.key(domain, strategy, c.steps, c.seed), "domain": domain,
+        row = {"key": self.key(domain, strategy, c.steps, c.seed, optimizer=c.optimizer, lr=c.lr),
+               "domain": domain,
                "strategy_id": strategy.id, "strategy": json.loads(strategy.to_json()),
                "timestamp": utc_now(), **run.to_row(), **(extra or {})}
         line = (json.dumps(row) + "\n").encode()

@@ -6,9 +6,13 @@ independently (fine for timing a step, useless for training). A :class:`Learnabl
 batches of the same shapes and dtypes (the model graphs do not change) whose targets follow from
 the inputs, through a fixed hidden model built from the task's ``seed``:
 
-- :class:`TeacherImages` (``teacher``, the image models): a latent vector ``z`` is decoded by a
-  fixed random network into an image (plus noise); the label is the argmax of a fixed random
-  linear teacher on ``z``;
+- :class:`PrototypeImages` (``prototypes``, the image models): every class has a fixed random
+  pattern; an image is its label's pattern plus noise, and a tenth of the labels are drawn at
+  random (so the loss has a floor above zero, and a final-loss gap stays measurable);
+- :class:`TeacherImages` (``teacher``): a latent vector ``z`` is decoded by a fixed random
+  network into an image (plus noise); the label is the argmax of a fixed random linear teacher on
+  ``z`` (a linear classifier learns it in 100 steps; a batch-norm-free VGG-16 does not within a
+  few hundred);
 - :class:`CopyTokens` (``copy``, BERT): tokens from a sub-vocabulary; the masked-token target of
   every position is the bucket of its own token (a copy task), the next-sentence target whether
   the first token lies in the lower half of the sub-vocabulary;
@@ -34,8 +38,8 @@ if TYPE_CHECKING:
 
     from autosync_transfer.domains.workload import Workload
 
-__all__ = ["LearnableTask", "TeacherImages", "CopyTokens", "LatentFactors", "TASKS",
-           "FAMILY_TASKS", "task_for", "learnable_batches"]
+__all__ = ["LearnableTask", "PrototypeImages", "TeacherImages", "CopyTokens", "LatentFactors",
+           "TASKS", "FAMILY_TASKS", "FAMILY_LR", "task_for", "training_lr", "learnable_batches"]
 
 
 class LearnableTask(ABC):
@@ -45,6 +49,9 @@ class LearnableTask(ABC):
 
     #: the task's name in :data:`TASKS`
     name: ClassVar[str]
+    #: the Adam learning rate at which the task's models learn it in a few hundred steps (the
+    #: default of a convergence run; a family can override it in :data:`FAMILY_LR`)
+    lr: ClassVar[float] = 1e-3
 
     def __init__(self, config: dict[str, Any], seq_len: int = 1, *, seed: int = 0) -> None:
         self.config = dict(config)
@@ -97,6 +104,36 @@ class TeacherImages(LearnableTask):
         images = F.interpolate(pattern, size=(side, side), mode="nearest")
         images = images + self.noise * torch.randn(images.shape, generator=generator)
         return {"images": images}, (z @ h["teacher"]).argmax(dim=1)
+
+
+class PrototypeImages(LearnableTask):
+    """Images of ``classes`` classes: the label's fixed random pattern (8x8 per channel,
+    upsampled) plus Gaussian noise of std ``noise``; with probability ``label_noise`` the label
+    is replaced by a uniformly drawn one (Bayes-optimal loss about 0.5 with 10 classes)."""
+
+    name = "prototypes"
+    noise = 1.0
+    label_noise = 0.1
+
+    def make_hidden(self, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        import torch
+
+        classes = int(self.config["classes"])
+        return {"patterns": torch.randn(classes, 3, 8, 8, generator=generator)}
+
+    def batch(self, batch_size: int, generator: torch.Generator
+              ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        import torch
+        import torch.nn.functional as F
+
+        patterns = self.hidden()["patterns"]
+        classes, side = patterns.shape[0], int(self.config["image_size"])
+        labels = torch.randint(0, classes, (batch_size,), generator=generator)
+        images = F.interpolate(patterns[labels], size=(side, side), mode="nearest")
+        images = images + self.noise * torch.randn(images.shape, generator=generator)
+        flip = torch.rand(batch_size, generator=generator) < self.label_noise
+        random_labels = torch.randint(0, classes, (batch_size,), generator=generator)
+        return {"images": images}, torch.where(flip, random_labels, labels)
 
 
 class CopyTokens(LearnableTask):
@@ -157,14 +194,18 @@ class LatentFactors(LearnableTask):
 
 #: the tasks by name
 TASKS: dict[str, type[LearnableTask]] = {
-    cls.name: cls for cls in (TeacherImages, CopyTokens, LatentFactors)
+    cls.name: cls for cls in (PrototypeImages, TeacherImages, CopyTokens, LatentFactors)
 }
 
 #: zoo model family -> the name of its task
 FAMILY_TASKS: dict[str, str] = {
-    "bert": "copy", "ncf": "latent-factors", "vgg": "teacher", "resnet": "teacher",
-    "densenet": "teacher", "inception": "teacher",
+    "bert": "copy", "ncf": "latent-factors", "vgg": "prototypes", "resnet": "prototypes",
+    "densenet": "prototypes", "inception": "prototypes",
 }
+
+#: zoo model family -> its Adam learning rate where the task's :attr:`LearnableTask.lr` is too
+#: high (VGG has no batch normalization: at 3e-4 and above its loss stays at log(classes))
+FAMILY_LR: dict[str, float] = {"vgg": 1e-4}
 
 
 def task_for(model: str, *, seed: int = 0) -> LearnableTask:
@@ -175,6 +216,24 @@ def task_for(model: str, *, seed: int = 0) -> LearnableTask:
     if spec.family not in FAMILY_TASKS:
         raise ConfigError(f"model {model!r}: family {spec.family!r} has no learnable task")
     return TASKS[FAMILY_TASKS[spec.family]](spec.config, spec.seq_len, seed=seed)
+
+
+def training_lr(workload: Workload | str) -> float:
+    """The Adam learning rate a convergence run trains ``workload`` (a workload or its spec) at
+    by default: its zoo family's (:data:`FAMILY_LR`), else its task's; a user's workload 1e-3."""
+    from autosync_transfer.domains.workload import ZooWorkload
+    from autosync_transfer.domains.zoo import MODELS
+
+    if isinstance(workload, ZooWorkload):
+        name: str | None = workload.zoo_name
+    elif isinstance(workload, str):
+        name = workload.removeprefix("zoo:")
+    else:
+        name = None
+    if name not in MODELS or MODELS[name].family not in FAMILY_TASKS:
+        return LearnableTask.lr
+    family = MODELS[name].family
+    return FAMILY_LR.get(family, TASKS[FAMILY_TASKS[family]].lr)
 
 
 def learnable_batches(workload: Workload, *, seed: int = 0

@@ -78,13 +78,17 @@ class ConvergenceCheck(BaseModel):
     batches, ``steps`` steps each). ``target_loss`` is the loss the exact run reaches
     (``steps_to_target`` is ``None`` when the strategy never reaches it); ``step_ratio`` =
     steps_to_target / exact_steps_to_target (``inf`` when not reached); ``final_gap`` =
-    (final_loss - exact_final_loss) / |exact_final_loss|; ``passed`` applies ``tolerance``."""
+    (final_loss - exact_final_loss) / |exact_final_loss|; ``passed`` applies ``tolerance``.
+    ``optimizer`` and ``lr`` are how both runs trained (a check stored without them trained with
+    Adam at 1e-3)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     strategy_id: str
     steps: int = Field(ge=1)
     seed: int = 0
+    optimizer: str = "adam"
+    lr: float | None = 1e-3
     target_loss: float
     steps_to_target: int | None
     exact_steps_to_target: int

@@ -30,6 +30,7 @@ The result is a :class:`~autosync_transfer.runtime.accuracy.ConvergenceCheck` pe
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from autosync_transfer.strategies.types import Strategy
 
 __all__ = ["ConvergenceConfig", "ConvergenceRun", "EXACT", "analyze", "check_convergence",
-           "smooth", "steps_to"]
+           "resolve_config", "smooth", "steps_to"]
 
 #: the name of the exact-synchronization run in :class:`ConvergenceRun` and stores
 EXACT = "exact"
@@ -53,7 +54,9 @@ EXACT = "exact"
 
 class ConvergenceConfig(BaseModel):
     """How a convergence run trains: ``steps`` steps of ``optimizer`` at learning rate ``lr``
-    (Adam by default; SGD with ``momentum``), model and batches seeded by ``seed``; the curves
+    (Adam by default; SGD with ``momentum``; ``lr=None``: the workload's own,
+    :func:`~autosync_transfer.domains.tasks.training_lr`), model and batches seeded by ``seed``;
+    the curves
     are compared as the module docstring says (``smoothing``, ``target_at``, ``tolerance``).
     ``max_world_size`` bounds the processes started on this host (one per worker of the
     cluster); ``timeout_s`` bounds the whole run."""
@@ -63,7 +66,7 @@ class ConvergenceConfig(BaseModel):
     steps: int = Field(default=150, ge=4)
     seed: int = 0
     optimizer: Literal["adam", "sgd"] = "adam"
-    lr: float = Field(default=1e-3, gt=0, allow_inf_nan=False)
+    lr: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     momentum: float = Field(default=0.9, ge=0, lt=1)
     smoothing: int = Field(default=10, ge=1)
     target_at: float = Field(default=0.75, gt=0, le=1)
@@ -131,11 +134,23 @@ def analyze(strategy_id: str, losses: list[float], exact_losses: list[float],
         gap = (final - exact_final) / max(abs(exact_final), 1e-12)
     tol = cfg.tolerance
     return ConvergenceCheck(
-        strategy_id=strategy_id, steps=n, seed=cfg.seed, target_loss=target,
+        strategy_id=strategy_id, steps=n, seed=cfg.seed, optimizer=cfg.optimizer, lr=cfg.lr,
+        target_loss=target,
         steps_to_target=got, exact_steps_to_target=exact_steps, final_loss=final,
         exact_final_loss=exact_final, step_ratio=ratio, final_gap=gap, tolerance=tol,
         passed=tol.accepts(ratio, gap),
         seconds=seconds)
+
+
+def resolve_config(config: ConvergenceConfig | None, workload_spec: str) -> ConvergenceConfig:
+    """``config`` (default :class:`ConvergenceConfig`) with its learning rate filled in: the
+    workload's own (:func:`~autosync_transfer.domains.tasks.training_lr`) when none is given."""
+    from autosync_transfer.domains.tasks import training_lr
+
+    cfg = config or ConvergenceConfig()
+    if cfg.lr is None:
+        cfg = cfg.model_copy(update={"lr": training_lr(workload_spec)})
+    return cfg
 
 
 # -- training (on every rank) ------------------------------------------------------------------
@@ -164,6 +179,8 @@ def _train(rank: int, world: int, payload: dict[str, Any]) -> dict[str, Any]:
     batches = learnable_batches(workload, seed=0)
     groups = CommGroups.create()
     out: dict[str, Any] = {"losses": [], "seconds": []}
+    # a convergence run is the check of its lossy strategy: no warning that it has none
+    logging.getLogger("autosync_transfer.runtime.ddp").setLevel(logging.ERROR)
     for text in payload["strategies"]:
         strategy = Strategy.from_json(text) if text is not None else None
         module = workload.build("cpu", seed=cfg.seed)
@@ -204,7 +221,8 @@ def check_convergence(domain: Domain, strategies: list[Strategy], *, workload: A
     from autosync_transfer.runtime.plan import make_plan
     from autosync_transfer.runtime.trial import workload_spec_of
 
-    cfg = config or ConvergenceConfig()
+    spec = workload_spec_of(domain, workload)
+    cfg = resolve_config(config, spec)
     world = domain.cluster.world_size
     if world > cfg.max_world_size:
         raise ConfigError(f"cluster {domain.cluster.name!r} has {world} workers, more than "
@@ -215,7 +233,7 @@ def check_convergence(domain: Domain, strategies: list[Strategy], *, workload: A
         make_plan(s, domain.model, domain.cluster)
     payload = {"config": cfg.model_dump_json(), "cluster": domain.cluster.model_dump_json(),
                "graph": domain.model.model_dump_json(),
-               "workload": workload_spec_of(domain, workload),
+               "workload": spec,
                "strategies": [None, *(s.to_json() for s in strategies)]}
     results = spawn_local(_train, world, payload, timeout_s=cfg.timeout_s)[0]
     exact, exact_s = results["losses"][0], results["seconds"][0]

@@ -180,7 +180,8 @@ def check_final(domain: Domain, progress: SearchProgress, strategies: Mapping[st
                 store = CheckStore(path)
                 got.update({s.id: (c.judged(tolerance) if tolerance is not None else c)
                             for s in cands if s.id not in got
-                            and (c := store.get(domain.name, s, steps, seed)) is not None})
+                            and (c := store.get(domain.name, s, steps, seed,
+                                                **_recipe(domain, workload))) is not None})
             missing = [s for s in cands if s.id not in got]
             if missing:
                 checks.update(got)
@@ -191,6 +192,15 @@ def check_final(domain: Domain, progress: SearchProgress, strategies: Mapping[st
             break  # a winner (the best estimate that passed), or runs that cannot train
         failed += [s for s in cands if s.id in got]
     return checks, errors, []
+
+
+def _recipe(domain: Domain, workload: Any) -> dict[str, Any]:
+    """How a default convergence run trains ``workload`` on ``domain`` (the check store's key)."""
+    from autosync_transfer.runtime.convergence import ConvergenceConfig, resolve_config
+    from autosync_transfer.runtime.trial import workload_spec_of
+
+    cfg = resolve_config(ConvergenceConfig(), workload_spec_of(domain, workload))
+    return {"optimizer": cfg.optimizer, "lr": cfg.lr}
 
 
 def run_checks(domain: Domain, candidates: Sequence[Strategy], checks_file: str | Path, *,
@@ -209,8 +219,9 @@ def run_checks(domain: Domain, candidates: Sequence[Strategy], checks_file: str 
     known = store.checks(domain.name)
     checks: dict[str, ConvergenceCheck] = {}
     missing: list[Strategy] = []
+    recipe = _recipe(domain, workload)
     for s in candidates:
-        c = known.get(store.key(domain.name, s, steps, seed))
+        c = known.get(store.key(domain.name, s, steps, seed, **recipe))
         if c is not None:
             checks[s.id] = c.judged(tolerance) if tolerance is not None else c
         else:

@@ -22,7 +22,10 @@ VGG_STACKS: dict[int, list[list[int]]] = {
 
 class VGG(nn.Module):
     """VGG: blocks of 3x3 convolutions and 2x2 max-pooling, then fully connected layers
-    ``fc6, fc7, ...`` (``classifier`` hidden widths, then ``classes``)."""
+    ``fc6, fc7, ...`` (``classifier`` hidden widths, then ``classes``). Initialized as
+    torchvision initializes its VGG (He-normal convolutions, fan-out; fully connected weights
+    N(0, 0.01); zero biases): with PyTorch's default initialization the 13 convolutions without
+    batch normalization shrink the signal so much that training stalls for hundreds of steps."""
 
     def __init__(self, depth: int, classifier: list[int], classes: int, image_size: int,
                  dropout: float = 0.0):
@@ -50,6 +53,17 @@ class VGG(nn.Module):
                 if dropout > 0:
                     head[f"drop{6 + i}"] = nn.Dropout(dropout)
         self.classifier = nn.Sequential(head)
+        if not any(p.is_meta for p in self.parameters()):
+            self._init_weights()
+
+    def _init_weights(self) -> None:
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0.0, 0.01)
+                nn.init.zeros_(m.bias)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.classifier(torch.flatten(self.features(images), 1))
