@@ -70,7 +70,9 @@ def main() -> int:
         domain, workload = workload_domain(args.model, args.cluster_file)
     else:
         ap.error("give --domain, or --model and --cluster-file")
-    runs = sorted((TrialStore(store).read_meta().get("searches") or {}))
+    meta = TrialStore(store).read_meta()
+    # a store written before it could hold several runs names its one run "search"
+    runs = sorted(meta.get("searches") or ([meta["search"]] if meta.get("search") else []))
     name = args.run or (runs[0] if len(runs) == 1 else None)
     if name is None:
         ap.error(f"the store holds runs {runs}: pick one with --run")

@@ -41,7 +41,9 @@ class CheckStore:
     @staticmethod
     def key(domain: str, strategy: Strategy, steps: int, seed: int, *,
             optimizer: str = "adam", lr: float | None = 1e-3) -> str:
-        recipe = "" if (optimizer, lr) == ("adam", 1e-3) else f"|{optimizer}@{lr!r}"
+        # Adam at 1e-3 (or at a rate not recorded) adds nothing: the keys of rows stored before
+        # recipes were recorded
+        recipe = "" if optimizer == "adam" and lr in (1e-3, None) else f"|{optimizer}@{lr!r}"
         return f"{domain}|{strategy.content_key}|{steps}|{seed}{recipe}"
 
     def rows(self) -> Iterator[dict[str, Any]]:

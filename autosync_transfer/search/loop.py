@@ -270,8 +270,10 @@ class Searcher:
                 from autosync_transfer.search.timetoloss import fit_fidelity
 
                 fit_fidelity(self.fidelity, progress.trials, strategies, self.domain.model)
+            timed = self._timed(progress, strategies)
+            self.proposer.timed = [(st, t) for st, t, _ in timed]
             picks = self.proposer.propose(round_no, k, measured, history,
-                                          self._parents(progress, strategies))
+                                          self._parents(timed))
             if not picks:
                 raise ConfigError(f"the sampler proposes no new strategy for {self.domain.name} "
                                   f"(every candidate of round {round_no} was measured already)")
@@ -286,14 +288,28 @@ class Searcher:
                 self.proposer.tell(s, rec, penalty)
                 self._emit(progress, f"round {round_no}: {s.id} {_ms(rec)}")
 
-    def _parents(self, progress: SearchProgress, strategies: dict[str, Strategy]
+    def _timed(self, progress: SearchProgress, strategies: dict[str, Strategy]
+               ) -> list[tuple[Strategy, float, TrialRecord | None]]:
+        """Every strategy measured ok in this run, builders and their fp16 variants included:
+        ``(strategy, median seconds, its trial record or None for a reference)``."""
+        out: list[tuple[Strategy, float, TrialRecord | None]] = []
+        for name, t in progress.references.items():
+            s = strategies.get(f"{self._prefix()}reference/{name}")
+            if t and name != TORCH_DDP and s is not None:
+                out.append((s, float(t), None))
+        out += [(strategies[r.id], float(r.median_s), r) for r in progress.trials
+                if r.status == "ok" and r.median_s and r.id in strategies]
+        return out
+
+    def _parents(self, timed: list[tuple[Strategy, float, TrialRecord | None]]
                  ) -> list[Strategy]:
-        """The ``parents`` fastest strategies measured in this run, builders included."""
-        timed = [(t, f"{self._prefix()}reference/{name}") for name, t in progress.references.items()
-                 if t and name != TORCH_DDP]  # builders and their fp16 variants
-        timed += [(r.median_s, r.id) for r in progress.trials if r.status == "ok" and r.median_s]
-        timed.sort()
-        return [strategies[rid] for _, rid in timed if rid in strategies][: self.config.parents]
+        """The ``parents`` best strategies measured in this run, builders included, by the
+        objective: step time, or step time x the estimated steps-to-target ratio (a fast
+        strategy whose gradients train badly is no parent for time to loss)."""
+        obj, graph = self.proposer.objective, self.domain.model
+        ranked = sorted(((obj.score(t, obj.ratio(s, rec, self.fidelity, graph)), i)
+                         for i, (s, t, rec) in enumerate(timed)))
+        return [timed[i][0] for _, i in ranked][: self.config.parents]
 
     def _check(self, progress: SearchProgress, strategies: dict[str, Strategy]) -> None:
         """Time to loss: convergence runs of the lossy final candidates (stored beside the trial

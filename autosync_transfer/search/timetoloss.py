@@ -98,9 +98,10 @@ def final_candidates(progress: SearchProgress, strategies: Mapping[str, Strategy
                      objective: Objective, limit: int, model: FidelityModel | None = None,
                      graph: Any = None, *, skip: Collection[str] = (),
                      failed: Sequence[Strategy] = ()) -> list[Strategy]:
-    """Up to ``limit`` lossy strategies measured ok (trials and fp16 references) to check, best
-    estimated time to loss first; only those whose estimate beats the best lossless strategy of
-    the run (a lossy strategy that cannot win needs no check). Strategy ids in ``skip`` (checked
+    """Up to ``limit`` lossy strategies measured ok to check: the run's trials, best estimated
+    time to loss first, then the fp16 references (builders) in the slots they leave; only those
+    whose estimate beats the best lossless strategy of the run (a lossy strategy that cannot
+    win needs no check). Strategy ids in ``skip`` (checked
     already) are left out, and so is every strategy of the :func:`compression_family` of one of
     ``failed`` (strategies whose check failed), :func:`at_least_as_lossy` as one of them, or
     whose gradient error (its fidelity probe, else the fidelity model's estimate) is at least the
@@ -116,7 +117,7 @@ def final_candidates(progress: SearchProgress, strategies: Mapping[str, Strategy
     errors = [e for _, _, s, rec in rows if s is not None and s.id in failed_ids
               and (e := _gradient_error(s, rec, model, graph)) is not None]
     error_bar = min(errors) if errors else math.inf
-    scored: dict[str, tuple[float, Strategy]] = {}
+    scored: dict[str, tuple[bool, float, Strategy]] = {}
     for t, _, s, rec in rows:
         if (s is None or is_lossless(s) or s.id in skip
                 or compression_family(s) in failed_families):
@@ -125,9 +126,12 @@ def final_candidates(progress: SearchProgress, strategies: Mapping[str, Strategy
         if err is not None and err >= error_bar:
             continue
         est = objective.score(t, objective.ratio(s, rec, model, graph))
-        if est < bar and (s.content_key not in scored or est < scored[s.content_key][0]):
-            scored[s.content_key] = (est, s)
-    ranked = [s for _, s in sorted(scored.values(), key=lambda v: v[0])]
+        # the run's trials first: a strategy the search found is what it can export; an fp16
+        # reference (a builder) only takes a slot they leave
+        key = (rec is None, est)
+        if est < bar and (s.content_key not in scored or key < scored[s.content_key][:2]):
+            scored[s.content_key] = (*key, s)
+    ranked = [s for *_, s in sorted(scored.values(), key=lambda v: v[:2])]
     if failed_levels:
         ranked = [s for s in ranked
                   if not any(at_least_as_lossy(lossiness(s), f) for f in failed_levels)]

@@ -4,6 +4,7 @@ check; the verdict's arithmetic on hand-made curves; checks stored append-only a
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from autosync_transfer.domains.workload import workload_domain
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.runtime.accuracy import ConvergenceTolerance
 from autosync_transfer.runtime.convergence import (ConvergenceConfig, analyze,
-                                                   check_convergence, smooth, steps_to)
+                                                   check_convergence, resolve_config, smooth,
+                                                   steps_to)
 from autosync_transfer.strategies.builders import build
 from autosync_transfer.testing.workloads import write_cluster, write_workload
 
@@ -98,11 +100,34 @@ def test_checks_are_stored_and_found_again(checked) -> None:  # noqa: ANN001
         store.append(domain.name, s, r)
     with open(store.path, "ab") as f:
         f.write(b'{"key": "torn')  # a killed writer
-    got = store.get(domain.name, strategies[1], 60, 0)
+    got = store.get(domain.name, strategies[1], 60, 0, optimizer="sgd", lr=0.5)
     assert got == runs[1].check and math.isinf(got.step_ratio) or got.step_ratio > 1.1
-    assert store.get(domain.name, strategies[0], 61, 0) is None
+    assert (got.optimizer, got.lr) == ("sgd", 0.5)  # how both runs trained
+    assert store.get(domain.name, strategies[0], 61, 0, optimizer="sgd", lr=0.5) is None
+    # another training recipe is another check
+    assert store.get(domain.name, strategies[1], 60, 0) is None
+    assert store.get(domain.name, strategies[1], 60, 0, optimizer="sgd", lr=0.1) is None
     store.append(domain.name, strategies[0], runs[0])
     assert len(list(store.rows())) == 3
+
+
+def test_a_check_stored_before_recipes_were_recorded_is_adam_at_1e_3(checked, tmp_path) -> None:  # noqa: ANN001
+    domain, strategies, runs, _ = checked
+    store = CheckStore(tmp_path / "old.jsonl")
+    store.append(domain.name, strategies[0], runs[0])
+    row = json.loads(store.path.read_text())
+    for k in ("optimizer", "lr"):
+        del row["check"][k]
+    row["key"] = row["key"].rsplit("|", 1)[0]  # the old key: domain|content|steps|seed
+    store.path.write_text(json.dumps(row) + "\n")
+    old = store.get(domain.name, strategies[0], 60, 0)
+    assert old is not None and (old.optimizer, old.lr) == ("adam", 1e-3)
+
+
+def test_the_default_learning_rate_is_the_workload_s() -> None:
+    assert resolve_config(None, "zoo:vgg16-s").lr == 1e-4
+    assert resolve_config(None, "zoo:ncf").lr == 1e-3
+    assert resolve_config(ConvergenceConfig(lr=0.3), "zoo:vgg16-s").lr == 0.3  # given: kept
 
 
 def test_a_cluster_too_large_for_this_host_is_one_line(checked) -> None:  # noqa: ANN001

@@ -241,3 +241,95 @@ def test_a_stored_check_is_judged_again_under_another_tolerance() -> None:
     assert not c.judged(ConvergenceTolerance(max_step_ratio=1.15)).passed
     with pytest.raises(ValueError):
         SearchConfig(max_step_ratio=0.9)
+
+
+def _fast_but_damaging(strategy: Strategy | None, record_id: str
+                       ) -> tuple[TrialResult, dict[str, Any]]:
+    """As :func:`_fast_if_lossy`, and every lossy strategy's probe says its averaged gradient
+    is mostly error (relative error 1.3: about 2.7x the steps to a target loss)."""
+    from autosync_transfer.runtime.accuracy import GradientFidelity
+
+    res, facts = _fast_if_lossy(strategy, record_id)
+    if strategy is not None and not is_lossless(strategy):
+        res.fidelity = GradientFidelity(rel_error=1.3, cosine=0.1, steps=1)
+    return res, facts
+
+
+@pytest.mark.parametrize("objective, lossy_parents", [("time-to-loss", False),
+                                                      ("step-time", True)])
+def test_parents_of_a_time_to_loss_search_are_the_best_by_time_to_loss(
+        tmp_path: Path, objective: str, lossy_parents: bool) -> None:
+    """A lossy strategy twice as fast as the lossless ones whose probe says it trains 2.7x
+    slower is no parent of local search when the objective is time to loss."""
+    d = _ncf("ncf-dense")
+    cfg = SearchConfig(method="random", budget=12, per_round=6, candidates=60, seed=3, confirm=0,
+                       preset="compressed", objective=objective, final_checks=0)
+    searcher = Searcher(d, tmp_path / "run.jsonl", cfg, launcher="local")
+    searcher.run(_fast_but_damaging)
+    from autosync_transfer.search.resume import load_run
+
+    progress, strategies = load_run(d, tmp_path / "run.jsonl", run_name(cfg, False), cfg.budget)
+    timed = searcher._timed(progress, strategies)
+    assert any(not is_lossless(s) for s, _, _ in timed) and any(is_lossless(s) for s, _, _ in timed)
+    parents = searcher._parents(timed)
+    assert len(parents) == cfg.parents
+    assert any(not is_lossless(p) for p in parents) == lossy_parents
+
+
+class _UnitlessScores:
+    """A learned simulator's slowness scores: increasing in the step time, no unit, negative."""
+
+    kind = "rnn"
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds = seconds
+
+    def score(self, strategies: Any, domain: Domain) -> np.ndarray:
+        return np.array([3.0 * np.log(self.seconds[s.id]) - 40.0 for s in strategies])
+
+
+def test_a_learned_simulators_scores_become_seconds_before_a_ratio_multiplies_them() -> None:
+    from autosync_transfer.search.proposers.ranked import RankedProposer
+
+    d = _ncf("ncf-dense")
+    names = ["ps", "all_reduce", "partitioned_ar", "parallax"]
+    strategies = [build(n, d) for n in names]
+    seconds = {s.id: t for s, t in zip(strategies, (0.4, 0.2, 0.25, 0.3))}
+    proposer = make_proposer(d, SearchConfig(method="analytical", seed=0))
+    assert isinstance(proposer, RankedProposer)
+    sim = _UnitlessScores(seconds)
+    scores = sim.score(strategies, d)
+    assert (scores < 0).all()  # multiplied by a ratio > 1, these would look faster
+    proposer.timed = [(s, seconds[s.id]) for s in strategies[:3]]
+    got = proposer.seconds(sim, scores)  # type: ignore[arg-type]
+    assert got == pytest.approx([seconds[s.id] for s in strategies], rel=1e-6)
+    # a ratio now penalizes: 0.2 s x 2.7 is slower than 0.3 s x 1
+    assert got[1] * 2.7 > got[3] * 1.0
+    # scores that do not rise with the measured times: mapped by quantiles, still positive and
+    # in the scores' order
+    proposer.timed = [(s, t) for s, t in zip(strategies[:3], (0.4, 0.3, 0.2))]
+    flat = proposer.seconds(sim, scores)  # type: ignore[arg-type]
+    assert (flat > 0).all() and list(np.argsort(flat)) == list(np.argsort(scores))
+    proposer.timed = []
+    assert list(np.argsort(proposer.seconds(sim, scores))) == list(np.argsort(scores))  # type: ignore[arg-type]
+
+
+def test_final_checks_go_to_found_strategies_before_fp16_builders(tmp_path: Path) -> None:
+    """The fp16 references (builders) are final candidates only in the slots the run's own
+    lossy trials leave: a check spent on a builder cannot make the search's pick count."""
+    from autosync_transfer.search.resume import load_run, record_prefix
+    from autosync_transfer.search.timetoloss import final_candidates
+
+    d = _ncf("ncf-dense")
+    cfg = SearchConfig(method="random", budget=8, per_round=8, candidates=60, seed=2, confirm=0,
+                       preset="compressed", objective="step-time")
+    store = tmp_path / "run.jsonl"
+    Searcher(d, store, cfg, launcher="local").run(_fast_if_lossy)
+    name = run_name(cfg, False)
+    progress, strategies = load_run(d, store, name, cfg.budget)
+    prefix = record_prefix(d.name, name)
+    refs = {s.content_key for rid, s in strategies.items() if "/reference/" in rid}
+    ranked = final_candidates(progress, strategies, prefix, get_objective("time-to-loss"), 100)
+    kinds = [s.content_key in refs for s in ranked]
+    assert any(kinds) and not all(kinds)
+    assert kinds == sorted(kinds)  # every trial before every reference, whatever their times

@@ -60,6 +60,9 @@ class Proposer(ABC):
         #: the launcher the search measures with (set by the search): the simulators score with
         #: the cluster calibration made with it
         self.launcher: str | None = None
+        #: ``(strategy, median seconds)`` of every strategy the run measured ok so far, builders
+        #: included (set by the search before each round)
+        self.timed: Sequence[tuple[Strategy, float]] = ()
 
     @property
     def lossless(self) -> bool:

@@ -83,8 +83,9 @@ class RankedProposer(RandomProposer):
         cands: Sequence[Strategy] = _Joined(sampled, near)
         scores = np.concatenate([simulator.score(sampled, self.domain),
                                  simulator.score(near, self.domain)])
-        if self.objective.checks_convergence:  # time to loss: x the estimated step ratio
-            scores = scores * np.concatenate([self.ratios(sampled), self.ratios(near)])
+        if self.objective.checks_convergence:  # time to loss: seconds x the estimated ratio
+            scores = (self.seconds(simulator, scores)
+                      * np.concatenate([self.ratios(sampled), self.ratios(near)]))
         scores = np.where(np.isfinite(scores), scores, np.inf)
         order = np.lexsort((np.arange(len(cands)), scores))
         # select_diverse considers only the best-scored unmeasured candidates (its pool), so only
@@ -94,6 +95,34 @@ class RankedProposer(RandomProposer):
         idx = select_diverse(best, scores[keep].tolist(), k, diversity=self.config.diversity,
                              pool=max(POOL, k), seen=history)
         return [best[i] for i in idx]
+
+
+    def seconds(self, simulator: Simulator, scores: np.ndarray) -> np.ndarray:
+        """``scores`` of ``simulator`` as step seconds, so that a step ratio can multiply them.
+        The analytical and step-time models give seconds already. A learned simulator's
+        slowness scores have no unit (a ranking loss fixes neither their offset nor their
+        scale, and they may be negative): they are mapped through ``log t = a score + b``,
+        fitted on the strategies the run measured (:attr:`timed`); when the fit does not rise
+        (a <= 0, or fewer than 3 distinct scores), through the quantiles of the measured times
+        matched to those of their scores (with fewer than 2 measured: the scores' ranks)."""
+        from autosync_transfer.rankers.simulator import ANALYTICAL, STEPSIM
+
+        if simulator.kind in (ANALYTICAL, STEPSIM):
+            return scores
+        timed = list(self.timed)[-500:]
+        if len(timed) < 2:  # nothing to fit on: positive, in the scores' order
+            return (np.argsort(np.argsort(scores, kind="stable")) + 1.0) / max(len(scores), 1)
+        measured = simulator.score([s for s, _ in timed], self.domain)
+        logt = np.log(np.array([t for _, t in timed], dtype=np.float64))
+        ok = np.isfinite(measured)
+        if ok.sum() >= 3 and np.ptp(measured[ok]) > 0:
+            a, b = np.polyfit(measured[ok], logt[ok], 1)
+            if a > 0:
+                return np.exp(a * scores + b)
+        xs, ys = np.sort(measured[ok]), np.sort(logt[ok])
+        if len(xs) < 2 or np.ptp(xs) <= 0:
+            return np.full(len(scores), float(np.exp(np.median(logt))))
+        return np.exp(np.interp(scores, xs, ys))
 
 
 class AnalyticalProposer(RankedProposer):
