@@ -39,7 +39,8 @@ def main() -> int:
     ap.add_argument("--check-steps", type=int, default=150)
     ap.add_argument("--final-checks", type=int, default=3)
     ap.add_argument("--final-rounds", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="seeds the convergence runs (default: the run's seed, as its search did)")
     ap.add_argument("--max-step-ratio", type=float, default=1.10,
                     help="a lossy strategy passes its check within this many times exact "
                          "synchronization's steps to the target loss (charged to its time to loss)")
@@ -79,6 +80,7 @@ def main() -> int:
     meta = run_meta(store, name)
     config = meta.get("config") or {}
     budget = int(config.get("budget", 10**9))
+    seed = args.seed if args.seed is not None else int(config.get("seed", 0))
     progress, strategies = load_run(domain, store, name, budget)
     if args.first is not None:
         progress.trials = progress.trials[: args.first]
@@ -88,7 +90,7 @@ def main() -> int:
     checks, errors, unchecked = check_final(
         domain, progress, strategies, prefix, get_objective("time-to-loss"), checks_path(store),
         limit=args.final_checks, rounds=args.final_rounds, steps=args.check_steps,
-        seed=args.seed, model=FidelityModel(), graph=domain.model, workload=workload,
+        seed=seed, model=FidelityModel(), graph=domain.model, workload=workload,
         train=not args.no_train, stored=[store.parent / "convergence.jsonl"], tolerance=ConvergenceTolerance(max_step_ratio=args.max_step_ratio),
         on_message=lambda m: print(f"  [{domain.name} {name}] {m}", file=sys.stderr, flush=True))
     ttl = time_to_loss_figures(progress, strategies, prefix, checks, summary, errors)
