@@ -48,6 +48,21 @@ def _fast_if_lossy(strategy: Strategy | None, record_id: str) -> tuple[TrialResu
     return TrialResult("ok", [t, t, t], wall_s=0.01), {}
 
 
+def _random_run(tmp_path: Path, budget: int) -> tuple[Domain, Any, dict[str, Strategy], str]:
+    """A random search of ncf-dense over compressed strategies, measured by
+    :func:`_fast_if_lossy`: ``(domain, progress, strategies by record id, record prefix)``."""
+    from autosync_transfer.search.resume import load_run, record_prefix
+
+    d = _ncf("ncf-dense")
+    cfg = SearchConfig(method="random", budget=budget, per_round=8, candidates=60, seed=2,
+                       confirm=0, preset="compressed", objective="step-time")
+    store = tmp_path / "run.jsonl"
+    Searcher(d, store, cfg, launcher="local").run(_fast_if_lossy)
+    name = run_name(cfg, False)
+    progress, strategies = load_run(d, store, name, cfg.budget)
+    return d, progress, strategies, record_prefix(d.name, name)
+
+
 def _searched(store: Path, domain: Domain) -> list[Strategy]:
     rows = [json.loads(line) for line in store.read_text().splitlines()]
     return [decode(r["strategy"], domain.model) for r in rows if r["strategy"] is not None
@@ -163,19 +178,12 @@ def test_final_checks_go_on_with_less_lossy_candidates_when_a_round_fails(tmp_pa
     """Round 1's candidates failed (their stored checks say so): round 2 offers the next best
     candidates that compress less, none as lossy as a failed one; one that passed ends it."""
     from autosync_transfer.runtime.convergence import ConvergenceConfig, ConvergenceRun, analyze
-    from autosync_transfer.search.resume import load_run, record_prefix
     from autosync_transfer.search.timetoloss import (at_least_as_lossy, check_final,
                                                      compression_family, final_candidates,
                                                      lossiness)
 
-    d = _ncf("ncf-dense")
-    cfg = SearchConfig(method="random", budget=16, per_round=8, candidates=60, seed=2, confirm=0,
-                       preset="compressed", objective="step-time")
-    store = tmp_path / "run.jsonl"
-    Searcher(d, store, cfg, launcher="local").run(_fast_if_lossy)
-    name = run_name(cfg, False)
-    progress, strategies = load_run(d, store, name, cfg.budget)
-    prefix, ttl = record_prefix(d.name, name), get_objective("time-to-loss")
+    d, progress, strategies, prefix = _random_run(tmp_path, budget=16)
+    ttl = get_objective("time-to-loss")
     checks_file = tmp_path / "checks.jsonl"
     exact = [1.0 - 0.9 * i / 39 for i in range(40)]
 
@@ -317,17 +325,9 @@ def test_a_learned_simulators_scores_become_seconds_before_a_ratio_multiplies_th
 def test_final_checks_go_to_found_strategies_before_fp16_builders(tmp_path: Path) -> None:
     """The fp16 references (builders) are final candidates only in the slots the run's own
     lossy trials leave: a check spent on a builder cannot make the search's pick count."""
-    from autosync_transfer.search.resume import load_run, record_prefix
     from autosync_transfer.search.timetoloss import final_candidates
 
-    d = _ncf("ncf-dense")
-    cfg = SearchConfig(method="random", budget=8, per_round=8, candidates=60, seed=2, confirm=0,
-                       preset="compressed", objective="step-time")
-    store = tmp_path / "run.jsonl"
-    Searcher(d, store, cfg, launcher="local").run(_fast_if_lossy)
-    name = run_name(cfg, False)
-    progress, strategies = load_run(d, store, name, cfg.budget)
-    prefix = record_prefix(d.name, name)
+    _, progress, strategies, prefix = _random_run(tmp_path, budget=8)
     refs = {s.content_key for rid, s in strategies.items() if "/reference/" in rid}
     ranked = final_candidates(progress, strategies, prefix, get_objective("time-to-loss"), 100)
     kinds = [s.content_key in refs for s in ranked]
