@@ -4,8 +4,8 @@ Every row is one :class:`~autosync_transfer.runtime.accuracy.ConvergenceCheck` o
 domain with its loss curves (:class:`~autosync_transfer.runtime.convergence.ConvergenceRun`),
 keyed by the domain, the strategy's content (``Strategy.content_key``), the steps, the seed and
 the training recipe (optimizer and learning rate; Adam at 1e-3 adds nothing to the key, so rows
-stored before recipes were recorded keep their keys), so a search or a ``strategies check`` that is run again finds what was measured and does not train
-twice. Appends hold an exclusive ``flock`` on the file and are fsynced; a torn last line (a
+stored before recipes were recorded keep their keys), so a search or a ``strategies check``
+that is run again finds what was measured and does not train twice. Appends hold an exclusive ``flock`` on the file and are fsynced; a torn last line (a
 killed writer) is skipped when reading.
 """
 

@@ -170,6 +170,8 @@ def check_final(domain: Domain, progress: SearchProgress, strategies: Mapping[st
     checks: dict[str, ConvergenceCheck] = {}
     errors: dict[str, str] = {}
     failed: list[Strategy] = []
+    known: list[tuple[CheckStore, dict[str, ConvergenceCheck]]] | None = None
+    recipe: dict[str, Any] = {}
     for _ in range(max(0, rounds)):
         cands = final_candidates(progress, strategies, prefix, objective, limit, model, graph,
                                  skip=set(checks) | set(errors), failed=failed)
@@ -180,12 +182,15 @@ def check_final(domain: Domain, progress: SearchProgress, strategies: Mapping[st
                                    workload=workload, on_message=on_message, tolerance=tolerance)
         else:
             got, errs = {}, {}
-            for path in (checks_file, *stored):
-                store = CheckStore(path)
+            if known is None:  # every store read once, the recipe resolved once
+                recipe = _recipe(domain, workload)
+                known = [(st, st.checks(domain.name))
+                         for st in map(CheckStore, (checks_file, *stored))]
+            for store, found in known:
                 got.update({s.id: (c.judged(tolerance) if tolerance is not None else c)
                             for s in cands if s.id not in got
-                            and (c := store.get(domain.name, s, steps, seed,
-                                                **_recipe(domain, workload))) is not None})
+                            and (c := found.get(store.key(domain.name, s, steps, seed,
+                                                          **recipe))) is not None})
             missing = [s for s in cands if s.id not in got]
             if missing:
                 checks.update(got)
