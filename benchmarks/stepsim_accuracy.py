@@ -61,6 +61,10 @@ def main() -> int:
     ap.add_argument("--profiles", default="datasets/profiles")
     ap.add_argument("--calibrations", default="datasets/calibrations")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--sparse-call-s", type=float, default=0.0,
+                    help="StepSimConfig.sparse_call_s: the cost of a row-sparse PS push or pull "
+                         "beyond its bytes and latency (default 0: not modelled)")
+    ap.add_argument("--domains", default=None, help="only these domains (comma-separated)")
     args = ap.parse_args()
 
     from autosync_transfer.dataset.loader import (file_meta, find_domain, load_trials,
@@ -91,6 +95,8 @@ def main() -> int:
             lines.append(f"{f.stem:16s}    0   (no trials yet)")
             continue
         name = str(df["domain"].iloc[0])
+        if args.domains and name not in args.domains.split(","):
+            continue
         domain = find_domain(name, [f])
         raw = strategy_table(df, normalize=False)
         if len(raw) < 2:
@@ -107,7 +113,7 @@ def main() -> int:
             cpus = [json.loads(m).get("cpus") for m in df["machine"] if m]
             cores = int(np.median([c for c in cpus if c])) if any(cpus) else None
             host = {"host_processes": world, **({"host_cores": cores} if cores else {})}
-        config = StepSimConfig(**host)
+        config = StepSimConfig(**host, sparse_call_s=args.sparse_call_s)
         fb = StepSimulator(domain, config=config).simulate(strategies)["step_s"]
         prof = next((p for p in profiles if p.fingerprint == domain.model.fingerprint), None)
         cal = next((c for c in calibrations if c.fingerprint == domain.cluster.fingerprint),

@@ -147,6 +147,10 @@ class StepSimConfig(BaseModel):
         "calibration; fitted on the 15 shipped source domains "
         "(benchmarks/results/stepsim_accuracy.txt)"))
     sparse_index_bytes: int = Field(default=8, ge=0)
+    sparse_call_s: float = Field(default=0.0, ge=0, description=(
+        "cost of one row-sparse PS push or pull beyond its bytes and latency (its header is a "
+        "dependent hop: the payload's receives wait for it); 0: not modelled. "
+        "benchmarks/sparse_exchange.py measures it between two nodes"))
     host_processes: int | None = Field(default=None, ge=1, description=(
         "compute processes sharing one host (an emulated cluster: all workers); None: each "
         "node's workers share that node"))
@@ -560,6 +564,7 @@ class _Physics:
         eye = np.eye(N, dtype=bool)
         gamma = np.empty((N, 2, N))
         lat = np.empty((N, 2, N))
+        calls = np.empty((N, 2, N))  # pushes and pulls each node makes or serves, per piece
         sources = np.empty((N, 2))
         for r in (0, 1):
             sent = np.ones(N) if r else w.copy()  # bytes a remote node sends per piece byte
@@ -573,11 +578,14 @@ class _Physics:
                 # per-call cost (the calibration's collective latency) for every push it gathers
                 lat[p, r] = np.where(eye[p], 2.0 * sources[p, r] * self.lat[p]
                                      + sources[p, r] * self.coll_lat, 2.0 * w * self.lat)
+                calls[p, r] = np.where(eye[p], sources[p, r], 2.0 * w)
         if W == 1:
             gamma[:] = 0.0
             lat[:] = 0.0
+            calls[:] = 0.0
         self.ps_gamma = gamma.reshape(2 * N, N)
         self.ps_lat = lat.reshape(2 * N, N)
+        self.ps_sparse_call = calls.reshape(2 * N, N) * config.sparse_call_s
         self.ps_sources = sources.reshape(2 * N)
 
 
@@ -732,6 +740,9 @@ class StepSimulator:
             ps_work += np.bincount(slot[ps] * N + p, weights=agg,
                                    minlength=B * V * N).reshape(B * V, N)
             sp = rows.sparse[ps]
+            if sp.any() and self.config.sparse_call_s > 0:
+                ps_work += (np.bincount(key[sp], minlength=K2).reshape(B * V, 2 * N)
+                            .astype(np.float64) @ ph.ps_sparse_call)
             if sp.any():
                 # row-sparse pieces: every worker finds its touched rows in the dense gradient
                 # and scatters the result back (both over the whole piece); the server also

@@ -191,3 +191,26 @@ def test_buckets_follow_the_runtime_plan() -> None:
         assert rec["ar_buckets"] == len(plan.buckets)
         if all(b.compressor != "powersgd" for b in plan.buckets):
             assert rec["ar_wire_bytes"] == pytest.approx(sum(b.wire_bytes for b in plan.buckets))
+
+
+def test_a_sparse_call_cost_charges_row_sparse_ps_pieces_only() -> None:
+    """``sparse_call_s``: every row-sparse push and pull costs that much more on the nodes that
+    make or serve it; dense pieces, and a config that leaves it 0, are unchanged."""
+    g = ModelGraph(name="g", variables=(
+        Variable(name="v0", shape=(1000, 16), sparse=True, order=0),
+        Variable(name="v1", shape=(1000,), order=1)))
+    dense = _graph([16000, 1000])
+    for graph, sparse in ((g, True), (dense, False)):
+        dom = Domain(name="d", model=graph, cluster=tiny_cluster(2, 2))
+        prof, cal = _profile(graph, [0.2, 0.1]), _calibration(dom)
+        strat = _strategy([PS(destination="n0"), PS(destination="n1")])
+        base = StepSimulator(dom, prof, cal).simulate([strat])
+        assert base == StepSimulator(dom, prof, cal, StepSimConfig(sparse_call_s=0.0)
+                                     ).simulate([strat])
+        charged = StepSimulator(dom, prof, cal, StepSimConfig(sparse_call_s=1e-3)
+                                ).simulate([strat])
+        if sparse:  # every worker pushes and pulls the sparse piece: 2 calls and more a node
+            assert charged["ps_s"][0] - base["ps_s"][0] >= 2e-3
+            assert charged["step_s"][0] > base["step_s"][0]
+        else:
+            assert charged == base
