@@ -7,7 +7,10 @@ with each strategy's measured runtime (median of its trials' medians):
 * ``mape``: median absolute percentage error of the predicted step time;
 * ``pw``: pairwise accuracy of the simulator's ranking (pairs of strategies of one domain)
   against the drift-normalized labels the rankers train on (``dataset.loader.drift_normalized``);
-* ``pw_an``: pairwise accuracy of the analytical sync-only model (the old baseline), beside it.
+* ``pw_an``: pairwise accuracy of the analytical sync-only model (the old baseline), beside it;
+* with ``--compare``, ``ring mape`` / ``ring pw``: the profile columns again with
+  ``StepSimConfig.ring_shares_cores`` (the older model that slowed all-reduce rings by the
+  host's compute slowdown), measured side by side in the same run.
 
 Two inputs per domain: ``fallback`` (the cluster spec and the model graph only) and ``profile``
 (the shipped :class:`~autosync_transfer.domains.profile.WorkloadProfile` of the model and
@@ -19,7 +22,7 @@ is told so (``StepSimConfig.host_processes`` = world size, ``host_cores`` = the 
 records' ``machine`` field reports); this is a property of the launcher, not a fitted number.
 
     python benchmarks/stepsim_accuracy.py [--heldout DIR] [--profiles DIR] [--calibrations DIR]
-        [--out benchmarks/results/stepsim_accuracy.txt]
+        [--compare] [--out benchmarks/results/stepsim_accuracy.txt]
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ def main() -> int:
                     help="StepSimConfig.sparse_call_s: the cost of a row-sparse PS push or pull "
                          "beyond its bytes and latency (default 0: not modelled)")
     ap.add_argument("--domains", default=None, help="only these domains (comma-separated)")
+    ap.add_argument("--compare", action="store_true",
+                    help="also the profile columns with ring_shares_cores (the older model)")
     args = ap.parse_args()
 
     from autosync_transfer.dataset.loader import (file_meta, find_domain, load_trials,
@@ -86,9 +91,11 @@ def main() -> int:
               f"accuracy; pw_an = the analytical sync-only model's pairwise accuracy\n")
     lines = [f"{'domain':16s} {'n':>4s} {'fallback mape':>13s} {'pw':>6s} "
              f"{'profile mape':>13s} {'pw':>6s} {'pw_an':>6s} {'ceil_raw':>8s} "
-             f"{'ceil_norm':>9s}"]
+             f"{'ceil_norm':>9s}" + (f" {'ring mape':>9s} {'ring pw':>7s}" if args.compare
+                                     else "")]
     summary: dict[str, list[float]] = {"fb_mape": [], "fb_pw": [], "pr_mape": [], "pr_pw": [],
-                                       "an_pw": [], "ceil_raw": [], "ceil_norm": []}
+                                       "an_pw": [], "ceil_raw": [], "ceil_norm": [],
+                                       "ring_mape": [], "ring_pw": []}
     for f in files:
         df = load_trials(f)
         if not len(df):
@@ -145,12 +152,20 @@ def main() -> int:
         row += f" {c_raw:8.3f} {c_norm:9.3f}"
         summary["ceil_raw"].append(c_raw)
         summary["ceil_norm"].append(c_norm)
+        if args.compare and (prof is not None or cal is not None):
+            old = config.model_copy(update={"ring_shares_cores": True})
+            rp = StepSimulator(domain, prof, cal, old).simulate(strategies)["step_s"]
+            r_mape = float(np.median(np.abs(rp - y) / y))
+            row += f" {r_mape:9.3f} {pairwise(rp, yn):7.3f}"
+            summary["ring_mape"].append(r_mape)
+            summary["ring_pw"].append(pairwise(rp, yn))
         lines.append(row)
         print(row, flush=True)
     med = {k: (f"{np.nanmedian(v):.3f}" if v else "-") for k, v in summary.items()}
     lines.append(f"{'median':16s} {'':4s} {med['fb_mape']:>13s} {med['fb_pw']:>6s} "
                  f"{med['pr_mape']:>13s} {med['pr_pw']:>6s} {med['an_pw']:>6s} "
-                 f"{med['ceil_raw']:>8s} {med['ceil_norm']:>9s}")
+                 f"{med['ceil_raw']:>8s} {med['ceil_norm']:>9s}"
+                 + (f" {med['ring_mape']:>9s} {med['ring_pw']:>7s}" if args.compare else ""))
     text = header + "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -13,7 +13,9 @@ A learned ranker never sees a :class:`~autosync_transfer.strategies.types.Strate
     computed from the improved model) plus a few strategy and cluster shape numbers, and the
     step-time simulator's prediction and terms (``sim_*``, :mod:`~autosync_transfer.rankers.stepsim`,
     with the featurizer's simulator: its profile and calibration when given), so that a learned
-    ranker learns the residual of the simulation. Schema version 2 added the ``sim_*`` columns.
+    ranker learns the residual of the simulation. Schema version 2 added the ``sim_*`` columns;
+    version 3 keeps them and changes their values: the simulator no longer slows all-reduce
+    rings by the host's compute slowdown (``StepSimConfig.ring_shares_cores``).
 ``server_feats`` ``[S, F_srv]`` / ``group_feats`` ``[G, F_grp]``
     One row per parameter server used (a node hosting at least one PS row) and per all-reduce
     group, for graph rankers; ``row_server`` / ``row_group`` connect rows to them.
@@ -87,7 +89,7 @@ __all__ = [
 ]
 
 #: bump whenever a column is added, removed, reordered or changes meaning
-FEATURE_SCHEMA_VERSION = 2
+FEATURE_SCHEMA_VERSION = 3
 
 _FP16_BYTES = 2
 _POWERSGD_FACTOR_BYTES = 4

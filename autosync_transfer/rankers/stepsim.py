@@ -47,8 +47,16 @@ One iteration (every worker alike, times from the start of the step)
       the AR and PS threads alone is the NIC contention term).
     * Compression occupies the worker: on a host with more compute processes than cores
       (``slowdown > 1``) the compression work also delays the backward pass, and (with
-      ``network_shares_cores``) communication, whose threads and network stack share those
-      cores, runs ``slowdown`` times slower.
+      ``network_shares_cores``) the parameter-server exchanges, whose threads share those
+      cores, run ``slowdown`` times slower: every exchange is a chain of dependent steps on a
+      Python thread (the server posts its receives only when it reaches the piece, gloo sends
+      only to a posted receive, then it averages and answers), each waiting for a share of a
+      core. An all-reduce bucket's ring is one call into gloo that streams its bytes at the
+      links' rate and is not slowed (``ring_shares_cores`` restores the older model that
+      slowed it too): the calibration's own all-reduce measurement
+      (:attr:`~autosync_transfer.domains.profile.ClusterCalibration.allreduce_s`) matches the
+      ring at the calibrated rates within a few percent at 8 MiB on the emulated clusters A,
+      B and C, and so do the shipped trials (``benchmarks/stepsim_accuracy.py --compare``).
     * The step ends ``optimizer`` after both the backward pass and the last synchronization end.
 
 Output
@@ -170,9 +178,12 @@ class StepSimConfig(BaseModel):
         "bytes/s one worker moves in compression, copies and the optimizer without a profile; "
         "fitted on the 15 shipped source domains (benchmarks/results/stepsim_accuracy.txt)"))
     network_shares_cores: bool = Field(default=True, description=(
-        "on a host with more compute processes than cores (slowdown > 1) the communication "
-        "threads and the network stack get the same share of a core as compute: communication "
-        "runs slowdown x slower"))
+        "on a host with more compute processes than cores (slowdown > 1) the parameter-server "
+        "threads get the same share of a core as compute: every PS exchange (a chain of "
+        "dependent steps on the PS thread) runs slowdown x slower"))
+    ring_shares_cores: bool = Field(default=False, description=(
+        "slow all-reduce buckets by the same slowdown (the older model); by default a ring "
+        "streams at the links' rate, as the calibration's all-reduce measurement shows"))
     step_overhead_s: float = Field(default=0.0, ge=0, description=(
         "fixed per-step cost (framework, synchronization call)"))
 
@@ -536,6 +547,7 @@ class _Physics:
         self.backward_end = self.forward_s + self.backward_s
         self.cpu_share = 1.0 if s > 1.0 else 0.0
         self.comm_scale = s if (config.network_shares_cores and s > 1.0) else 1.0
+        self.ring_scale = s if (config.ring_shares_cores and s > 1.0) else 1.0
         release = self.forward_s + s * np.minimum(ready, bwd)
         # readiness order of the variables (ties: later forward position first, as backward)
         self.order = np.lexsort((-np.arange(V), release))
@@ -708,12 +720,12 @@ class StepSimulator:
             b_comp = np.bincount(bkey, weights=c, minlength=KB)
             present = b_release >= 0
             coll = np.where(b_two, 2.0, 1.0)
-            b_time = b_comp + ph.comm_scale * (b_bytes * ph.ring_factor / ph.ring_bw
+            b_time = b_comp + ph.ring_scale * (b_bytes * ph.ring_factor / ph.ring_bw
                                                + coll * ph.ar_lat_per_coll)
             rel = b_release[present]
             ar_work += np.bincount(rel, weights=b_time[present], minlength=B * V)
             nic_work += (np.bincount(rel, weights=b_bytes[present], minlength=B * V)[:, None]
-                         * (ph.comm_scale * ph.ar_nic)[None, :])
+                         * (ph.ring_scale * ph.ar_nic)[None, :])
             b_strat = np.flatnonzero(present) // NB
             comp_total = np.bincount(b_strat, weights=b_comp[present], minlength=B)
             out["ar_buckets"] = np.bincount(b_strat, minlength=B)

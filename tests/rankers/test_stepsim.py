@@ -214,3 +214,24 @@ def test_a_sparse_call_cost_charges_row_sparse_ps_pieces_only() -> None:
             assert charged["step_s"][0] > base["step_s"][0]
         else:
             assert charged == base
+
+
+def test_a_ring_streams_at_link_rate_and_ps_exchanges_wait_for_a_core() -> None:
+    """On a host with more compute processes than cores, the PS exchanges run ``slowdown``
+    times slower; an all-reduce ring does not (unless ``ring_shares_cores``)."""
+    MB = 1 << 20
+    g = _graph([4 * MB, 4 * MB])
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(2, 1))
+    prof = _profile(g, [0.2, 0.05])
+    cal = _calibration(dom, slowdown={1: 1.0, 2: 2.0})
+    ar = _strategy([AllReduce(), AllReduce()])
+    ps = _strategy([PS(destination="n0"), PS(destination="n0")])
+    host = {"host_processes": 2, "host_cores": 1}  # both workers on one core
+    alone = StepSimulator(dom, prof, cal, StepSimConfig(**host, network_shares_cores=False))
+    shared = StepSimulator(dom, prof, cal, StepSimConfig(**host))
+    older = StepSimulator(dom, prof, cal, StepSimConfig(**host, ring_shares_cores=True))
+    a, s, o = (sim.simulate([ar, ps]) for sim in (alone, shared, older))
+    assert a["ar_s"][0] > 0 and s["ar_s"][0] == pytest.approx(a["ar_s"][0])
+    assert o["ar_s"][0] == pytest.approx(2 * a["ar_s"][0])
+    assert a["ps_s"][1] > 0 and s["ps_s"][1] == pytest.approx(2 * a["ps_s"][1])
+    assert o["ps_s"][1] == pytest.approx(s["ps_s"][1])
