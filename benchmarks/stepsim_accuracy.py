@@ -10,7 +10,11 @@ with each strategy's measured runtime (median of its trials' medians):
 * ``pw_an``: pairwise accuracy of the analytical sync-only model (the old baseline), beside it;
 * with ``--compare``, ``ring mape`` / ``ring pw``: the profile columns again with
   ``StepSimConfig.ring_shares_cores`` (the older model that slowed all-reduce rings by the
-  host's compute slowdown), measured side by side in the same run.
+  host's compute slowdown), measured side by side in the same run;
+* with ``--linear-fit``, ``lin pw``: what simple structure explains, as a yardstick: the pairwise
+  accuracy of a linear fit of the log normalized runtime on eight numbers of each strategy
+  (:func:`strategy_numbers`), 5-fold cross-validated within the domain (it uses the domain's
+  trials; the simulator uses none).
 
 Two inputs per domain: ``fallback`` (the cluster spec and the model graph only) and ``profile``
 (the shipped :class:`~autosync_transfer.domains.profile.WorkloadProfile` of the model and
@@ -22,7 +26,7 @@ is told so (``StepSimConfig.host_processes`` = world size, ``host_cores`` = the 
 records' ``machine`` field reports); this is a property of the launcher, not a fitted number.
 
     python benchmarks/stepsim_accuracy.py [--heldout DIR] [--profiles DIR] [--calibrations DIR]
-        [--compare] [--out benchmarks/results/stepsim_accuracy.txt]
+        [--compare] [--linear-fit] [--out benchmarks/results/stepsim_accuracy.txt]
 """
 
 from __future__ import annotations
@@ -40,6 +44,46 @@ def pairwise(pred: np.ndarray, y: np.ndarray) -> float:
     i, j = np.triu_indices(len(y), 1)
     m = y[i] != y[j]
     return float(np.mean(np.sign(pred[i] - pred[j])[m] == np.sign(y[i] - y[j])[m]))
+
+
+def strategy_numbers(strategy, domain) -> list[float]:
+    """PS, fp16 and local-replication byte shares, PowerSGD byte share, all-reduce groups,
+    partitioned variables, synchronized pieces and PS servers used."""
+    from autosync_transfer.strategies.types import PS
+
+    size = {v.name: v.nbytes for v in domain.model.variables}
+    total = float(sum(size.values())) or 1.0
+    ps = fp16 = psgd = lr = 0.0
+    groups, servers = set(), set()
+    shards = pieces = 0
+    for n in strategy.nodes:
+        items = list(n.items())
+        share = size.get(n.var_name, 0) / len(items) / total
+        shards += n.partition is not None
+        for _, sync in items:
+            pieces += 1
+            if isinstance(sync, PS):
+                ps += share
+                lr += share * sync.local_replication
+                servers.add(sync.destination)
+            else:
+                groups.add((sync.group, sync.compressor))
+                fp16 += share * (sync.compressor in ("fp16", "fp16_ef"))
+                psgd += share * (sync.compressor == "powersgd")
+    return [ps, fp16, psgd, lr, len(groups), shards, pieces, len(servers)]
+
+
+def linear_fit_pairwise(x: np.ndarray, y: np.ndarray, folds: int = 5, seed: int = 0) -> float:
+    """Pairwise accuracy of a least-squares fit of ``log y`` on ``x`` (plus a constant),
+    each strategy predicted by the fit on the other folds."""
+    m = np.hstack([x, np.ones((len(x), 1))])
+    idx = np.random.default_rng(seed).permutation(len(y))
+    pred = np.empty(len(y))
+    for part in np.array_split(idx, folds):
+        train = np.setdiff1d(idx, part)
+        w, *_ = np.linalg.lstsq(m[train], np.log(y[train]), rcond=None)
+        pred[part] = m[part] @ w
+    return pairwise(pred, y)
 
 
 def _load_json_models(folder: Path | None, cls: type) -> list:
@@ -68,6 +112,8 @@ def main() -> int:
                     help="StepSimConfig.sparse_call_s: the cost of a row-sparse PS push or pull "
                          "beyond its bytes and latency (default 0: not modelled)")
     ap.add_argument("--domains", default=None, help="only these domains (comma-separated)")
+    ap.add_argument("--linear-fit", action="store_true",
+                    help="also a cross-validated linear fit on eight strategy numbers (lin pw)")
     ap.add_argument("--compare", action="store_true",
                     help="also the profile columns with ring_shares_cores (the older model)")
     args = ap.parse_args()
@@ -92,10 +138,10 @@ def main() -> int:
     lines = [f"{'domain':16s} {'n':>4s} {'fallback mape':>13s} {'pw':>6s} "
              f"{'profile mape':>13s} {'pw':>6s} {'pw_an':>6s} {'ceil_raw':>8s} "
              f"{'ceil_norm':>9s}" + (f" {'ring mape':>9s} {'ring pw':>7s}" if args.compare
-                                     else "")]
+                                     else "") + (f" {'lin pw':>6s}" if args.linear_fit else "")]
     summary: dict[str, list[float]] = {"fb_mape": [], "fb_pw": [], "pr_mape": [], "pr_pw": [],
                                        "an_pw": [], "ceil_raw": [], "ceil_norm": [],
-                                       "ring_mape": [], "ring_pw": []}
+                                       "ring_mape": [], "ring_pw": [], "lin_pw": []}
     for f in files:
         df = load_trials(f)
         if not len(df):
@@ -159,13 +205,21 @@ def main() -> int:
             row += f" {r_mape:9.3f} {pairwise(rp, yn):7.3f}"
             summary["ring_mape"].append(r_mape)
             summary["ring_pw"].append(pairwise(rp, yn))
+        elif args.compare:
+            row += f" {'-':>9s} {'-':>7s}"
+        if args.linear_fit:
+            lin = linear_fit_pairwise(np.array([strategy_numbers(s, domain)
+                                                for s in strategies]), yn)
+            row += f" {lin:6.3f}"
+            summary["lin_pw"].append(lin)
         lines.append(row)
         print(row, flush=True)
     med = {k: (f"{np.nanmedian(v):.3f}" if v else "-") for k, v in summary.items()}
     lines.append(f"{'median':16s} {'':4s} {med['fb_mape']:>13s} {med['fb_pw']:>6s} "
                  f"{med['pr_mape']:>13s} {med['pr_pw']:>6s} {med['an_pw']:>6s} "
                  f"{med['ceil_raw']:>8s} {med['ceil_norm']:>9s}"
-                 + (f" {med['ring_mape']:>9s} {med['ring_pw']:>7s}" if args.compare else ""))
+                 + (f" {med['ring_mape']:>9s} {med['ring_pw']:>7s}" if args.compare else "")
+                 + (f" {med['lin_pw']:>6s}" if args.linear_fit else ""))
     text = header + "\n".join(lines) + "\n"
     print(text)
     if args.out:
