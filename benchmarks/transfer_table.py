@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import math
 import shlex
 import sys
@@ -81,6 +82,10 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=40)
     ap.add_argument("--ranker", default="rnn")
+    ap.add_argument("--hparams", default=None,
+                    help='JSON hyper-parameters of the ranker, for the source and the '
+                         'from-scratch baselines alike (e.g. \'{"use_agg": true}\': the RNN also '
+                         'reads the aggregates, the step-time simulator\'s terms among them)')
     ap.add_argument("--method", default="finetune", help="finetune | finetune-head | multi-source")
     ap.add_argument("--shots", default="5,20,50")
     ap.add_argument("--reference", type=int, default=200, help="from-scratch reference N")
@@ -97,6 +102,7 @@ def main() -> int:
                     help="fine-tuning selects epochs by cross-validation below this many shots "
                          "(default: ShotTraining's)")
     args = ap.parse_args()
+    hparams = json.loads(args.hparams) if args.hparams else None
     if args.min_eval < 2:
         print(f"--min-eval must be >= 2, got {args.min_eval}", file=sys.stderr)
         return 2
@@ -163,14 +169,16 @@ def main() -> int:
             continue
         source_data = target_data(sdom, src_df)
         tgt_data = target_data(tdom, tgt_df)
-        source = FromScratch(args.ranker, training=training).fit(None, source_data, seed=0).simulator
+        source = FromScratch(args.ranker, hparams=hparams, training=training).fit(
+            None, source_data, seed=0).simulator
         split = split_target(tdom, tgt_data, split_seed=0,
                              holdout_fraction=holdout_fraction(len(tgt_data), args.min_eval))
         n_eval = len(split.holdout_ids)
         ref_n = min(args.reference, split.available)
         wanted = sorted({0, *[n for n in shots if n <= split.available], ref_n})
         lc = learning_curve(source, tdom, split, wanted, args.seeds, method=args.method,
-                            pretrain_trials=df, training=training)
+                            pretrain_trials=df, training=training,
+                            control=FromScratch(args.ranker, hparams=hparams, training=training))
         tables = {m: {r["shots"]: r for r in lc.table(m)}
                   for m in ("pairwise_accuracy", "regret", "top1")}
 
