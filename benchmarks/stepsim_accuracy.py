@@ -201,10 +201,10 @@ def main() -> int:
         if args.compare and (prof is not None or cal is not None):
             old = config.model_copy(update={"ring_shares_cores": True})
             rp = StepSimulator(domain, prof, cal, old).simulate(strategies)["step_s"]
-            r_mape = float(np.median(np.abs(rp - y) / y))
-            row += f" {r_mape:9.3f} {pairwise(rp, yn):7.3f}"
+            r_mape, r_pw = float(np.median(np.abs(rp - y) / y)), pairwise(rp, yn)
+            row += f" {r_mape:9.3f} {r_pw:7.3f}"
             summary["ring_mape"].append(r_mape)
-            summary["ring_pw"].append(pairwise(rp, yn))
+            summary["ring_pw"].append(r_pw)
         elif args.compare:
             row += f" {'-':>9s} {'-':>7s}"
         if args.linear_fit:

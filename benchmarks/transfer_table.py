@@ -102,7 +102,14 @@ def main() -> int:
                     help="fine-tuning selects epochs by cross-validation below this many shots "
                          "(default: ShotTraining's)")
     args = ap.parse_args()
-    hparams = json.loads(args.hparams) if args.hparams else None
+    try:
+        hparams = json.loads(args.hparams) if args.hparams else None
+    except json.JSONDecodeError as e:
+        print(f"--hparams must be a JSON object, got {args.hparams!r}: {e}", file=sys.stderr)
+        return 2
+    if hparams is not None and not isinstance(hparams, dict):
+        print(f"--hparams must be a JSON object, got {args.hparams!r}", file=sys.stderr)
+        return 2
     if args.min_eval < 2:
         print(f"--min-eval must be >= 2, got {args.min_eval}", file=sys.stderr)
         return 2

@@ -91,7 +91,8 @@ def main() -> int:
         domain, progress, strategies, prefix, get_objective("time-to-loss"), checks_path(store),
         limit=args.final_checks, rounds=args.final_rounds, steps=args.check_steps,
         seed=seed, model=FidelityModel(), graph=domain.model, workload=workload,
-        train=not args.no_train, stored=[store.parent / "convergence.jsonl"], tolerance=ConvergenceTolerance(max_step_ratio=args.max_step_ratio),
+        train=not args.no_train, stored=[store.parent / "convergence.jsonl"],
+        tolerance=ConvergenceTolerance(max_step_ratio=args.max_step_ratio),
         on_message=lambda m: print(f"  [{domain.name} {name}] {m}", file=sys.stderr, flush=True))
     ttl = time_to_loss_figures(progress, strategies, prefix, checks, summary, errors)
 

@@ -5,8 +5,9 @@ domain with its loss curves (:class:`~autosync_transfer.runtime.convergence.Conv
 keyed by the domain, the strategy's content (``Strategy.content_key``), the steps, the seed and
 the training recipe (optimizer and learning rate; Adam at 1e-3 adds nothing to the key, so rows
 stored before recipes were recorded keep their keys), so a search or a ``strategies check``
-that is run again finds what was measured and does not train twice. Appends hold an exclusive ``flock`` on the file and are fsynced; a torn last line (a
-killed writer) is skipped when reading.
+that is run again finds what was measured and does not train twice. Appends hold an exclusive
+``flock`` on the file and are fsynced; a torn last line (a killed writer) is skipped when
+reading.
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ class ConvergenceConfig(BaseModel):
     """How a convergence run trains: ``steps`` steps of ``optimizer`` at learning rate ``lr``
     (Adam by default; SGD with ``momentum``; ``lr=None``: the workload's own,
     :func:`~autosync_transfer.domains.tasks.training_lr`), model and batches seeded by ``seed``;
-    the curves are compared as the module docstring says (``smoothing``, ``target_at``, ``tolerance``).
+    the curves are compared as the module docstring says (``smoothing``, ``target_at``,
+    ``tolerance``).
     ``max_world_size`` bounds the processes started on this host (one per worker of the
     cluster); ``timeout_s`` bounds the whole run."""
 
@@ -134,8 +135,9 @@ def analyze(strategy_id: str, losses: list[float], exact_losses: list[float],
     tol = cfg.tolerance
     return ConvergenceCheck(
         strategy_id=strategy_id, steps=n, seed=cfg.seed, optimizer=cfg.optimizer, lr=cfg.lr,
-        target_loss=target, steps_to_target=got, exact_steps_to_target=exact_steps, final_loss=final,
-        exact_final_loss=exact_final, step_ratio=ratio, final_gap=gap, tolerance=tol,
+        target_loss=target, steps_to_target=got, exact_steps_to_target=exact_steps,
+        final_loss=final, exact_final_loss=exact_final, step_ratio=ratio, final_gap=gap,
+        tolerance=tol,
         passed=tol.accepts(ratio, gap),
         seconds=seconds)
 

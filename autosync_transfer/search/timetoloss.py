@@ -101,11 +101,11 @@ def final_candidates(progress: SearchProgress, strategies: Mapping[str, Strategy
     """Up to ``limit`` lossy strategies measured ok to check: the run's trials, best estimated
     time to loss first, then the fp16 references (builders) in the slots they leave; only those
     whose estimate beats the best lossless strategy of the run (a lossy strategy that cannot
-    win needs no check). Strategy ids in ``skip`` (checked
-    already) are left out, and so is every strategy of the :func:`compression_family` of one of
-    ``failed`` (strategies whose check failed), :func:`at_least_as_lossy` as one of them, or
-    whose gradient error (its fidelity probe, else the fidelity model's estimate) is at least the
-    smallest of a failed one."""
+    win needs no check). Strategy ids in ``skip`` (checked already) are left out, and so is
+    every strategy of the :func:`compression_family` of one of ``failed`` (strategies whose
+    check failed), :func:`at_least_as_lossy` as one of them, or whose gradient error (its
+    fidelity probe, else the fidelity model's estimate) is at least the smallest of a failed
+    one."""
     rows = _measured(progress, strategies, prefix)
     lossless = [t for t, _, s, _ in rows if s is None or is_lossless(s)]
     bar = min(lossless) if lossless else math.inf
@@ -277,9 +277,9 @@ def time_to_loss_figures(progress: SearchProgress, strategies: Mapping[str, Stra
     """The summary's time-to-loss figures (module docstring): ``ttl_best`` / ``ttl_best_s``
     (step time x ratio of the best strategy found that counts), ``ttl_speedup_vs_builder``,
     ``ttl_speedup_vs_ddp``, ``confirmed_ttl_speedup_vs_builder`` (the confirmation's medians of
-    the confirmed best strategy, x its ratio, when it counts), ``convergence`` (every check by strategy id), ``excluded``
-    (strategy id -> reason), ``unchecked_lossy`` (lossy trials never checked) and
-    ``convergence_minutes`` (the checks' training time)."""
+    the confirmed best strategy, x its ratio, when it counts), ``convergence`` (every check by
+    strategy id), ``excluded`` (strategy id -> reason), ``unchecked_lossy`` (lossy trials never
+    checked) and ``convergence_minutes`` (the checks' training time)."""
     by_id: dict[str, ConvergenceCheck] = dict(checks)
     excluded: dict[str, str] = {sid: c.summary() for sid, c in by_id.items() if not c.passed}
     excluded.update(errors or {})

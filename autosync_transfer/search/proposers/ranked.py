@@ -96,7 +96,6 @@ class RankedProposer(RandomProposer):
                              pool=max(POOL, k), seen=history)
         return [best[i] for i in idx]
 
-
     def seconds(self, simulator: Simulator, scores: np.ndarray) -> np.ndarray:
         """``scores`` of ``simulator`` as step seconds, so that a step ratio can multiply them.
         The analytical and step-time models give seconds already. A learned simulator's
