@@ -14,7 +14,12 @@ with each strategy's measured runtime (median of its trials' medians):
 * with ``--linear-fit``, ``lin pw``: what simple structure explains, as a yardstick: the pairwise
   accuracy of a linear fit of the log normalized runtime on eight numbers of each strategy
   (:func:`strategy_numbers`), 5-fold cross-validated within the domain (it uses the domain's
-  trials; the simulator uses none).
+  trials; the simulator uses none);
+* with ``--builders``, a second table: every hand-optimized builder's strategy (``kind`` other
+  than ``sampled``) of every domain, its measured step (raw and drift-normalized) beside the
+  simulator's prediction (and, with ``--compare``, the older model's); and every calibration's
+  measured all-reduce (``ClusterCalibration.allreduce_s``, taken with no worker computing)
+  against the ring the simulator charges at the calibrated rates (:func:`ring_seconds`).
 
 Two inputs per domain: ``fallback`` (the cluster spec and the model graph only) and ``profile``
 (the shipped :class:`~autosync_transfer.domains.profile.WorkloadProfile` of the model and
@@ -26,7 +31,7 @@ is told so (``StepSimConfig.host_processes`` = world size, ``host_cores`` = the 
 records' ``machine`` field reports); this is a property of the launcher, not a fitted number.
 
     python benchmarks/stepsim_accuracy.py [--heldout DIR] [--profiles DIR] [--calibrations DIR]
-        [--compare] [--linear-fit] [--out benchmarks/results/stepsim_accuracy.txt]
+        [--compare] [--linear-fit] [--builders] [--out benchmarks/results/stepsim_accuracy.txt]
 """
 
 from __future__ import annotations
@@ -86,6 +91,22 @@ def linear_fit_pairwise(x: np.ndarray, y: np.ndarray, folds: int = 5, seed: int 
     return pairwise(pred, y)
 
 
+def ring_seconds(cal, cluster, nbytes: int) -> float:
+    """The simulator's all-reduce of ``nbytes`` over every worker of ``cluster`` at ``cal``'s
+    rates, not slowed (``StepSimulator``'s ring: ``2 (W - 1) / W`` of the bytes at the slowest
+    link, ``2 (W - 1)`` message latencies and the collective latency)."""
+    world = sum(n.workers for n in cluster.nodes)
+    by_name = {c.name: c for c in cal.nodes}
+    rates = [by_name[n.name].bandwidth_gbps * 1e9 / 8 for n in cluster.nodes]
+    if max(n.workers for n in cluster.nodes) >= 2 or len(rates) == 1:
+        rates.append(cal.intra_bandwidth_gbps * 1e9 / 8)
+    lat = max(by_name[n.name].latency_s for n in cluster.nodes)
+    if world < 2:
+        return 0.0
+    return (2 * (world - 1) / world * nbytes / min(rates) + 2 * (world - 1) * lat
+            + cal.collective_latency_s)
+
+
 def _load_json_models(folder: Path | None, cls: type) -> list:
     out = []
     if folder is None or not folder.is_dir():
@@ -114,6 +135,8 @@ def main() -> int:
     ap.add_argument("--domains", default=None, help="only these domains (comma-separated)")
     ap.add_argument("--linear-fit", action="store_true",
                     help="also a cross-validated linear fit on eight strategy numbers (lin pw)")
+    ap.add_argument("--builders", action="store_true",
+                    help="also list every builder strategy: measured against predicted seconds")
     ap.add_argument("--compare", action="store_true",
                     help="also the profile columns with ring_shares_cores (the older model)")
     args = ap.parse_args()
@@ -142,6 +165,9 @@ def main() -> int:
     summary: dict[str, list[float]] = {"fb_mape": [], "fb_pw": [], "pr_mape": [], "pr_pw": [],
                                        "an_pw": [], "ceil_raw": [], "ceil_norm": [],
                                        "ring_mape": [], "ring_pw": [], "lin_pw": []}
+    ring_lines: dict[str, str] = {}
+    builder_lines = [f"{'domain':16s} {'builder':24s} {'measured':>8s} {'norm':>7s} "
+                     f"{'pred':>7s}" + (f" {'ring':>7s}" if args.compare else "")]
     for f in files:
         df = load_trials(f)
         if not len(df):
@@ -198,6 +224,8 @@ def main() -> int:
         row += f" {c_raw:8.3f} {c_norm:9.3f}"
         summary["ceil_raw"].append(c_raw)
         summary["ceil_norm"].append(c_norm)
+        pr_or_fb = pr if (prof is not None or cal is not None) else fb
+        rp = None
         if args.compare and (prof is not None or cal is not None):
             old = config.model_copy(update={"ring_shares_cores": True})
             rp = StepSimulator(domain, prof, cal, old).simulate(strategies)["step_s"]
@@ -214,6 +242,19 @@ def main() -> int:
             summary["lin_pw"].append(lin)
         lines.append(row)
         print(row, flush=True)
+        if args.builders and cal is not None and cal.fingerprint not in ring_lines:
+            ring_lines[cal.fingerprint] = "  ".join(
+                f"{b} B {t * 1e3:.2f} ms / {ring_seconds(cal, domain.cluster, b) * 1e3:.2f} ms "
+                f"= {t / ring_seconds(cal, domain.cluster, b):.2f}x"
+                for b, t in sorted(cal.allreduce_s.items()) if ring_seconds(cal, domain.cluster, b))
+            ring_lines[cal.fingerprint] = f"{cal.cluster:16s} " + ring_lines[cal.fingerprint]
+        if args.builders:
+            for i, st in enumerate(strategies):
+                if st.kind != "sampled":
+                    builder_lines.append(
+                        f"{name:16s} {st.kind:24s} {y[i]:8.3f} {yn[i]:7.3f} {pr_or_fb[i]:7.3f}"
+                        + (f" {rp[i]:7.3f}" if args.compare and rp is not None else
+                           (f" {'-':>7s}" if args.compare else "")))
     med = {k: (f"{np.nanmedian(v):.3f}" if v else "-") for k, v in summary.items()}
     lines.append(f"{'median':16s} {'':4s} {med['fb_mape']:>13s} {med['fb_pw']:>6s} "
                  f"{med['pr_mape']:>13s} {med['pr_pw']:>6s} {med['an_pw']:>6s} "
@@ -221,6 +262,14 @@ def main() -> int:
                  + (f" {med['ring_mape']:>9s} {med['ring_pw']:>7s}" if args.compare else "")
                  + (f" {med['lin_pw']:>6s}" if args.linear_fit else ""))
     text = header + "\n".join(lines) + "\n"
+    if args.builders:
+        text += ("\n# builders: measured = median step seconds, norm = drift-normalized, pred = "
+                 "the simulator (profile + calibration, else fallback)"
+                 + (", ring = the older model (rings slowed)" if args.compare else "") + "\n"
+                 + "\n".join(builder_lines) + "\n"
+                 + "\n# calibrations: measured all-reduce / the simulator's ring at the "
+                 "calibrated rates (no worker computing)\n" + "\n".join(ring_lines.values())
+                 + "\n")
     print(text)
     if args.out:
         Path(args.out).write_text(text)
