@@ -131,6 +131,9 @@ class _Iteration:
     events: dict[tuple[str, int], threading.Event]
     threads: list[threading.Thread] = field(default_factory=list)
     pending: list[Callable[[], None]] = field(default_factory=list)
+    #: each ready variable's gradient tensor, taken on the thread that made it ready (the
+    #: communication threads never read ``param.grad``, which the training thread may reset)
+    grads: dict[str, Any] = field(default_factory=dict)
     error: BaseException | None = None
     stop: bool = False
     #: pending completions finish the communication but write no gradient
@@ -339,6 +342,7 @@ class StrategyExecutor:
             if name in self._vars_seen:
                 return
             self._vars_seen.add(name)
+            self._it.grads[name] = self.params[name].grad
             if not self._it.threads:
                 self._start_threads()
                 if self.auto_finish and in_backward:
@@ -470,14 +474,14 @@ class StrategyExecutor:
             self._parameter_server(self.plan.ps_items[idx], it)
 
     # pieces ---------------------------------------------------------------------------------------
-    def _view(self, piece: Piece) -> torch.Tensor | None:
+    def _view(self, piece: Piece, it: _Iteration) -> torch.Tensor | None:
         """The gradient (or the shard of it) of ``piece``; ``None`` for a variable that got a
         gradient on no rank (it contributes zeros and receives nothing)."""
         if piece.var in self._global_unused:
             return None
-        g = self.params[piece.var].grad
-        if g is None:  # dropped (zero_grad) after a failed step made it ready: send zeros, the
-            return self._zeros(piece)  # results of an abandoned step are discarded
+        g = it.grads.get(piece.var)
+        if g is None:
+            return self._zeros(piece)
         if piece.shard is None:
             return g
         return g.narrow(piece.axis, piece.start, piece.length)
@@ -488,7 +492,7 @@ class StrategyExecutor:
 
     # all-reduce -------------------------------------------------------------------------------------
     def _all_reduce(self, b: ArBucket, it: _Iteration) -> None:
-        views = [self._view(p) for p in b.pieces]
+        views = [self._view(p, it) for p in b.pieces]
         if b.compressor == "powersgd":
             self._powersgd(b, views)
             return
@@ -578,7 +582,7 @@ class StrategyExecutor:
         my_node = plan.rank_nodes[rank]
         server_node = plan.rank_nodes[server]
         leader = plan.leader(rank)
-        view = self._view(it.piece)
+        view = self._view(it.piece, iteration)
         assert view is not None  # a piece no rank has a gradient for is skipped whole
         if rank == server:
             if lr:
