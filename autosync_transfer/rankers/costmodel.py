@@ -14,9 +14,10 @@ and per-message latency ``a_i`` (``latency_ms``, or ``CostModelConfig.default_la
 All-reduce (AR)
     Every tensor or shard with the same ``group`` is fused. Bytes per tensor after compression:
     ``none`` = dtype bytes; ``fp16`` / ``fp16_ef`` = 2 bytes per element; ``powersgd`` with rank
-    ``r`` on a tensor of >= 2 dims reshaped to ``(d0, rest)`` = ``4 * r' * (d0 + rest)`` bytes
-    (fp32 factors P and Q, ``r' = min(r, d0, rest)``, the largest rank a factorization can have),
-    sent as two all-reduces (P, then Q); 1-D tensors are sent uncompressed. A ring over all ``W``
+    ``r`` on a tensor reshaped to ``(d0, rest)`` with ``d0 > 1`` and ``rest > 1`` (the tensors the
+    runtime factorizes) = ``4 * r' * (d0 + rest)`` bytes (fp32 factors P and Q,
+    ``r' = min(r, d0, rest)``, the largest rank a factorization can have), sent as two
+    all-reduces (P, then Q); other tensors (1-D, or a dimension of 1) are sent uncompressed. A ring over all ``W``
     workers (ranks numbered node by node) moves ``2 (W - 1) / W * bytes`` over every ring link, so
     each NIC carries that much in each direction; the ring runs at its slowest link: the slowest
     NIC, or ``B_intra`` when that is slower and some node holds >= 2 workers. A single-node cluster
@@ -58,6 +59,15 @@ Combining
     ``total_s = max_i (ar_total_s + per_node_nic_s[i])``: servers and groups work in parallel and
     the busiest NIC decides. The sum form ``sum_s = sum(per_server) + sum(per_group)`` runs every
     row one after another; ``sum_s >= total_s`` always holds.
+
+Implementation
+    One implementation, vectorized over a batch of candidates: :func:`terms` evaluates the model
+    on the rows the step-time simulator's :class:`~autosync_transfer.rankers.stepsim.RowDecoder`
+    decodes (the same validity rules) with the simulator's byte formulas
+    (:func:`~autosync_transfer.rankers.stepsim.wire_bytes`). :func:`estimate` (one strategy, per
+    row), :class:`AnalyticalRanker` and the featurizer's ``pre_*`` columns and aggregates all read
+    it. The model stays as a baseline and as features; the step-time prediction is the
+    simulator's (:mod:`~autosync_transfer.rankers.stepsim`).
 """
 
 from __future__ import annotations
@@ -70,20 +80,18 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from autosync_transfer.domains.domain import Domain
-from autosync_transfer.errors import StrategyValidationError
-from autosync_transfer.strategies.types import PS, AllReduce, Strategy
-from autosync_transfer.strategies.validate import validate
+from autosync_transfer.rankers.stepsim import _MAX_POWERSGD_RANK, RowDecoder, Rows, wire_bytes
+from autosync_transfer.strategies.types import Strategy
 
 __all__ = [
     "CostModelConfig",
     "RowCost",
     "CostBreakdown",
+    "Terms",
+    "terms",
     "estimate",
     "AnalyticalRanker",
 ]
-
-_FP16_BYTES = 2
-_POWERSGD_FACTOR_BYTES = 4  # P and Q are float32
 
 
 class CostModelConfig(BaseModel):
@@ -148,36 +156,18 @@ class CostBreakdown:
     bottleneck_node: str
 
 
-class _Var(NamedTuple):
-    shape: tuple[int, ...]
-    itemsize: int
-    sparse: bool
-    num_elements: int
-    row_bytes: float  # bytes of one sparse row on the wire (values + index)
-
-
 class _Context:
-    """Everything :func:`estimate` needs from a domain, computed once per domain."""
-
-    __slots__ = (
-        "variables", "node_index", "node_names", "workers", "nic_bytes_per_s", "latency_s",
-        "intra_bytes_per_s", "world_size", "num_nodes", "ring_factor", "ar_bytes_per_s",
-        "ar_latency_per_collective_s", "tokens",
-    )
+    """The model's per-domain tables (network, per-variable sizes, PS tables), computed once per
+    domain; :func:`terms` evaluates the model on decoded rows with them."""
 
     def __init__(self, domain: Domain, config: CostModelConfig):
         model, cluster = domain.model, domain.cluster
-        self.variables: dict[str, _Var] = {
-            v.name: _Var(
-                shape=v.shape,
-                itemsize=v.itemsize,
-                sparse=v.sparse,
-                num_elements=v.num_elements,
-                row_bytes=float(v.row_elements * v.itemsize + config.sparse_index_bytes),
-            )
-            for v in model.variables
-        }
+        variables = model.variables
         self.tokens = float(model.batch_size * model.seq_len)
+        self.sparse_row_bytes = np.array(
+            [v.row_elements * v.itemsize + config.sparse_index_bytes for v in variables],
+            dtype=np.float64)
+        self.var_rows = np.array([float(v.shape[0]) if v.shape else 1.0 for v in variables])
         nodes = cluster.nodes
         self.node_names = [n.name for n in nodes]
         self.node_index = {n.name: i for i, n in enumerate(nodes)}
@@ -198,196 +188,185 @@ class _Context:
             if int(self.workers.max()) >= 2:
                 bw = min(bw, self.intra_bytes_per_s)
             self.ar_bytes_per_s = bw
+        self.ring_s_per_byte = self.ring_factor / self.ar_bytes_per_s
         self.ar_latency_per_collective_s = 2.0 * (w - 1) * float(self.latency_s.max())
+        self._ps_tables()
+
+    def _ps_tables(self) -> None:
+        """PS terms per (server p, replication r), for rows of ``b`` bytes whose time is linear
+        in ``b`` (all but sparse rows with replication).
+
+        ``ps_gamma[p, r, k]``: seconds per byte at node ``k`` (NIC push/pull plus intra-node
+        fan-in); ``ps_gamma_max[p, r]`` its max over nodes (the row's transmission_s per byte);
+        ``ps_lat[p, r, k]``: per-message latency at node ``k``, ``ps_lat_max`` its max (the row's
+        latency_s); ``ps_server_msgs[p, r]``: pushes + pulls the server handles.
+        """
+        n, w, nic, intra = self.num_nodes, self.workers, self.nic_bytes_per_s, self.intra_bytes_per_s
+        eye = np.eye(n, dtype=bool)
+        gamma = np.empty((n, 2, n))
+        lat = np.empty((n, 2, n))
+        msgs = np.empty((n, 2))
+        for r in (0, 1):
+            sent = np.ones(n) if r else w.copy()  # bytes a remote node sends per row byte
+            remote_s = sent / nic + (r * (w - 1.0)) / intra
+            for p in range(n):
+                server_s = (sent.sum() - sent[p]) / nic[p] + (w[p] - 1.0) / intra
+                gamma[p, r] = np.where(eye[p], server_s, remote_s)
+                remote = (n - 1.0) if r else (self.world_size - w[p])
+                msgs[p, r] = 2.0 * (remote + w[p] - 1.0)
+                lat[p, r] = np.where(eye[p], msgs[p, r] * self.latency_s[p],
+                                     2.0 * w * self.latency_s)
+        self.ps_gamma = gamma
+        self.ps_gamma_max = gamma.max(axis=2)
+        self.ps_lat = lat
+        self.ps_lat_max = lat.max(axis=2)
+        self.ps_server_msgs = msgs
 
 
-def _reject(strategy: Strategy, domain: Domain, why: str) -> StrategyValidationError:
-    """Raise the validator's full report; ``why`` only if the validator finds nothing."""
-    validate(strategy, domain)
-    return StrategyValidationError([why])
+class Terms(NamedTuple):
+    """The model's terms of a batch of decoded rows (:class:`~autosync_transfer.rankers.stepsim.Rows`),
+    seconds unless said otherwise. ``[R]`` per row, ``[B]`` per strategy, ``[B, N]`` per node."""
+
+    wire: np.ndarray  # [R] bytes one worker puts on the wire (after compression; sparse: rows)
+    touched: np.ndarray  # [R] rows a sparse piece touches per worker (dense: its rows)
+    transmission: np.ndarray  # [R] the row's transmission_s
+    latency: np.ndarray  # [R] the row's latency_s
+    messages: np.ndarray  # [R] AR: collectives (1, or 2 for a PowerSGD matrix); PS: pushes +
+    #                       pulls the server handles
+    replication: np.ndarray  # [R] bool
+    compressor: np.ndarray  # [R] index into COMPRESSORS (AR rows)
+    powersgd_rank: np.ndarray  # [R]
+    powersgd: np.ndarray  # [R] bool: a PowerSGD matrix (two collectives)
+    node_ps: np.ndarray  # [B, N] per_node_nic_s
+    per_server: np.ndarray  # [B, N] summed row times of the PS rows each node hosts
+    hosting: np.ndarray  # [B, N] bool: the node hosts a PS row
+    group_key: np.ndarray  # [AR rows] strategy x groups_width + compact group id
+    groups_width: int
+    group_bytes: np.ndarray  # [B x groups_width] wire bytes per group
+    group_collectives: np.ndarray  # [B x groups_width]
+    group_two: np.ndarray  # [B x groups_width] bool: holds a PowerSGD matrix
+    group_time: np.ndarray  # [B x groups_width] (0 where absent)
+    ar_total: np.ndarray  # [B]
+    total: np.ndarray  # [B] bottleneck form
+    sum: np.ndarray  # [B] sequential form
 
 
-def _estimate(strategy: Strategy, domain: Domain, ctx: _Context,
-              with_rows: bool) -> CostBreakdown | float:
-    """The model; with ``with_rows=False`` only ``total_s`` is computed and returned."""
-    variables = ctx.variables
-    node_index = ctx.node_index
-    tokens = ctx.tokens
-
-    # PS rows: (bytes per worker, server index, replication, sparse, touched rows per worker,
-    # rows of the shard, bytes per sparse row); the numeric part of the model runs on them as
-    # one (rows x 7) array
-    ps: list[tuple[float, int, bool, bool, float, float, float]] = []
-    # AR rows (bytes per worker, collectives, group), kept only for the per-row report
-    ar: list[tuple[float, int, int]] = []
-    group_bytes: dict[int, float] = {}
-    # collectives of each group: one fused bucket per (compressor, PowerSGD rank), as the runtime
-    # plans them; a PowerSGD bucket holding a matrix is two collectives (P, then Q)
-    group_buckets: dict[int, dict[tuple[str, int], int]] = {}
-    # every row in strategy order: (var name, shard, is_ps, index into ps / ar, sparse)
-    order: list[tuple[str, int | None, bool, int, bool]] = []
-
-    def add(name: str, shard: int | None, sync: PS | AllReduce, var: _Var, num_elements: int,
-            d0: int, rows_total: int) -> None:
-        if isinstance(sync, PS):
-            p = node_index.get(sync.destination)
-            if p is None:
-                raise _reject(
-                    strategy, domain, f"PS destination {sync.destination!r} is not a node"
-                )
-            if var.sparse:
-                rows = min(tokens * rows_total / var.shape[0], float(rows_total))
-                ps.append((rows * var.row_bytes, p, sync.local_replication, True, rows,
-                           float(rows_total), var.row_bytes))
-            else:
-                ps.append((float(num_elements * var.itemsize), p, sync.local_replication, False,
-                           0.0, 0.0, 0.0))
-            if with_rows:
-                order.append((name, shard, True, len(ps) - 1, var.sparse))
-            return
-        if var.sparse:
-            raise _reject(strategy, domain, f"sparse variable {name!r} uses all-reduce")
-        comp = sync.compressor
-        msgs = 1
-        if comp == "none" or (comp == "powersgd" and len(var.shape) < 2):
-            nbytes = float(num_elements * var.itemsize)
-        elif comp == "powersgd":
-            rest = num_elements // d0
-            rank = min(sync.powersgd_rank, d0, rest)
-            nbytes = float(_POWERSGD_FACTOR_BYTES * rank * (d0 + rest))
-            msgs = 2
-        else:  # fp16, fp16_ef
-            nbytes = float(num_elements * _FP16_BYTES)
-        g = sync.group
-        group_bytes[g] = group_bytes.get(g, 0.0) + nbytes
-        buckets = group_buckets.setdefault(g, {})
-        bkey = (comp, sync.powersgd_rank if comp == "powersgd" else 0)
-        if msgs > buckets.get(bkey, 0):
-            buckets[bkey] = msgs
-        if with_rows:
-            ar.append((nbytes, msgs, g))
-            order.append((name, shard, False, len(ar) - 1, False))
-
-    configs = strategy.nodes
-    for cfg in configs:
-        name = cfg.var_name
-        var = variables.get(name)
-        if var is None:
-            raise _reject(strategy, domain, f"variable {name!r} is not a trainable variable")
-        part = cfg.partition
-        if part is None:
-            rows = var.shape[0] if var.shape else 1  # a scalar is one row
-            add(name, None, cfg.synchronizer, var, var.num_elements,  # type: ignore[arg-type]
-                rows, rows)
-            continue
-        axis, shape = part.axis, var.shape
-        if axis >= len(shape) or (var.sparse and axis != 0) or part.shards > shape[axis]:
-            raise _reject(strategy, domain, f"variable {name!r}: invalid partition")
-        dim = shape[axis]
-        per_slice = var.num_elements // dim
-        for i, (sync, size) in enumerate(zip(part.synchronizers, part.shard_sizes(dim))):
-            d0 = size if axis == 0 else shape[0]
-            add(name, i, sync, var, per_slice * size, d0, size)
-    if len(configs) != len(variables) or len({c.var_name for c in configs}) != len(configs):
-        raise _reject(strategy, domain, "every trainable variable needs exactly one synchronizer")
-
-    # ---- all-reduce: fuse per group -----------------------------------------------------------
-    ring_s_per_byte = ctx.ring_factor / ctx.ar_bytes_per_s
-    lat_per_coll = ctx.ar_latency_per_collective_s
-    per_group = {
-        g: group_bytes[g] * ring_s_per_byte + sum(group_buckets[g].values()) * lat_per_coll
-        for g in sorted(group_bytes)
-    }
-    ar_total_s = float(sum(per_group.values()))
-
-    # ---- parameter servers: (rows x nodes) matrices --------------------------------------------
-    n_nodes = ctx.num_nodes
-    w = ctx.workers
-    if ps:
-        cols = np.array(ps, dtype=np.float64)
-        b = cols[:, 0]
-        srv = cols[:, 1].astype(np.intp)
-        lr = cols[:, 2] > 0
-        sparse = cols[:, 3] > 0
-        on_server = srv[:, None] == np.arange(n_nodes)[None, :]
-        b_col = b[:, None]
-        per_worker_push = w[None, :] * b_col  # every worker of node k pushes b (no replication)
-        aggregated = np.broadcast_to(b_col, on_server.shape)  # one push per node (replication)
-        if (lr & sparse).any():
-            touched = np.minimum(
-                w[None, :] * cols[:, 4:5], cols[:, 5:6]
-            ) * cols[:, 6:7]
-            aggregated = np.where((lr & sparse)[:, None], touched, aggregated)
-        # bytes a remote node's NIC sends in the push (and receives in the pull)
-        sender = np.where(lr[:, None], aggregated, per_worker_push)
-        sender = np.where(on_server, 0.0, sender)
-        server_push_in = sender.sum(axis=1)  # incast on the server's ingress
-        server_pull_out = server_push_in     # the pull mirrors the push
-        ingress = np.where(on_server, server_push_in[:, None], sender)  # push in / pull in
-        egress = np.where(on_server, server_pull_out[:, None], sender)  # pull out / push out
-        # intra-node fan-in/out: the server node's other workers, and with replication every node
-        local = (w - 1.0)[None, :] * b_col
-        intra = np.where(on_server | lr[:, None], local, 0.0)
-        # messages through each node: 2 per push/pull of each of its workers; the server handles
-        # 2 per remote worker (or remote node with replication) and 2 per other local worker
-        w_p = w[srv]
-        remote = np.where(lr, n_nodes - 1.0, ctx.world_size - w_p)
-        server_msgs = 2.0 * (remote + w_p - 1.0)
-        msgs = np.where(on_server, server_msgs[:, None], 2.0 * w[None, :])
-        node_time = (
-            np.maximum(ingress, egress) / ctx.nic_bytes_per_s[None, :]
-            + intra / ctx.intra_bytes_per_s
-        )
-        node_lat = msgs * ctx.latency_s[None, :]
-        row_trans = node_time.max(axis=1)
-        row_lat = node_lat.max(axis=1)
-        node_ps = (
-            np.maximum(ingress.sum(axis=0), egress.sum(axis=0)) / ctx.nic_bytes_per_s
-            + intra.sum(axis=0) / ctx.intra_bytes_per_s  # fan-in and fan-out are equal
-            + node_lat.sum(axis=0)
-        )
-        server_s = np.bincount(srv, weights=row_trans + row_lat, minlength=n_nodes)
-        hosting = np.bincount(srv, minlength=n_nodes) > 0
-    else:
-        node_ps = np.zeros(n_nodes)
-        server_s = np.zeros(n_nodes)
-        hosting = np.zeros(n_nodes, dtype=bool)
-
-    busiest = int(np.argmax(node_ps))
-    total_s = ar_total_s + float(node_ps[busiest])
-    if not with_rows:
-        return total_s
-    sum_s = float(server_s.sum()) + ar_total_s
-
-    names = ctx.node_names
-    rows: list[RowCost] = []
-    if ps:
-        trans_l = row_trans.tolist()
-        lat_l = row_lat.tolist()
-        smsgs_l = server_msgs.astype(np.int64).tolist()
-    for name, shard, is_ps, j, is_sparse in order:
-        if is_ps:
-            rec = ps[j]
-            rows.append(RowCost(
-                name, shard, "ps", rec[0], names[rec[1]], None,
-                trans_l[j], smsgs_l[j], lat_l[j], is_sparse,
-            ))
-        else:
-            nbytes, msgs, g = ar[j]
-            rows.append(RowCost(
-                name, shard, "ar", nbytes, None, g,
-                nbytes * ring_s_per_byte, msgs, msgs * lat_per_coll, False,
-            ))
-    return CostBreakdown(
-        rows=tuple(rows),
-        per_server={names[i]: float(server_s[i]) for i in range(n_nodes) if hosting[i]},
-        per_group=per_group,
-        per_node_nic_s={names[i]: float(node_ps[i]) for i in range(n_nodes)},
-        ar_total_s=ar_total_s,
-        total_s=total_s,
-        sum_s=sum_s,
-        bottleneck_node=names[busiest],
+def terms(ctx: _Context, rows: Rows, *, totals_only: bool = False) -> Terms | np.ndarray:
+    """The model on decoded rows, vectorized over a batch of strategies (the one implementation
+    of its formulas: :func:`estimate`, :class:`AnalyticalRanker` and the featurizer's ``pre_*``
+    columns read it). With ``totals_only`` only the bottleneck times ``[B]`` are returned."""
+    B, N = rows.num_strategies, ctx.num_nodes
+    row_strat, codes, ctab = rows.strat, rows.codes, rows.ctab
+    is_ar, srv, row_sparse = rows.is_ar, rows.server, rows.sparse
+    rows_total = rows.rows_total
+    R = row_strat.size
+    wire, touched, psgd = wire_bytes(rows, ctx.tokens, ctx.sparse_row_bytes, ctx.var_rows)
+    lr = rows.replication
+    comp = ctab[4][codes]
+    rank = ctab[5][codes]
+    # ---- parameter-server rows --------------------------------------------------------------
+    trans = np.zeros(R)
+    lat = np.zeros(R)
+    msgs = np.zeros(R)
+    ps_idx = np.flatnonzero(~is_ar)
+    # every PS row's time at node k is bytes x gamma[server, replication, k] (linear in its
+    # bytes), except sparse rows with replication, whose node aggregates are capped by the
+    # shard's rows: those few get the (rows x nodes) form
+    b = wire[ps_idx]
+    p = srv[ps_idx]
+    plr = lr[ps_idx].astype(np.int64)
+    pl = p * 2 + plr  # (server, replication) code
+    lat[ps_idx] = ctx.ps_lat_max.ravel()[pl]
+    msgs[ps_idx] = ctx.ps_server_msgs.ravel()[pl]
+    trans[ps_idx] = b * ctx.ps_gamma_max.ravel()[pl]
+    key = row_strat[ps_idx] * (2 * N) + pl
+    nonlinear = np.flatnonzero(row_sparse[ps_idx] & (plr == 1))
+    b_lin = b
+    if nonlinear.size:
+        b_lin = b.copy()
+        b_lin[nonlinear] = 0.0
+    node_ps = (
+        np.bincount(key, weights=b_lin, minlength=B * 2 * N).reshape(B, 2 * N)
+        @ ctx.ps_gamma.reshape(2 * N, N)
+        + np.bincount(key, minlength=B * 2 * N).reshape(B, 2 * N)
+        @ ctx.ps_lat.reshape(2 * N, N)
     )
+    if nonlinear.size:
+        rows_nl = ps_idx[nonlinear]
+        w = ctx.workers
+        on_server = p[nonlinear][:, None] == np.arange(N)[None, :]
+        sender = (np.minimum(w[None, :] * touched[rows_nl, None], rows_total[rows_nl, None])
+                  * ctx.sparse_row_bytes[rows.var[rows_nl], None])
+        sender[on_server] = 0.0
+        ingress = np.where(on_server, sender.sum(axis=1)[:, None], sender)
+        intra = (w - 1.0)[None, :] * b[nonlinear, None]  # fan-in on every node (replication)
+        node_time = ingress / ctx.nic_bytes_per_s[None, :] + intra / ctx.intra_bytes_per_s
+        trans[rows_nl] = node_time.max(axis=1)
+        keys = (row_strat[rows_nl, None] * N + np.arange(N)[None, :]).ravel()
+        node_ps += np.bincount(keys, weights=node_time.ravel(), minlength=B * N).reshape(B, N)
+
+    # ---- all-reduce rows: fused per group, one bucket per (compressor, PowerSGD rank) ---------
+    collectives = np.where(psgd, 2.0, 1.0)
+    trans = np.where(is_ar, wire * ctx.ring_s_per_byte, trans)
+    lat = np.where(is_ar, collectives * ctx.ar_latency_per_collective_s, lat)
+    msgs = np.where(is_ar, collectives, msgs)
+    ar_idx = np.flatnonzero(is_ar)
+    g_ids = ctab[3][codes[ar_idx]]
+    if g_ids.size and B * (int(g_ids.max()) + 1) > 4 * g_ids.size + 4096:
+        # sparse numbering (large group ids): number the batch's distinct ids 0.. first
+        g_ids = np.unique(g_ids, return_inverse=True)[1].reshape(-1)
+    GM = int(g_ids.max()) + 1 if g_ids.size else 1
+    KG = B * GM
+    g_key = row_strat[ar_idx] * GM + g_ids
+    grp_bytes = np.bincount(g_key, weights=wire[ar_idx], minlength=KG)
+    ar_comp = comp[ar_idx]
+    grp_coll, grp_two = _buckets(
+        g_key, np.where(ar_comp == 3, 3 + np.minimum(rank[ar_idx], _MAX_POWERSGD_RANK), ar_comp),
+        psgd[ar_idx], KG)
+    grp_time = np.where(grp_coll > 0, grp_bytes * ctx.ring_s_per_byte
+                        + grp_coll * ctx.ar_latency_per_collective_s, 0.0)
+    ar_total = grp_time.reshape(B, GM).sum(axis=1)
+    total = ar_total + node_ps.max(axis=1)
+    if totals_only:
+        return total
+    s_key = row_strat[ps_idx] * N + p
+    per_server = np.bincount(s_key, weights=trans[ps_idx] + lat[ps_idx],
+                             minlength=B * N).reshape(B, N)
+    hosting = np.bincount(s_key, minlength=B * N).reshape(B, N) > 0
+    return Terms(
+        wire=wire, touched=touched, transmission=trans, latency=lat, messages=msgs,
+        replication=lr, compressor=comp, powersgd_rank=rank, powersgd=psgd, node_ps=node_ps,
+        per_server=per_server, hosting=hosting, group_key=g_key, groups_width=GM,
+        group_bytes=grp_bytes, group_collectives=grp_coll, group_two=grp_two,
+        group_time=grp_time, ar_total=ar_total, total=total,
+        sum=per_server.sum(axis=1) + ar_total,
+    )
+
+
+_BUCKET_KINDS = 4 + _MAX_POWERSGD_RANK  # none, fp16, fp16_ef, then PowerSGD ranks 0..64
+
+
+def _buckets(g_key: np.ndarray, kind: np.ndarray, two: np.ndarray, num_groups: int
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Collectives per group and whether it holds a two-collective bucket.
+
+    A group's rows fuse into one bucket per ``kind`` (compressor, and the rank for PowerSGD,
+    ``0 <= kind < _BUCKET_KINDS``); a bucket with a ``two`` row (a PowerSGD matrix) is two
+    collectives. Returns ``(collectives [num_groups] float64, two [num_groups] bool)``.
+    """
+    key = g_key * _BUCKET_KINDS + kind
+    size = num_groups * _BUCKET_KINDS
+    if size <= 8 * key.size + (1 << 20):  # dense: one bin per (group, kind)
+        present = np.bincount(key, minlength=size) > 0
+        doubled = np.bincount(key[two], minlength=size) > 0
+        coll = (present.reshape(num_groups, _BUCKET_KINDS).sum(axis=1)
+                + doubled.reshape(num_groups, _BUCKET_KINDS).sum(axis=1))
+        return coll.astype(np.float64), doubled.reshape(num_groups, _BUCKET_KINDS).any(axis=1)
+    b_keys, b_inv = np.unique(key, return_inverse=True)
+    b_two = np.bincount(b_inv.reshape(-1), weights=two, minlength=b_keys.size) > 0
+    b_group = b_keys // _BUCKET_KINDS
+    coll = np.bincount(b_group, weights=np.where(b_two, 2.0, 1.0), minlength=num_groups)
+    return coll, np.bincount(b_group, weights=b_two, minlength=num_groups) > 0
 
 
 def estimate(
@@ -399,7 +378,39 @@ def estimate(
     when the strategy does not fit the domain.
     """
     ctx = _Context(domain, config or CostModelConfig())
-    return cast(CostBreakdown, _estimate(strategy, domain, ctx, with_rows=True))
+    rows = RowDecoder(domain).rows([strategy], order=False)
+    t = cast(Terms, terms(ctx, rows))
+    names = ctx.node_names
+    var_names = [v.name for v in domain.model.variables]
+    group_ids = rows.ctab[3][rows.codes]
+    is_ar = rows.is_ar
+    ar_pos = np.cumsum(is_ar) - 1  # position of an AR row among the AR rows
+    out: list[RowCost] = []
+    per_group: dict[int, float] = {}
+    for i in range(rows.strat.size):
+        shard = int(rows.shard[i]) if rows.partitioned[i] else None
+        if is_ar[i]:
+            g = int(group_ids[i])
+            per_group[g] = float(t.group_time[t.group_key[ar_pos[i]]])
+            out.append(RowCost(var_names[rows.var[i]], shard, "ar", float(t.wire[i]), None, g,
+                               float(t.transmission[i]), int(t.messages[i]),
+                               float(t.latency[i]), False))
+        else:
+            out.append(RowCost(var_names[rows.var[i]], shard, "ps", float(t.wire[i]),
+                               names[rows.server[i]], None, float(t.transmission[i]),
+                               int(t.messages[i]), float(t.latency[i]), bool(rows.sparse[i])))
+    node_ps = t.node_ps[0]
+    return CostBreakdown(
+        rows=tuple(out),
+        per_server={names[i]: float(t.per_server[0, i]) for i in range(ctx.num_nodes)
+                    if t.hosting[0, i]},
+        per_group={g: per_group[g] for g in sorted(per_group)},
+        per_node_nic_s={names[i]: float(node_ps[i]) for i in range(ctx.num_nodes)},
+        ar_total_s=float(t.ar_total[0]),
+        total_s=float(t.total[0]),
+        sum_s=float(t.sum[0]),
+        bottleneck_node=names[int(np.argmax(node_ps))],
+    )
 
 
 class AnalyticalRanker:
@@ -416,7 +427,7 @@ class AnalyticalRanker:
     def score(self, strategies: Iterable[Strategy], domain: Domain) -> np.ndarray:
         """Predicted sync seconds (``CostBreakdown.total_s``) of each strategy, in order."""
         ctx = _Context(domain, self.config or CostModelConfig())
-        return np.array(
-            [float(_estimate(s, domain, ctx, with_rows=False)) for s in strategies],
-            dtype=np.float64,
-        )
+        decoder = RowDecoder(domain)
+        parts = [cast(np.ndarray, terms(ctx, decoder.rows(batch, order=False), totals_only=True))
+                 for batch in decoder.batches(list(strategies))]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)

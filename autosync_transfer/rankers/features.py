@@ -42,12 +42,11 @@ Performance
     strategies, as the sampler makes them, are resolved once, by identity); a
     :class:`~autosync_transfer.strategies.sampler.SampledBatch` is read from the sampler's arrays
     (its :class:`~autosync_transfer.strategies.sampler.StrategyBatch`) instead, without building
-    or walking any object. Everything else, including the cost model's
-    per-row terms, runs vectorized over all rows of a batch (PS terms through per-(server,
-    replication) tables: a PS row's time is linear in its bytes except for sparse rows with local
-    replication). The per-row terms are the formulas of
-    :mod:`~autosync_transfer.rankers.costmodel` (a test compares them with
-    :func:`~autosync_transfer.rankers.costmodel.estimate`). :meth:`Featurizer.aggregates`
+    or walking any object. Everything else runs vectorized over all rows of a batch: the cost
+    model's terms are :func:`~autosync_transfer.rankers.costmodel.terms` on the decoded rows (the
+    one implementation of its formulas), the ``sim_*`` columns the simulator's
+    :meth:`~autosync_transfer.rankers.stepsim.StepSimulator.simulate_rows` on the same rows; this
+    module only normalizes and aggregates them. :meth:`Featurizer.aggregates`
     computes the ``agg`` table alone (what the ``linear`` ranker reads), skipping every per-row
     output; ``benchmarks/scoring_throughput.py`` measures both paths.
 
@@ -59,19 +58,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, repeat
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from autosync_transfer.domains.domain import Domain
-from autosync_transfer.errors import StrategyValidationError
 from autosync_transfer.errors import ConfigError
-from autosync_transfer.rankers.costmodel import CostModelConfig, _Context
+from autosync_transfer.rankers.costmodel import CostModelConfig, Terms, _Context, terms
 from autosync_transfer.rankers.stepsim import Columns, RowDecoder, StepSimulator
-from autosync_transfer.strategies.sampler import SampledBatch, StrategyBatch
-from autosync_transfer.strategies.types import COMPRESSORS, PS, AllReduce, Partition, Strategy
-from autosync_transfer.strategies.validate import validate
+from autosync_transfer.strategies.sampler import SampledBatch
+from autosync_transfer.strategies.types import Strategy
 
 if TYPE_CHECKING:
     import torch
@@ -91,8 +87,6 @@ __all__ = [
 #: bump whenever a column is added, removed, reordered or changes meaning
 FEATURE_SCHEMA_VERSION = 3
 
-_FP16_BYTES = 2
-_POWERSGD_FACTOR_BYTES = 4
 _MAX_POWERSGD_RANK = 64  # AllReduce.powersgd_rank's upper bound
 _LOG_FLOOR_S = 1e-9  # seconds added before log10 so that 0 s stays finite (-9)
 _ROWS_PER_BATCH = 1 << 17  # rows per batch: the work arrays of a batch stay small
@@ -347,88 +341,36 @@ def reference_time_s(domain: Domain, config: CostModelConfig | None = None) -> f
 
 
 class _Tables:
-    """What featurization needs from a domain, computed once."""
+    """What featurization needs from a domain, computed once (the cost model's tables in
+    ``ctx``)."""
 
     def __init__(self, domain: Domain, config: CostModelConfig):
         ctx = _Context(domain, config)
         self.ctx = ctx
-        model, cluster = domain.model, domain.cluster
+        model = domain.model
         variables = model.variables
         self.num_vars = len(variables)
-        self.var_index = {v.name: i for i, v in enumerate(variables)}
-        self.ndim = np.array([len(v.shape) for v in variables], dtype=np.int64)
-        maxdim = max(1, int(self.ndim.max()))
-        self.dims = np.ones((self.num_vars, maxdim), dtype=np.int64)
-        for i, v in enumerate(variables):
-            self.dims[i, : len(v.shape)] = v.shape
-        self.shape0 = self.dims[:, 0].copy()  # 1 for scalars
-        self.num_el = np.array([v.num_elements for v in variables], dtype=np.int64)
-        self.itemsize = np.array([v.itemsize for v in variables], dtype=np.float64)
-        self.sparse = np.array([v.sparse for v in variables], dtype=bool)
-        self.sparse_row_bytes = np.array(
-            [v.row_elements * v.itemsize + config.sparse_index_bytes for v in variables],
-            dtype=np.float64,
-        )
         self.position = np.arange(self.num_vars, dtype=np.float64) / max(1, self.num_vars - 1)
         self.model_bytes = float(sum(v.nbytes for v in variables))
-        self.tokens = ctx.tokens
-
-        self.node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
         self.num_nodes = ctx.num_nodes
         self.world = ctx.world_size
-        self.workers = ctx.workers
-        self.nic = ctx.nic_bytes_per_s
-        self.lat = ctx.latency_s
-        self.intra = ctx.intra_bytes_per_s
-        self.ring_s_per_byte = ctx.ring_factor / ctx.ar_bytes_per_s
-        self.lat_per_coll = ctx.ar_latency_per_collective_s
-        mean_nic = float(self.nic.mean())
-        self.bw_rel = self.nic / mean_nic
+        nic, lat = ctx.nic_bytes_per_s, ctx.latency_s
+        mean_nic = float(nic.mean())
+        self.bw_rel = nic / mean_nic
         self.ar_bw_rel = ctx.ar_bytes_per_s / mean_nic
-        self.lat_rel = self.lat / float(self.lat.mean()) if float(self.lat.mean()) > 0 else (
-            np.ones_like(self.lat))
-        self.workers_frac = self.workers / self.world
+        self.lat_rel = lat / float(lat.mean()) if float(lat.mean()) > 0 else np.ones_like(lat)
+        self.workers_frac = ctx.workers / self.world
         self.ref_s = max(
-            self.model_bytes * self.ring_s_per_byte + self.lat_per_coll,
+            self.model_bytes * ctx.ring_s_per_byte + ctx.ar_latency_per_collective_s,
             self.model_bytes / ctx.ar_bytes_per_s,
         )
         self.msg_scale = 2.0 * self.world * self.num_vars  # 2 W V
-        self._ps_tables()
         self.shape_cols = (
             math.log2(self.num_nodes),
             math.log2(self.world),
             self.world / self.num_nodes,
-            float(self.nic.min() / self.nic.max()),
+            float(nic.min() / nic.max()),
         )
-
-    def _ps_tables(self) -> None:
-        """The cost model's PS terms per (server p, replication r), for rows of ``b`` bytes whose
-        time is linear in ``b`` (all but sparse rows with replication).
-
-        ``ps_gamma[p, r, k]``: seconds per byte at node ``k`` (NIC push/pull plus intra-node
-        fan-in); ``ps_gamma_max[p, r]`` its max over nodes (the row's transmission_s per byte);
-        ``ps_lat[p, r, k]``: per-message latency at node ``k``, ``ps_lat_max`` its max (the row's
-        latency_s); ``ps_server_msgs[p, r]``: pushes + pulls the server handles.
-        """
-        n, w, nic, intra = self.num_nodes, self.workers, self.nic, self.intra
-        eye = np.eye(n, dtype=bool)
-        gamma = np.empty((n, 2, n))
-        lat = np.empty((n, 2, n))
-        msgs = np.empty((n, 2))
-        for r in (0, 1):
-            sent = np.ones(n) if r else w.copy()  # bytes a remote node sends per row byte
-            remote_s = sent / nic + (r * (w - 1.0)) / intra
-            for p in range(n):
-                server_s = (sent.sum() - sent[p]) / nic[p] + (w[p] - 1.0) / intra
-                gamma[p, r] = np.where(eye[p], server_s, remote_s)
-                remote = (n - 1.0) if r else (self.world - w[p])
-                msgs[p, r] = 2.0 * (remote + w[p] - 1.0)
-                lat[p, r] = np.where(eye[p], msgs[p, r] * self.lat[p], 2.0 * w * self.lat)
-        self.ps_gamma = gamma
-        self.ps_gamma_max = gamma.max(axis=2)
-        self.ps_lat = lat
-        self.ps_lat_max = lat.max(axis=2)
-        self.ps_server_msgs = msgs
 
 
 # -- featurizer -----------------------------------------------------------------------------------
@@ -507,8 +449,7 @@ class Featurizer:
     def totals(self, strategies: Sequence[Strategy]) -> np.ndarray:
         """The analytical bottleneck time of every strategy, in seconds (float64: the ``total``
         aggregate times the reference time, before rounding to float32), computed like
-        :meth:`aggregates`; equal to ``costmodel.estimate(s, domain).total_s`` up to float
-        rounding."""
+        :meth:`aggregates`: ``costmodel.estimate(s, domain).total_s``."""
         parts = [self._batch(batch, full=False, totals=True)
                  for batch in self._batches(strategies, _AGG_ROWS_PER_BATCH)]
         if not parts:
@@ -524,78 +465,25 @@ class Featurizer:
         B = len(strategies)
         V, N = t.num_vars, t.num_nodes
         rows = self.decoder.rows(strategies, order=full)
-        row_strat, row_var, codes, ctab = rows.strat, rows.var, rows.codes, rows.ctab
+        row_strat, row_var = rows.strat, rows.var
         is_ar, srv, row_sparse = rows.is_ar, rows.server, rows.sparse
         R = row_strat.size
         r_part, r_shards = rows.partitioned, rows.shards
-        shape0 = t.shape0[row_var]
-        n_el, d0, rows_total, tensor_bytes = rows.numel, rows.d0, rows.rows_total, rows.tensor_bytes
-        # ---- parameter-server rows --------------------------------------------------------------
+        tensor_bytes = rows.tensor_bytes
+        rows_total = rows.rows_total
+        if totals:
+            return terms(t.ctx, rows, totals_only=True)
+        tm = cast(Terms, terms(t.ctx, rows))
+        wire, touched, trans, lat = tm.wire, tm.touched, tm.transmission, tm.latency
+        lr, comp, rank = tm.replication, tm.compressor, tm.powersgd_rank
+        node_ps, total, ar_total = tm.node_ps, tm.total, tm.ar_total
         is_ps = ~is_ar
-        lr = (ctab[2] == 1)[codes]
-        touched = np.where(
-            row_sparse, np.minimum(t.tokens * rows_total / shape0, rows_total), rows_total)
-        wire = np.where(row_sparse, touched * t.sparse_row_bytes[row_var], tensor_bytes)
-        trans = np.zeros(R)
-        lat = np.zeros(R)
-        msgs_eq = np.zeros(R)  # messages in the units of pre_messages (x 2W)
+        # messages in the units of pre_messages (x 2W): AR 2 (W - 1) ring messages a collective
+        msgs_eq = np.where(is_ar, tm.messages * 2.0 * (t.world - 1), tm.messages)
         ps_idx = np.flatnonzero(is_ps)
-        # every PS row's time at node k is bytes x gamma[server, replication, k] (linear in its
-        # bytes), except sparse rows with replication, whose node aggregates are capped by the
-        # shard's rows: those few get the (rows x nodes) form
-        b = wire[ps_idx]
-        p = srv[ps_idx]
-        plr = lr[ps_idx].astype(np.int64)
-        pl = p * 2 + plr  # (server, replication) code
-        lat[ps_idx] = t.ps_lat_max.ravel()[pl]
-        msgs_eq[ps_idx] = t.ps_server_msgs.ravel()[pl]
-        trans[ps_idx] = b * t.ps_gamma_max.ravel()[pl]
-        key = row_strat[ps_idx] * (2 * N) + pl
-        nonlinear = np.flatnonzero(row_sparse[ps_idx] & (plr == 1))
-        b_lin = b
-        if nonlinear.size:
-            b_lin = b.copy()
-            b_lin[nonlinear] = 0.0
-        node_ps = (
-            np.bincount(key, weights=b_lin, minlength=B * 2 * N).reshape(B, 2 * N)
-            @ t.ps_gamma.reshape(2 * N, N)
-            + np.bincount(key, minlength=B * 2 * N).reshape(B, 2 * N)
-            @ t.ps_lat.reshape(2 * N, N)
-        )
-        if nonlinear.size:
-            rows_nl = ps_idx[nonlinear]
-            w = t.workers
-            p_nl = p[nonlinear]
-            on_server = p_nl[:, None] == np.arange(N)[None, :]
-            sender = (np.minimum(w[None, :] * touched[rows_nl, None], rows_total[rows_nl, None])
-                      * t.sparse_row_bytes[row_var[rows_nl], None])
-            sender[on_server] = 0.0
-            ingress = np.where(on_server, sender.sum(axis=1)[:, None], sender)
-            intra = (w - 1.0)[None, :] * b[nonlinear, None]  # fan-in on every node (replication)
-            node_time = ingress / t.nic[None, :] + intra / t.intra
-            trans[rows_nl] = node_time.max(axis=1)
-            keys = (row_strat[rows_nl, None] * N + np.arange(N)[None, :]).ravel()
-            node_ps += np.bincount(keys, weights=node_time.ravel(), minlength=B * N).reshape(B, N)
-
-        # ---- all-reduce rows --------------------------------------------------------------------
-        comp = ctab[4][codes]
-        rank = ctab[5][codes]
-        psgd = is_ar & (comp == 3) & (t.ndim[row_var] >= 2)
-        d0_safe = np.maximum(d0, 1)
-        rest = n_el // d0_safe
-        rank_eff = np.minimum(np.minimum(rank, d0_safe), rest)
-        ar_bytes_row = np.where(
-            psgd, float(_POWERSGD_FACTOR_BYTES) * rank_eff * (d0_safe + rest),
-            np.where((comp == 1) | (comp == 2), float(_FP16_BYTES) * n_el, tensor_bytes))
-        wire = np.where(is_ar, ar_bytes_row, wire)
-        collectives = np.where(psgd, 2.0, 1.0)
-        trans = np.where(is_ar, wire * t.ring_s_per_byte, trans)
-        lat = np.where(is_ar, collectives * t.lat_per_coll, lat)
-        msgs_eq = np.where(is_ar, collectives * 2.0 * (t.world - 1), msgs_eq)
-
-        # ---- servers: local index by first appearance -------------------------------------------
         ar_idx = np.flatnonzero(is_ar)
         K = B * N
+        # ---- servers: local index by first appearance -------------------------------------------
         if full:
             s_key, s_keys, s_strat, s_local, S_count = _local_index(
                 row_strat[ps_idx], srv[ps_idx], N, B)
@@ -605,7 +493,7 @@ class Featurizer:
             s_key = row_strat[ps_idx] * N + srv[ps_idx]
         wire_ps = wire[ps_idx]
         srv_bytes = np.bincount(s_key, weights=wire_ps, minlength=K)
-        srv_time = np.bincount(s_key, weights=trans[ps_idx] + lat[ps_idx], minlength=K)
+        srv_time = tm.per_server.reshape(-1)
         srv_msgs = np.bincount(s_key, weights=msgs_eq[ps_idx], minlength=K)
         srv_rows = np.bincount(s_key, minlength=K).astype(np.float64)
         if full:
@@ -614,44 +502,27 @@ class Featurizer:
         else:
             S_count = (srv_rows.reshape(B, N) > 0).sum(axis=1)
 
-        # ---- groups: compact ids, local index by first appearance -------------------------------
-        g_ids = ctab[3][codes[ar_idx]]
-        if g_ids.size and B * (int(g_ids.max()) + 1) > 4 * g_ids.size + 4096:
-            # sparse numbering (large group ids): number the batch's distinct ids 0.. first
-            g_ids = np.unique(g_ids, return_inverse=True)[1].reshape(-1)
-        GM = int(g_ids.max()) + 1 if g_ids.size else 1
+        # ---- groups: local index by first appearance --------------------------------------------
+        GM = tm.groups_width
         KG = B * GM
+        g_key = tm.group_key
         if full:
-            g_key, g_keys, g_strat, g_local, G_count = _local_index(
-                row_strat[ar_idx], g_ids, GM, B)
+            _, g_keys, g_strat, g_local, G_count = _local_index(
+                row_strat[ar_idx], g_key - row_strat[ar_idx] * GM, GM, B)
             row_group = np.full(R, -1, dtype=np.int64)
             row_group[ar_idx] = g_local[g_key]
-        else:
-            g_key = row_strat[ar_idx] * GM + g_ids
-        grp_bytes = np.bincount(g_key, weights=wire[ar_idx], minlength=KG)
-        # one fused bucket per (group, compressor, PowerSGD rank), as the runtime plans them;
-        # a bucket holding a PowerSGD matrix is two collectives (P, then Q)
-        ar_comp = comp[ar_idx]
-        grp_coll_sum, grp_two = _buckets(
-            g_key, np.where(ar_comp == 3, 3 + np.minimum(rank[ar_idx], _MAX_POWERSGD_RANK),
-                            ar_comp), psgd[ar_idx], KG)
+        grp_bytes, grp_two, grp_time = tm.group_bytes, tm.group_two, tm.group_time
         grp_rows = np.bincount(g_key, minlength=KG).astype(np.float64)
         present = grp_rows > 0
         if not full:
             G_count = present.reshape(B, GM).sum(axis=1)
-        grp_coll = grp_coll_sum
-        grp_time = np.where(present, grp_bytes * t.ring_s_per_byte + grp_coll * t.lat_per_coll, 0.0)
-        grp_msgs = np.where(present, grp_coll * 2.0 * (t.world - 1), 0.0)
+        grp_msgs = np.where(present, tm.group_collectives * 2.0 * (t.world - 1), 0.0)
 
         # ---- strategy-level totals --------------------------------------------------------------
-        ar_total = grp_time.reshape(B, GM).sum(axis=1)
         ps_node_max = node_ps.max(axis=1)
-        total = ar_total + ps_node_max
-        if totals:
-            return total
         sim = self.simulator.simulate_rows(rows)
-        per_server = srv_time.reshape(B, N)
-        sum_s = per_server.sum(axis=1) + ar_total
+        per_server = tm.per_server
+        sum_s = tm.sum
         ps_bytes = srv_bytes.reshape(B, N).sum(axis=1)
         ar_bytes = grp_bytes.reshape(B, GM).sum(axis=1)
         all_bytes = ps_bytes + ar_bytes
@@ -816,40 +687,6 @@ class Featurizer:
                 group_feats=grp_all[g_off[k]: g_off[k + 1]],
             ))
         return out
-
-
-_BUCKET_KINDS = 4 + _MAX_POWERSGD_RANK  # none, fp16, fp16_ef, then PowerSGD ranks 0..64
-
-
-def _buckets(g_key: np.ndarray, kind: np.ndarray, two: np.ndarray, num_groups: int
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """Collectives per group and whether it holds a two-collective bucket.
-
-    A group's rows fuse into one bucket per ``kind`` (compressor, and the rank for PowerSGD,
-    ``0 <= kind < _BUCKET_KINDS``); a bucket with a ``two`` row (a PowerSGD matrix) is two
-    collectives. Returns ``(collectives [num_groups] float64, two [num_groups] bool)``.
-    """
-    key = g_key * _BUCKET_KINDS + kind
-    size = num_groups * _BUCKET_KINDS
-    if size <= 8 * key.size + (1 << 20):  # dense: one bin per (group, kind)
-        present = np.bincount(key, minlength=size) > 0
-        doubled = np.bincount(key[two], minlength=size) > 0
-        coll = (present.reshape(num_groups, _BUCKET_KINDS).sum(axis=1)
-                + doubled.reshape(num_groups, _BUCKET_KINDS).sum(axis=1))
-        return coll.astype(np.float64), doubled.reshape(num_groups, _BUCKET_KINDS).any(axis=1)
-    b_keys, b_inv = np.unique(key, return_inverse=True)
-    b_two = np.bincount(b_inv.reshape(-1), weights=two, minlength=b_keys.size) > 0
-    b_group = b_keys // _BUCKET_KINDS
-    coll = np.bincount(b_group, weights=np.where(b_two, 2.0, 1.0), minlength=num_groups)
-    return coll, np.bincount(b_group, weights=b_two, minlength=num_groups) > 0
-
-
-def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """For every ``q`` of ``query``: ``values[i]`` where ``keys[i] == q`` (sorted keys), else -1."""
-    if keys.size == 0:
-        return np.full(query.size, -1, dtype=np.int64)
-    pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
-    return np.where(keys[pos] == query, values[pos], -1)
 
 
 def _local_index(

@@ -108,6 +108,18 @@ def test_powersgd_formula_and_two_collectives() -> None:
     assert rows["thin"].bytes_per_worker == 4 * 3 * (3 + 1000)  # rank capped at min(d0, rest)
 
 
+def test_powersgd_sends_a_tensor_with_a_dimension_of_one_uncompressed() -> None:
+    # the runtime factorizes only matrices with both sides > 1 (a (1, n) row is sent as it is)
+    dom = make_domain([("row", (1, 1000)), ("col", (1000, 1, 1))], make_cluster([1, 1, 1, 1]))
+    s = strat(row=AllReduce(group=0, compressor="powersgd", powersgd_rank=4),
+              col=AllReduce(group=1, compressor="powersgd", powersgd_rank=4))
+    out = estimate(s, dom)
+    rows = {r.var_name: r for r in out.rows}
+    assert rows["row"].bytes_per_worker == rows["col"].bytes_per_worker == 4000
+    assert rows["row"].messages == rows["col"].messages == 1
+    assert out.per_group[0] == pytest.approx(1.5 * 4000 / GBPS_1 + 6 * ALPHA)
+
+
 def test_group_fusion_counts_latency_once_per_group() -> None:
     dom = make_domain([("a", (MB_10,)), ("b", (1000, 2500))], make_cluster([1, 1, 1, 1]))
     trans = 1.5 * 20e6 / GBPS_1  # both tensors: 2 * 3/4 * 20 MB

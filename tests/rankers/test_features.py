@@ -210,15 +210,15 @@ def test_a_batch_of_another_domain_is_read_as_objects() -> None:
 
 
 def test_bucket_counting_dense_and_sparse_agree() -> None:
-    from autosync_transfer.rankers import features
+    from autosync_transfer.rankers import costmodel
 
     rng = np.random.default_rng(0)
     n, groups = 5000, 300
     g_key = rng.integers(0, groups, n)
     kind = rng.choice([0, 1, 2, 4, 5, 7, 67], n)
     two = (kind >= 3) & (rng.random(n) < 0.5)
-    dense = features._buckets(g_key, kind, two, groups)
-    sparse = features._buckets(g_key, kind, two, 10**6)  # too many groups for dense bins
+    dense = costmodel._buckets(g_key, kind, two, groups)
+    sparse = costmodel._buckets(g_key, kind, two, 10**6)  # too many groups for dense bins
     np.testing.assert_array_equal(dense[0], sparse[0][:groups])
     np.testing.assert_array_equal(dense[1], sparse[1][:groups])
     assert not sparse[0][groups:].any()
@@ -232,14 +232,6 @@ def test_bucket_counting_dense_and_sparse_agree() -> None:
 
 
 # -- agreement with the analytical model --------------------------------------------------------
-
-
-def graph_without_scalars() -> ModelGraph:
-    # estimate() reads shape[0] of every variable, so the comparison leaves the scalar out
-    g = tiny_graph()
-    kept = tuple(v for v in g.variables if v.shape)
-    return ModelGraph(name="tiny-noscalar", variables=kept, batch_size=g.batch_size,
-                      seq_len=g.seq_len)
 
 
 @pytest.mark.parametrize(
@@ -257,7 +249,10 @@ def graph_without_scalars() -> ModelGraph:
     ids=["2x[1,2]", "3-mixed", "single", "latency"],
 )
 def test_cost_terms_match_estimate(cluster: Cluster) -> None:
-    dom = Domain(name="d", model=graph_without_scalars(), cluster=cluster)
+    """The featurizer puts the cost model's terms in the right places: every row's, every
+    server's and every group's (in local order) and the strategy's, as ``estimate`` reports
+    them per strategy."""
+    dom = Domain(name="d", model=tiny_graph(), cluster=cluster)
     strategies = StrategySampler(dom, WIDE, seed=5).sample_n(25)
     fz = Featurizer(dom)
     ref = fz.reference_time_s

@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from autosync_transfer.domains.domain import Domain
-from autosync_transfer.domains.graph import ModelGraph
 from autosync_transfer.errors import ConfigError, UnknownNameError
 from autosync_transfer.rankers.costmodel import AnalyticalRanker, CostModelConfig
 from autosync_transfer.rankers.modules import RANKERS, build_ranker, ranker_hparams
@@ -76,18 +74,8 @@ def test_freeze_body_leaves_only_the_head_trainable() -> None:
 # -- the analytical simulator ---------------------------------------------------------------------
 
 
-def _without_scalars(dom: Domain) -> Domain:
-    """``dom`` without its scalar variable (``costmodel.estimate`` indexes ``shape[0]``)."""
-    g = dom.model
-    variables = tuple(v for v in g.variables if v.shape)
-    graph = ModelGraph(name=f"{g.name}-noscalar", variables=variables,
-                       edges=tuple((a.name, b.name) for a, b in zip(variables, variables[1:])),
-                       batch_size=g.batch_size, seq_len=g.seq_len)
-    return Domain(name=f"{dom.name}-noscalar", model=graph, cluster=dom.cluster)
-
-
 def test_analytical_simulator_is_the_cost_model(tmp_path: Path) -> None:
-    dom = _without_scalars(tiny_domain(2, [1, 2]))
+    dom = tiny_domain(2, [1, 2])  # with a scalar variable
     strategies = tiny_strategies(dom, 12, seed=4)
     cm = CostModelConfig(intra_node_gbps=20.0)
     sim = Simulator("analytical", costmodel_config=cm)
