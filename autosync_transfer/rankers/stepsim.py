@@ -156,8 +156,8 @@ class StepSimConfig(BaseModel):
         "(benchmarks/results/stepsim_accuracy.txt)"))
     sparse_index_bytes: int = Field(default=8, ge=0)
     sparse_call_s: float = Field(default=0.0, ge=0, description=(
-        "cost of one row-sparse PS push or pull beyond its bytes and latency; 0: none (the "
-        "runtime sends a row-sparse piece as one message, like a dense one). "
+        "cost of one row-sparse PS push or pull beyond its bytes and latency (its header is a "
+        "dependent hop: the payload's receives wait for it); 0: not modelled. "
         "benchmarks/sparse_exchange.py measures it between two nodes"))
     host_processes: int | None = Field(default=None, ge=1, description=(
         "compute processes sharing one host (an emulated cluster: all workers); None: each "

@@ -13,10 +13,7 @@ never delays its all-reduce launches, which every other rank is waiting for:
   and warm-started Q);
 - parameter servers: point-to-point push of the gradient piece (dense, or only the touched rows
   of a sparse embedding) to the server rank, aggregation there, the average sent back; with local
-  replication a node's first worker aggregates its node first and fans the result out. A
-  row-sparse piece travels as one message (:func:`pack_rows`: the row count, the row indices and
-  the rows), received into a buffer large enough for every row of the piece, so the receiver
-  posts its receive before the message exists and nothing waits for a separate header.
+  replication a node's first worker aggregates its node first and fans the result out.
 
 After :meth:`StrategyExecutor.finish` every rank holds the same averaged gradient.
 
@@ -66,7 +63,7 @@ __all__ = ["CommGroups", "StrategyExecutor", "UNUSED_SYNC", "UNUSED_ERROR", "UNU
 log = logging.getLogger(__name__)
 
 # message kinds, part of p2p tags (tag = item * _TAGS + kind)
-_PUSH, _PULL = range(2)
+_PUSH, _PULL, _HDR_PUSH, _HDR_PULL, _IDX_PUSH, _IDX_PULL = range(6)
 _TAGS = 8
 
 #: a parameter without a gradient synchronizes zeros (every planned message is sent)
@@ -635,8 +632,16 @@ class StrategyExecutor:
     def _push(self, it: PsItem, t: torch.Tensor, dst: int) -> list[Any]:
         g = self.groups.ps
         t = t.detach().cpu()
-        buf = pack_rows(t) if it.sparse else t.contiguous()
-        return [dist.isend(buf, dst, group=g, tag=self._tag(it, _PUSH))]
+        if not it.sparse:
+            buf = t.contiguous()
+            return [dist.isend(buf, dst, group=g, tag=self._tag(it, _PUSH))]
+        idx, vals = _rows(t)
+        hdr = torch.tensor([idx.numel()], dtype=torch.int64)
+        works = [dist.isend(hdr, dst, group=g, tag=self._tag(it, _HDR_PUSH))]
+        if idx.numel():
+            works.append(dist.isend(idx, dst, group=g, tag=self._tag(it, _IDX_PUSH)))
+            works.append(dist.isend(vals, dst, group=g, tag=self._tag(it, _PUSH)))
+        return works
 
     def _gather(self, it: PsItem, own: torch.Tensor, sources: list[int]) -> torch.Tensor:
         """Sum of ``own`` and the pushes of ``sources`` (blocking)."""
@@ -644,23 +649,42 @@ class StrategyExecutor:
         total = own.detach().to("cpu", copy=True).contiguous()
         if not it.sparse:
             bufs = [torch.empty_like(total) for _ in sources]
-        else:
-            bufs = [rows_buffer(total) for _ in sources]
-        works = [dist.irecv(b, s, group=g, tag=self._tag(it, _PUSH)) for b, s in zip(bufs, sources)]
-        for w, b in zip(works, bufs):
-            w.wait()
-            if not it.sparse:
+            works = [dist.irecv(b, s, group=g, tag=self._tag(it, _PUSH)) for b, s in zip(bufs, sources)]
+            for w, b in zip(works, bufs):
+                w.wait()
                 total.add_(b)
-                continue
-            idx, vals = unpack_rows(b, total)
-            if idx.numel():
-                total.index_add_(0, idx, vals)
+            return total
+        hdrs = [torch.empty(1, dtype=torch.int64) for _ in sources]
+        works = [dist.irecv(h, s, group=g, tag=self._tag(it, _HDR_PUSH)) for h, s in zip(hdrs, sources)]
+        payload = []
+        for w, h, s in zip(works, hdrs, sources):
+            w.wait()
+            n = int(h.item())
+            if n:
+                idx = torch.empty(n, dtype=torch.int64)
+                vals = torch.empty((n,) + tuple(total.shape[1:]), dtype=total.dtype)
+                payload.append((dist.irecv(idx, s, group=g, tag=self._tag(it, _IDX_PUSH)),
+                                dist.irecv(vals, s, group=g, tag=self._tag(it, _PUSH)), idx, vals))
+        for w1, w2, idx, vals in payload:
+            w1.wait()
+            w2.wait()
+            total.index_add_(0, idx, vals)
         return total
 
     def _send_result(self, it: PsItem, avg: torch.Tensor, dsts: list[int]) -> list[Any]:
         g = self.groups.ps
-        buf = pack_rows(avg) if it.sparse else avg.contiguous()
-        return [dist.isend(buf, d, group=g, tag=self._tag(it, _PULL)) for d in dsts]
+        if not it.sparse:
+            buf = avg.contiguous()
+            return [dist.isend(buf, d, group=g, tag=self._tag(it, _PULL)) for d in dsts]
+        idx, vals = _rows(avg)
+        hdr = torch.tensor([idx.numel()], dtype=torch.int64)
+        works = []
+        for d in dsts:
+            works.append(dist.isend(hdr, d, group=g, tag=self._tag(it, _HDR_PULL)))
+            if idx.numel():
+                works.append(dist.isend(idx, d, group=g, tag=self._tag(it, _IDX_PULL)))
+                works.append(dist.isend(vals, d, group=g, tag=self._tag(it, _PULL)))
+        return works
 
     def _post_result_recv(self, it: PsItem, like: torch.Tensor, src: int) -> Callable[[], torch.Tensor]:
         """Post the receive of the averaged result now; the returned function completes it."""
@@ -674,14 +698,20 @@ class StrategyExecutor:
                 return buf
 
             return dense
-        packed = rows_buffer(like)
-        work = dist.irecv(packed, src, group=g, tag=self._tag(it, _PULL))
+        hdr = torch.empty(1, dtype=torch.int64)
+        hwork = dist.irecv(hdr, src, group=g, tag=self._tag(it, _HDR_PULL))
 
         def sparse() -> torch.Tensor:
-            work.wait()
-            idx, vals = unpack_rows(packed, like)
+            hwork.wait()
+            n = int(hdr.item())
             out = torch.zeros(like.shape, dtype=like.dtype)
-            if idx.numel():
+            if n:
+                idx = torch.empty(n, dtype=torch.int64)
+                vals = torch.empty((n,) + tuple(like.shape[1:]), dtype=like.dtype)
+                w1 = dist.irecv(idx, src, group=g, tag=self._tag(it, _IDX_PULL))
+                w2 = dist.irecv(vals, src, group=g, tag=self._tag(it, _PULL))
+                w1.wait()
+                w2.wait()
                 out.index_copy_(0, idx, vals)
             return out
 
@@ -703,40 +733,6 @@ def _rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Row-sparse form of a dense 2-D+ tensor: indices of non-zero rows and their values."""
     nz = t.reshape(t.shape[0], -1).ne(0).any(dim=1).nonzero().flatten()
     return nz.to(torch.int64).contiguous(), t.index_select(0, nz).contiguous()
-
-
-_INDEX_BYTES = 8  # int64 row count and row indices
-
-
-def pack_rows(t: torch.Tensor) -> torch.Tensor:
-    """The non-zero rows of ``t`` as one byte message: the row count (int64), the row indices
-    (int64) and the rows (``t``'s dtype), in that order (every part 8-byte aligned for an
-    8-byte or smaller dtype)."""
-    idx, vals = _rows(t)
-    count = torch.tensor([idx.numel()], dtype=torch.int64)
-    return torch.cat([count.view(torch.uint8), idx.view(torch.uint8),
-                      vals.reshape(-1).view(torch.uint8)])
-
-
-def rows_buffer(like: torch.Tensor) -> torch.Tensor:
-    """An uninitialized receive buffer for :func:`pack_rows` of any tensor shaped like ``like``
-    (room for all of its rows: gloo receives a shorter message into a longer buffer)."""
-    rows = like.shape[0]
-    row_bytes = like[0].numel() * like.element_size() if rows else 0
-    return torch.empty(_INDEX_BYTES * (1 + rows) + rows * row_bytes, dtype=torch.uint8)
-
-
-def unpack_rows(buf: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row indices and rows (shaped like ``like``'s rows) of a :func:`pack_rows` message."""
-    n = int(buf[:_INDEX_BYTES].view(torch.int64).item())
-    rows = like.shape[0]
-    if not 0 <= n <= rows:
-        raise ConfigError(f"a row-sparse message says {n} rows; the piece has {rows}")
-    start = _INDEX_BYTES * (1 + n)
-    idx = buf[_INDEX_BYTES:start].view(torch.int64)
-    row_bytes = like[0].numel() * like.element_size() if rows else 0
-    vals = buf[start:start + n * row_bytes].view(like.dtype).view((n,) + tuple(like.shape[1:]))
-    return idx, vals
 
 
 def _scatter(flat: torch.Tensor, views: list[torch.Tensor | int]) -> None:

@@ -158,28 +158,3 @@ def test_compressed_variants_converge():
         # every rank holds the same parameters after compressed training too
         for a, b in zip(res[0][comp][2], res[1][comp][2]):
             assert torch.allclose(a, b, atol=1e-6), comp
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.bfloat16])
-def test_row_sparse_message_round_trip(dtype) -> None:
-    from autosync_transfer.errors import ConfigError
-    from autosync_transfer.runtime.executor import pack_rows, rows_buffer, unpack_rows
-
-    g = torch.zeros(40, 3, 2, dtype=dtype)
-    g[[0, 7, 39]] = torch.randn(3, 3, 2).to(dtype)
-    msg = pack_rows(g)
-    # count + 3 indices (int64) + 3 rows: only the touched rows travel
-    assert msg.dtype == torch.uint8 and msg.numel() == 8 * 4 + 3 * 6 * g.element_size()
-    buf = rows_buffer(g)  # room for every row: a receive posted before the message exists
-    assert buf.numel() == 8 * 41 + 40 * 6 * g.element_size()
-    buf[: msg.numel()] = msg
-    idx, vals = unpack_rows(buf, g)
-    assert idx.tolist() == [0, 7, 39]
-    out = torch.zeros_like(g)
-    out.index_copy_(0, idx, vals)
-    assert torch.equal(out, g)
-    empty = pack_rows(torch.zeros_like(g))
-    assert empty.numel() == 8 and unpack_rows(empty, g)[0].numel() == 0
-    bad = pack_rows(torch.ones(50, 3, 2, dtype=dtype))  # more rows than the piece has
-    with pytest.raises(ConfigError, match="50 rows; the piece has 40"):
-        unpack_rows(bad, g)
