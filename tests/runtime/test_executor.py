@@ -158,3 +158,22 @@ def test_compressed_variants_converge():
         # every rank holds the same parameters after compressed training too
         for a, b in zip(res[0][comp][2], res[1][comp][2]):
             assert torch.allclose(a, b, atol=1e-6), comp
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_row_sparse_form_finds_exactly_the_non_zero_rows(dtype) -> None:
+    from autosync_transfer.runtime.executor import _rows
+
+    g = torch.zeros(9, 4, dtype=dtype)
+    g[1, 2] = float("nan")
+    g[3, 0] = float("inf")
+    g[4, 1] = -0.0  # equal to zero: not sent
+    g[5] = torch.finfo(dtype).tiny  # the smallest normal in every column
+    g[6] = torch.finfo(dtype).max  # its sum overflows to inf: still non-zero
+    g[7, 3] = -2.5
+    idx, vals = _rows(g)
+    assert idx.tolist() == [1, 3, 5, 6, 7]
+    assert torch.equal(vals.nan_to_num(), g[[1, 3, 5, 6, 7]].nan_to_num())
+    three_d = torch.zeros(5, 2, 3, dtype=dtype)
+    three_d[2, 1, 2] = 1.0
+    assert _rows(three_d)[0].tolist() == [2]
