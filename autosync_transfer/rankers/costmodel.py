@@ -80,7 +80,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from autosync_transfer.domains.domain import Domain
-from autosync_transfer.rankers.stepsim import _MAX_POWERSGD_RANK, RowDecoder, Rows, wire_bytes
+from autosync_transfer.rankers.stepsim import (_MAX_POWERSGD_RANK, RowDecoder, Rows,
+                                              ps_byte_table, wire_bytes)
 from autosync_transfer.strategies.types import Strategy
 
 __all__ = [
@@ -201,19 +202,13 @@ class _Context:
         ``ps_lat[p, r, k]``: per-message latency at node ``k``, ``ps_lat_max`` its max (the row's
         latency_s); ``ps_server_msgs[p, r]``: pushes + pulls the server handles.
         """
-        n, w, nic, intra = self.num_nodes, self.workers, self.nic_bytes_per_s, self.intra_bytes_per_s
+        n, w = self.num_nodes, self.workers
         eye = np.eye(n, dtype=bool)
-        gamma = np.empty((n, 2, n))
+        gamma, sources = ps_byte_table(w, self.nic_bytes_per_s, self.intra_bytes_per_s)
+        msgs = 2.0 * sources  # a push and a pull per source
         lat = np.empty((n, 2, n))
-        msgs = np.empty((n, 2))
         for r in (0, 1):
-            sent = np.ones(n) if r else w.copy()  # bytes a remote node sends per row byte
-            remote_s = sent / nic + (r * (w - 1.0)) / intra
             for p in range(n):
-                server_s = (sent.sum() - sent[p]) / nic[p] + (w[p] - 1.0) / intra
-                gamma[p, r] = np.where(eye[p], server_s, remote_s)
-                remote = (n - 1.0) if r else (self.world_size - w[p])
-                msgs[p, r] = 2.0 * (remote + w[p] - 1.0)
                 lat[p, r] = np.where(eye[p], msgs[p, r] * self.latency_s[p],
                                      2.0 * w * self.latency_s)
         self.ps_gamma = gamma

@@ -572,20 +572,13 @@ class _Physics:
         self.act_gather = cost("sparse_gather", 8.0)  # scan the dense gradient, copy rows
         self.act_scatter = cost("sparse_scatter", 4.0)  # zero-filled result, rows copied in
         # ---- PS tables per (server p, replication r) --------------------------------------------
-        w, nic, intra = self.workers, self.nic, self.intra
+        w = self.workers
         eye = np.eye(N, dtype=bool)
-        gamma = np.empty((N, 2, N))
+        gamma, sources = ps_byte_table(w, self.nic, self.intra)
         lat = np.empty((N, 2, N))
         calls = np.empty((N, 2, N))  # pushes and pulls each node makes or serves, per piece
-        sources = np.empty((N, 2))
         for r in (0, 1):
-            sent = np.ones(N) if r else w.copy()  # bytes a remote node sends per piece byte
-            remote_s = sent / nic + (r * (w - 1.0)) / intra
             for p in range(N):
-                server_s = (sent.sum() - sent[p]) / nic[p] + (w[p] - 1.0) / intra
-                gamma[p, r] = np.where(eye[p], server_s, remote_s)
-                remote = (N - 1.0) if r else (W - w[p])
-                sources[p, r] = remote + w[p] - 1.0
                 # the server's thread: per push and pull its latency plus the framework's
                 # per-call cost (the calibration's collective latency) for every push it gathers
                 lat[p, r] = np.where(eye[p], 2.0 * sources[p, r] * self.lat[p]
@@ -599,6 +592,29 @@ class _Physics:
         self.ps_lat = lat.reshape(2 * N, N)
         self.ps_sparse_call = calls.reshape(2 * N, N) * config.sparse_call_s
         self.ps_sources = sources.reshape(2 * N)
+
+
+def ps_byte_table(workers: np.ndarray, nic: np.ndarray, intra: float
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """A parameter-server piece on server node ``p`` with local replication ``r`` (0 or 1):
+    ``gamma[p, r, k]``, the seconds node ``k`` spends per byte of the piece (its NIC carrying
+    the pushes and pulls, ``nic`` bytes/s, plus the intra-node fan-in at ``intra`` bytes/s), and
+    ``sources[p, r]``, the pushes the server gathers (remote workers, or remote nodes with
+    replication, plus its node-mates)."""
+    N = len(workers)
+    W = float(workers.sum())
+    eye = np.eye(N, dtype=bool)
+    gamma = np.empty((N, 2, N))
+    sources = np.empty((N, 2))
+    for r in (0, 1):
+        sent = np.ones(N) if r else workers.copy()  # bytes a remote node sends per piece byte
+        remote_s = sent / nic + (r * (workers - 1.0)) / intra
+        for p in range(N):
+            server_s = (sent.sum() - sent[p]) / nic[p] + (workers[p] - 1.0) / intra
+            gamma[p, r] = np.where(eye[p], server_s, remote_s)
+            remote = (N - 1.0) if r else (W - workers[p])
+            sources[p, r] = remote + workers[p] - 1.0
+    return gamma, sources
 
 
 def _fallback_ready(dense: np.ndarray, backward_s: float) -> np.ndarray:
