@@ -81,14 +81,17 @@ def resolve_target(domain_name: str | None, cluster_file: str | None, model: str
 
 
 def load_strategy(path: str, domain=None):  # noqa: ANN001, ANN201 - Strategy
-    """A strategy file: JSON, or (with ``domain``, whose cluster names its nodes) AutoDist."""
+    """A strategy file: JSON, or (with ``domain``, whose cluster names its nodes) AutoDist, or
+    (with ``domain``, whose graph orders its variables) the compact form a trial store records
+    (its ``strategy`` field)."""
     from autosync_transfer.strategies.types import Strategy
 
     if domain is not None:
         from pathlib import Path
 
-        from autosync_transfer.domains.parsing import MAX_JSON_BYTES, read_bounded
+        from autosync_transfer.domains.parsing import MAX_JSON_BYTES, load_json, read_bounded
         from autosync_transfer.errors import SpecError
+        from autosync_transfer.strategies.compact import decode, is_compact
         from autosync_transfer.strategies.types import looks_like_json
 
         try:
@@ -99,6 +102,12 @@ def load_strategy(path: str, domain=None):  # noqa: ANN001, ANN201 - Strategy
             from autosync_transfer.strategies.autodist import read_autodist_file
 
             return read_autodist_file(path, domain.cluster)
+        try:
+            data = load_json(raw.removeprefix(b"\xef\xbb\xbf"), "strategy")
+        except SpecError:
+            data = None  # Strategy.from_file explains it (or reads AutoDist bytes)
+        if is_compact(data):
+            return decode(data, domain.model)
     return Strategy.from_file(path)
 
 

@@ -91,3 +91,23 @@ def test_baseline_and_show(cli, tmp_path):
     assert res.code == 0, res.err
     assert cli("strategies", "show", str(out), "--domain", "bert-3l-A").code == 0
     assert cli("strategies", "validate", "bert-3l-A", str(pb)).code == 0
+
+
+def test_a_stores_compact_strategy_is_a_strategy_file(cli, tmp_path):
+    """The ``strategy`` field of a trial-store record (the compact form) can be validated, shown
+    and run as it is; without a domain, or on another model, it is refused in one line."""
+    from pathlib import Path
+
+    store = Path(__file__).resolve().parents[2] / "datasets" / "trials" / "ncf-C.jsonl"
+    record = json.loads(store.read_text().splitlines()[0])
+    path = tmp_path / "s.json"
+    path.write_text(record["strategy"] if isinstance(record["strategy"], str)
+                    else json.dumps(record["strategy"]))
+    res = cli("strategies", "validate", "ncf-C", str(path), "--json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["strategy"] == record["strategy_id"]
+    assert cli("strategies", "show", str(path), "--domain", "ncf-C").code == 0
+    other = cli("strategies", "validate", "bert-3l-A", str(path))
+    assert other.code == 2 and "compact strategy" in other.err and "variables" in other.err
+    alone = cli("strategies", "show", str(path))
+    assert alone.code == 2 and "compact form" in alone.err and "--domain" in alone.err
