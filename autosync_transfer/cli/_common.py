@@ -105,9 +105,10 @@ def load_strategy(path: str, domain=None):  # noqa: ANN001, ANN201 - Strategy
         try:
             data = load_json(raw.removeprefix(b"\xef\xbb\xbf"), "strategy")
         except SpecError:
-            data = None  # Strategy.from_file explains it (or reads AutoDist bytes)
+            return Strategy.from_file(path)  # it explains the error (or reads AutoDist bytes)
         if is_compact(data):
             return decode(data, domain.model)
+        return Strategy.from_dict(data)  # the bytes already read, parsed once
     return Strategy.from_file(path)
 
 

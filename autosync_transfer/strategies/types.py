@@ -164,7 +164,9 @@ class Strategy(BaseModel):
     def from_dict(cls, data: object) -> Strategy:
         if not isinstance(data, dict):
             raise SpecError(f"strategy must be a JSON object, got {type(data).__name__}")
-        if "vars" in data and "v" in data and "nodes" not in data:
+        from autosync_transfer.strategies.compact import is_compact
+
+        if is_compact(data) and "nodes" not in data:
             raise SpecError(f"strategy {str(data.get('id', '?'))[:80]!r} is in a trial store's "
                             f"compact form (one entry per variable in the model's order): give "
                             f"its domain to read it (--domain, or the DOMAIN argument)")
