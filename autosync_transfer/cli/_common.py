@@ -98,12 +98,13 @@ def load_strategy(path: str, domain=None):  # noqa: ANN001, ANN201 - Strategy
             raw = read_bounded(Path(path), MAX_JSON_BYTES, "strategy file")
         except OSError as e:
             raise SpecError(f"cannot read strategy file {path!r}: {e.strerror}") from e
+        raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
         if not looks_like_json(raw):
             from autosync_transfer.strategies.autodist import read_autodist_file
 
             return read_autodist_file(path, domain.cluster)
         try:
-            data = load_json(raw.removeprefix(b"\xef\xbb\xbf"), "strategy")
+            data = load_json(raw, "strategy")
         except SpecError:
             return Strategy.from_file(path)  # it explains the error (or reads AutoDist bytes)
         if is_compact(data):

@@ -111,3 +111,13 @@ def test_a_stores_compact_strategy_is_a_strategy_file(cli, tmp_path):
     assert other.code == 2 and "compact strategy" in other.err and "variables" in other.err
     alone = cli("strategies", "show", str(path))
     assert alone.code == 2 and "compact form" in alone.err and "--domain" in alone.err
+
+
+def test_a_strategy_file_with_a_byte_order_mark_is_json_with_a_domain_too(cli, tmp_path):
+    out = tmp_path / "ddp.json"
+    assert cli("strategies", "baseline", "bert-3l-A", "ddp", "--export-json", str(out)).code == 0
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + out.read_bytes())
+    res = cli("strategies", "validate", "bert-3l-A", str(bom))
+    assert res.code == 0, res.err
+    assert cli("strategies", "show", str(bom), "--domain", "bert-3l-A").code == 0
