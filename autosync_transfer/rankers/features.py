@@ -15,7 +15,8 @@ A learned ranker never sees a :class:`~autosync_transfer.strategies.types.Strate
     with the featurizer's simulator: its profile and calibration when given), so that a learned
     ranker learns the residual of the simulation. Schema version 2 added the ``sim_*`` columns;
     version 3 keeps them and changes their values: the simulator no longer slows all-reduce
-    rings by the host's compute slowdown (``StepSimConfig.ring_shares_cores``).
+    rings by the host's compute slowdown (``StepSimConfig.ring_shares_cores``); version 4
+    changes them again: a row-sparse exchange is replayed as its chain of dependent steps.
 ``server_feats`` ``[S, F_srv]`` / ``group_feats`` ``[G, F_grp]``
     One row per parameter server used (a node hosting at least one PS row) and per all-reduce
     group, for graph rankers; ``row_server`` / ``row_group`` connect rows to them.
@@ -85,7 +86,7 @@ __all__ = [
 ]
 
 #: bump whenever a column is added, removed, reordered or changes meaning
-FEATURE_SCHEMA_VERSION = 3
+FEATURE_SCHEMA_VERSION = 4
 
 _MAX_POWERSGD_RANK = 64  # AllReduce.powersgd_rank's upper bound
 _LOG_FLOOR_S = 1e-9  # seconds added before log10 so that 0 s stays finite (-9)

@@ -41,6 +41,18 @@ One iteration (every worker alike, times from the start of the step)
       latencies and, on the server, the aggregation of each incoming gradient. A NIC serves work
       in release order without idling while work is waiting (its end: ``max_j (release_j +
       work released at or after j)``).
+    * Row-sparse PS pieces are replayed as the executor runs them, a chain of dependent steps
+      per piece in readiness order (:meth:`StepSimulator._sparse_chain`): every rank's PS
+      thread finds the touched rows of its gradient and pushes them (a header with the row
+      count, then indices and rows); the server, once its PS queue reaches the piece, copies its
+      gradient, waits for every push (the header's hop, then a round trip: the payload's
+      receives are posted when the header is in, and its NIC time), averages, finds the touched
+      rows of the average, answers and copies the average back. A worker completes its answers
+      only after its communication threads have ended, one piece after another (a round trip
+      each, then the zero-filled result and its copy into the gradient). A message hop costs
+      the calibrated latency plus the collective latency (the framework's per-call cost), slowed
+      like the other PS work. The chain's CPU (all ranks) also counts in a shared host's CPU
+      bound.
     * Flows sharing a NIC share its bandwidth: every node's NIC also carries its share of every
       all-reduce (``2 (W - 1) / W`` of the bucket); the synchronization ends at the latest of the
       AR thread, the PS threads and the busiest NIC serving all of it at once (the excess over
@@ -106,7 +118,7 @@ _MAX_POWERSGD_RANK = 64  # AllReduce.powersgd_rank's upper bound
 #: bucket kinds of one group: none, fp16, fp16_ef, then PowerSGD ranks 1..64
 _BUCKET_KINDS = 4 + _MAX_POWERSGD_RANK
 _ID_CACHE_LIMIT = 100_000  # synchronizer objects remembered by identity
-_ROWS_PER_BATCH = 1 << 15  # small work arrays stay in cache
+_ROWS_PER_BATCH = 1 << 16  # work arrays stay in cache; the sparse chain's loop is per batch
 #: threads that simulate batches (``benchmarks/scoring_throughput.py``: 1.5x on 2 cores)
 _THREADS = max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                       else (os.cpu_count() or 1)))
@@ -761,8 +773,10 @@ class StepSimulator:
             K2 = B * V * 2 * N
             ps_work += (np.bincount(key, weights=b_lin, minlength=K2).reshape(B * V, 2 * N)
                         @ ph.ps_gamma)
-            ps_work += (np.bincount(key, minlength=K2).reshape(B * V, 2 * N).astype(np.float64)
-                        @ ph.ps_lat)
+            # message latencies of dense pieces (a sparse piece's are in its exchange's chain)
+            dense_ps = ~rows.sparse[ps]
+            ps_work += (np.bincount(key[dense_ps], minlength=K2).reshape(B * V, 2 * N)
+                        .astype(np.float64) @ ph.ps_lat)
             # the server aggregates every incoming gradient
             agg = ph.act_agg.at(rows.numel[ps].astype(np.float64)) * ph.ps_sources[pl]
             ps_work += np.bincount(slot[ps] * N + p, weights=agg,
@@ -771,16 +785,6 @@ class StepSimulator:
             if sp.any() and self.config.sparse_call_s > 0:
                 ps_work += (np.bincount(key[sp], minlength=K2).reshape(B * V, 2 * N)
                             .astype(np.float64) @ ph.ps_sparse_call)
-            if sp.any():
-                # row-sparse pieces: every worker finds its touched rows in the dense gradient
-                # and scatters the result back (both over the whole piece); the server also
-                # copies its own gradient to aggregate into
-                n_sp = rows.numel[ps][sp].astype(np.float64)
-                worker = ph.act_gather.at(n_sp) + ph.act_scatter.at(n_sp)
-                ps_work += (np.bincount(slot[ps][sp], weights=worker, minlength=B * V)[:, None]
-                            * np.ones(N)[None, :])
-                ps_work += np.bincount(slot[ps][sp] * N + p[sp], weights=ph.act_copy.at(n_sp),
-                                       minlength=B * V * N).reshape(B * V, N)
             if nonlinear.any():
                 nl = np.flatnonzero(nonlinear)
                 rows_nl = ps[nl]
@@ -809,6 +813,16 @@ class StepSimulator:
         nic_end = _queue_end(nic_work.reshape(B, V, N), t).max(axis=1)
         ps_end = ps_end_nodes.max(axis=1)
         threads_end = np.maximum(ar_end, ps_end)
+        sparse_cpu = np.zeros(B)
+        if ps.size and rows.sparse[ps].any():
+            # the PS thread reaches a piece once the pieces before it are done
+            work = ps_work.reshape(B, V, N)
+            done = np.cumsum(work, axis=1)
+            reach = (done - work) + np.maximum.accumulate(t[None, :, None] - (done - work),
+                                                          axis=1)
+            chain_end, sparse_cpu = self._sparse_chain(
+                rows, wire, ps[rows.sparse[ps]], np.maximum(ar_end[:, None], ps_end_nodes), reach)
+            threads_end = np.maximum(threads_end, chain_end)
         sync_end = np.maximum(threads_end, nic_end)
 
         comm_cpu = np.zeros(B)
@@ -830,7 +844,7 @@ class StepSimulator:
         critical = np.maximum(backward_end, sync_end)
         step = critical + ph.optimizer_s
         if ph.shared_host:
-            cpu = W * (ph.unloaded_compute_s + comp_total) / ph.host_cores + comm_cpu
+            cpu = (W * (ph.unloaded_compute_s + comp_total) + sparse_cpu) / ph.host_cores + comm_cpu
             out["cpu_contention_s"] = np.maximum(0.0, cpu - step) + ph.cpu_share * comm_cpu
             step = np.maximum(step, cpu)
         out["step_s"] = step + self.config.step_overhead_s
@@ -845,6 +859,106 @@ class StepSimulator:
         out["ps_s"] = ps_work.reshape(B, V, N).sum(axis=1).max(axis=1)
         out["sync_end_s"] = sync_end
         return out
+
+    def _sparse_chain(self, rows: Rows, wire: np.ndarray, sp: np.ndarray,
+                      other_end: np.ndarray, reach: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """When the last row-sparse exchange is complete on every rank (``[B]``), replaying the
+        dependent steps of the executor's sparse exchange (``sp``: the rows of sparse PS pieces).
+
+        The PS thread of every rank takes the pieces in readiness order, one at a time. A
+        worker finds its touched rows in the dense gradient (``sparse_gather``) and pushes them;
+        the server copies its own gradient, waits for every push (its NIC time for the piece),
+        averages in place, finds the touched rows of the average, answers, and copies the
+        average into its gradient. With local replication a remote node's leader first sums
+        its node-mates' pushes and searches the sum. A worker completes its pieces only after
+        its communication threads have ended (``other_end [B, N]``: the AR thread and the PS
+        queue of its node), one after another: it waits for the answer, builds the dense result
+        (``sparse_scatter``) and copies it into its gradient. ``reach [B, V, N]``: when a
+        node's PS thread is through the other exchanges released up to each readiness slot (the
+        PS queue). Rows are tracked for the first
+        rank of every node (a server) and for the node's other ranks (workers only).
+
+        Also returns the CPU seconds all ranks together spend on these steps (unloaded)."""
+        ph = self.physics
+        B, N = rows.num_strategies, ph.num_nodes
+        s = ph.comm_scale
+        W = float(ph.world)
+        has_other = ph.workers > 1
+        any_other = bool(has_other.any())
+        k_row = ph.rank_of_var[rows.var[sp]].astype(np.int64)
+        pos = k_row * (int(rows.shards.max()) + 1) + rows.shard[sp]
+        order = np.argsort(pos, kind="stable")
+        sp, pos, k_row = sp[order], pos[order], k_row[order]
+        cuts = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1], True])
+        # ---- per piece, all at once ----
+        st_all = rows.strat[sp]
+        n_el = rows.numel[sp].astype(np.float64)
+        u_gat, u_cp, u_sc = ph.act_gather.at(n_el), ph.act_copy.at(n_el), ph.act_scatter.at(n_el)
+        gat, cp = s * u_gat, s * u_cp
+        p_all = rows.server[sp]
+        lr_all = rows.replication[sp]
+        pl = p_all * 2 + lr_all.astype(np.int64)
+        # the server's NIC time for the pushes, and one round trip: the payloads' receives are
+        # posted (all sources at once) once their headers are in; the header itself is a
+        # one-way hop before that
+        hop = s * (2.0 * ph.lat[p_all] + ph.coll_lat)
+        net = s * ph.ps_gamma[pl, p_all] * wire[sp] + 1.5 * hop
+        own = np.maximum(ph.release_sorted[k_row], reach[st_all, k_row, p_all]) + cp
+        after = 2.0 * cp + gat  # average, search the average, copy it back
+        scatter = s * u_sc + hop + cp  # the answer: its payload's round trip, build, copy
+        on_p_all = p_all[:, None] == np.arange(N)[None, :]
+        lead_all = lr_all[:, None] & ~on_p_all  # a remote node's first rank gathers its node
+        o_src_all = has_other[None, :] & (on_p_all | ~lr_all[:, None])
+        # CPU of all ranks: every rank searches its gradient; the server copies, averages,
+        # searches and copies back; every other rank builds and copies the answer; a leader
+        # also sums and searches its node's pushes and searches the answer again
+        work = ((W + 1.0) * u_gat + 3.0 * u_cp + (W - 1.0) * (u_sc + u_cp)
+                + lr_all * (N - 1.0) * (u_cp + 2.0 * u_gat))
+        cpu = np.bincount(st_all, weights=work, minlength=B)
+        t_first = np.zeros((B, N))  # PS thread of each node's first rank: free from
+        t_other = np.zeros((B, N))  # PS thread of the node's other ranks
+        done_all = np.empty(sp.size)
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            st = st_all[a:b]
+            rel = ph.release_sorted[k_row[a]]
+            g = gat[a:b, None]
+            on_p = on_p_all[a:b]
+            f0 = np.maximum(t_first[st], rel)
+            f_push = f0 + g
+            if any_other:
+                o_push = np.maximum(t_other[st], rel) + g
+                if lr_all[a:b].any():
+                    lead = lead_all[a:b]
+                    f_push = np.where(lead, np.maximum(f0 + cp[a:b, None],
+                                                       np.where(has_other, o_push, 0.0)) + g,
+                                      f_push)
+                arrive = np.maximum(np.where(on_p, 0.0, f_push).max(axis=1),
+                                    np.where(o_src_all[a:b], o_push, 0.0).max(axis=1))
+                t_other[st] = o_push
+            else:
+                arrive = np.where(on_p, 0.0, f_push).max(axis=1)
+            start = np.maximum(f0[on_p] + cp[a:b], own[a:b])  # its own copy
+            done = np.maximum(start, arrive + net[a:b]) + after[a:b]
+            done_all[a:b] = done
+            t_first[st] = np.where(on_p, done[:, None], f_push)
+        pend_first = np.maximum(t_first, other_end)
+        pend_other = np.maximum(t_other, other_end)
+        extra = np.where(lead_all, gat[:, None], 0.0) + scatter[:, None]
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            st = st_all[a:b]
+            on_p = on_p_all[a:b]
+            done = done_all[a:b, None]
+            first = np.maximum(pend_first[st], done) + extra[a:b]
+            pend_first[st] = np.where(on_p, pend_first[st], first)
+            if any_other:
+                # a remote node's other ranks get the answer from their leader (replication)
+                ans = np.where(lead_all[a:b], first, done)
+                pend_other[st] = np.maximum(pend_other[st], ans) + scatter[a:b, None]
+        end = pend_first.max(axis=1)
+        if any_other:
+            end = np.maximum(end, np.where(has_other[None, :], pend_other, 0.0).max(axis=1))
+        return end, cpu
 
 
 def _bucket_index(ctab: np.ndarray, codes: np.ndarray, kind: np.ndarray

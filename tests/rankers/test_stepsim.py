@@ -13,7 +13,7 @@ from autosync_transfer.errors import ConfigError, StrategyValidationError
 from autosync_transfer.rankers.simulator import STEPSIM, Simulator
 from autosync_transfer.rankers.stepsim import TERMS, StepSimConfig, StepSimulator
 from autosync_transfer.strategies.sampler import SamplerConfig, StrategySampler
-from autosync_transfer.strategies.types import PS, AllReduce, Strategy, VarConfig
+from autosync_transfer.strategies.types import PS, AllReduce, Partition, Strategy, VarConfig
 from autosync_transfer.testing import tiny_cluster, tiny_domain, tiny_strategies
 
 MB = 1_000_000
@@ -235,3 +235,34 @@ def test_a_ring_streams_at_link_rate_and_ps_exchanges_wait_for_a_core() -> None:
     assert o["ar_s"][0] == pytest.approx(2 * a["ar_s"][0])
     assert a["ps_s"][1] > 0 and s["ps_s"][1] == pytest.approx(2 * a["ps_s"][1])
     assert o["ps_s"][1] == pytest.approx(s["ps_s"][1])
+
+
+def test_a_row_sparse_exchange_is_a_chain_of_dependent_steps() -> None:
+    """One row-sparse piece on n0, two nodes of one worker: the worker searches its gradient and
+    pushes; the server copies its own, waits for the push (header hop + payload round trip +
+    bytes), averages, searches the average and copies it back; the worker then waits for the
+    answer's round trip, zero-fills the result and copies it into its gradient."""
+    G, C, S, L = 0.01, 0.004, 0.002, 0.001  # search, copy, scatter, one-way latency
+    g = ModelGraph(name="g", batch_size=8, seq_len=4, variables=(
+        Variable(name="v0", shape=(1000, 16), sparse=True, order=0),))
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(2, 1))
+    const = {a: ActionCost(action=a, elements=(1,), seconds=(x,))  # type: ignore[arg-type]
+             for a, x in (("sparse_gather", G), ("copy", C), ("sparse_scatter", S))}
+    prof = _profile(g, [0.2], actions=const)
+    cal = _calibration(dom, gbps=8.0, latency_s=L)
+    wire = 8 * 4 * (16 * 4 + StepSimConfig().sparse_index_bytes) / 1e9  # touched rows, 1 GB/s
+    release = 0.1 + 0.2
+    done = release + max(C, G + wire + 3 * L) + 2 * C + G
+    expected = done + (2 * L + S + C) + 0.05
+    one = StepSimulator(dom, prof, cal).simulate([_strategy([PS(destination="n0")])])
+    assert one["step_s"][0] == pytest.approx(expected, rel=1e-9)
+    # two shards on the same server: the worker pushes the second while the server works on
+    # the first, and the server's thread then takes the second: its own copy, average, search
+    # and copy back (the first answer's completion hides under it)
+    two = Strategy(id="p", nodes=(VarConfig(var_name="v0", partition=Partition(
+        axis=0, shards=2, synchronizers=(PS(destination="n0"), PS(destination="n0")))),))
+    both = StepSimulator(dom, prof, cal).simulate([two])
+    half = wire / 2  # each shard carries half the touched rows
+    done = release + max(C, G + half + 3 * L) + 2 * C + G
+    assert both["step_s"][0] == pytest.approx(done + 3 * C + G + (2 * L + S + C) + 0.05,
+                                              rel=1e-9)
