@@ -150,7 +150,9 @@ def main() -> int:
     from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
 
     profiles = _load_json_models(Path(args.profiles), WorkloadProfile)
-    calibrations = _load_json_models(Path(args.calibrations), ClusterCalibration)
+    # the newest calibration of a cluster first (as autosync_transfer.domains.physics finds it)
+    calibrations = sorted(_load_json_models(Path(args.calibrations), ClusterCalibration),
+                          key=lambda c: c.created_at, reverse=True)
     files = sorted(Path(args.datasets).glob("*.jsonl"))
     if args.heldout:
         files += sorted(Path(args.heldout).glob("*.jsonl"))

@@ -66,7 +66,11 @@ def _calibration_lines(cal) -> list[str]:  # noqa: ANN001 - ClusterCalibration
         f"{foreign}):",
         f"  nodes: {nodes}",
         f"  intra-node: {cal.intra_bandwidth_gbps:.3g} Gbit/s {cal.intra_latency_s * 1e6:.0f} us;"
-        f" collective latency {cal.collective_latency_s * 1e6:.0f} us",
+        f" collective latency {cal.collective_latency_s * 1e6:.0f} us"
+        + ("" if cal.ps_piece_s is None else
+           f"; parameter-server piece {cal.ps_piece_s * 1e6:.0f} us")
+        + ("" if cal.ps_sparse_piece_s is None else
+           f", row-sparse piece {cal.ps_sparse_piece_s * 1e6:.0f} us"),
         f"  compute slowdown by concurrent workers ({cal.host_cores} cores): {slow}",
         *([f"  all-reduce: {ar}"] if ar else []),
     ]

@@ -153,6 +153,16 @@ class ClusterCalibration(BaseModel):
     foreign_cpu: float | None = Field(
         default=None, ge=0, le=1, description="share of the machine's CPU that other processes "
                                               "used while it was measured")
+    ps_piece_s: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description=(
+            "seconds one parameter-server piece costs the executor beyond its bytes (every "
+            "rank's PS thread posting, waiting and answering; its messages' latencies), from a "
+            "step of many one-element pieces on one server; None: not measured (calibrations "
+            "written before it)"))
+    ps_sparse_piece_s: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description=(
+            "the same for a row-sparse piece (a header, then indices and rows, then the "
+            "answer), from tables with one touched row; None: not measured"))
 
     def slowdown(self, processes: int) -> float:
         """Compute slowdown of ``processes`` concurrent workers on one host (interpolated; beyond

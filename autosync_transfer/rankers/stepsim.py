@@ -37,10 +37,26 @@ One iteration (every worker alike, times from the start of the step)
     * Parameter servers: every piece is one exchange on the PS thread, launched when its gradient
       is ready. Each node's NIC serves the exchanges that cross it (push incast and pull on the
       server's node, push and pull on a sender's node, local replication aggregating each node's
-      workers first, sparse pieces carrying touched rows and their indices) plus its per-message
-      latencies and, on the server, the aggregation of each incoming gradient. A NIC serves work
-      in release order without idling while work is waiting (its end: ``max_j (release_j +
-      work released at or after j)``).
+      workers first, sparse pieces carrying touched rows and their indices), at the calibrated
+      link rates. A piece's pushes and its answers cross a NIC one after the other, not at once
+      (``ps_results_block_gathers``): gloo sends data only to a posted receive, and a receive's
+      ready notice to a peer queues behind the data already queued to that peer, so a server's
+      next gather starts only once its answers are out (traced on emulated cluster A: a
+      2 KiB bias piece waits as long as the 9.4 MiB answers before it). Every rank's PS thread
+      also spends the calibrated per-piece cost
+      (:attr:`~autosync_transfer.domains.profile.ClusterCalibration.ps_piece_s`: the executor
+      on many one-element pieces) on every piece, slowed by the shared cores; a server adds it
+      to its bytes and the aggregation of each incoming gradient (it waits for the bytes, then
+      works), a node that only sends overlaps it with its NIC (``ps_sender_overlaps``). A NIC
+      serves work in release order without idling while work is waiting (its end: ``max_j
+      (release_j + work released at or after j)``).
+    * Pieces of different servers do not overlap freely (:meth:`StepSimulator._server_chain`):
+      a server's thread pushes the next piece only once its own is complete, and that push
+      leaves behind the answers it queued; so piece ``k`` ends no sooner than the answers of
+      the piece before it plus one push after that piece (a max-plus scan over the readiness
+      slots). Spreading the pieces over more servers therefore helps far less than the NICs'
+      sum suggests (emulated cluster A, VGG16-s: one server 3.32 s per step, two 3.19 s, four
+      3.07 s).
     * Row-sparse PS pieces are replayed as the executor runs them, a chain of dependent steps
       per piece in readiness order (:meth:`StepSimulator._sparse_chain`): every rank's PS
       thread finds the touched rows of its gradient and pushes them (a header with the row
@@ -50,20 +66,24 @@ One iteration (every worker alike, times from the start of the step)
       rows of the average, answers and copies the average back. A worker completes its answers
       only after its communication threads have ended, one piece after another (a round trip
       each, then the zero-filled result and its copy into the gradient). A message hop costs
-      the calibrated latency plus the collective latency (the framework's per-call cost), slowed
-      like the other PS work. The chain's CPU (all ranks) also counts in a shared host's CPU
-      bound.
+      the calibration's row-sparse piece
+      (:attr:`~autosync_transfer.domains.profile.ClusterCalibration.ps_sparse_piece_s`, the
+      executor on tables with one touched row) spread over the chain's hops (else the
+      calibrated latency plus the collective latency), slowed like the other PS work. The
+      chain's CPU (all ranks) also counts in a shared host's CPU bound.
     * Flows sharing a NIC share its bandwidth: every node's NIC also carries its share of every
       all-reduce (``2 (W - 1) / W`` of the bucket); the synchronization ends at the latest of the
       AR thread, the PS threads and the busiest NIC serving all of it at once (the excess over
       the AR and PS threads alone is the NIC contention term).
     * Compression occupies the worker: on a host with more compute processes than cores
       (``slowdown > 1``) the compression work also delays the backward pass, and (with
-      ``network_shares_cores``) the parameter-server exchanges, whose threads share those
-      cores, run ``slowdown`` times slower: every exchange is a chain of dependent steps on a
-      Python thread (the server posts its receives only when it reaches the piece, gloo sends
-      only to a posted receive, then it averages and answers), each waiting for a share of a
-      core. An all-reduce bucket's ring is one call into gloo that streams its bytes at the
+      ``network_shares_cores``) the per-piece work of the parameter-server exchanges, whose
+      threads share those cores, runs ``slowdown`` times slower: every exchange is a chain of
+      dependent steps on a Python thread (the server posts its receives only when it reaches
+      the piece, gloo sends only to a posted receive, then it averages and answers), each
+      waiting for a share of a core; their bytes cross the NICs at the links' rate
+      (``wire_shares_cores`` restores the older model that slowed them too). An all-reduce
+      bucket's ring is one call into gloo that streams its bytes at the
       links' rate and is not slowed (``ring_shares_cores`` restores the older model that
       slowed it too): the calibration's own all-reduce measurement
       (:attr:`~autosync_transfer.domains.profile.ClusterCalibration.allreduce_s`) matches the
@@ -123,6 +143,10 @@ _ROWS_PER_BATCH = 1 << 16  # work arrays stay in cache; the sparse chain's loop 
 _THREADS = max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                       else (os.cpu_count() or 1)))
 _MAX_STRATEGIES_PER_BATCH = 4096
+#: message hops on a row-sparse piece's chain (:meth:`StepSimulator._sparse_chain`): 1.5 before
+#: the server has every push (the header, then the payload once its receive is posted), one for
+#: the answer
+_SPARSE_HOPS = 2.5
 
 _var_name = attrgetter("var_name")
 _partition = attrgetter("partition")
@@ -191,8 +215,30 @@ class StepSimConfig(BaseModel):
         "fitted on the 15 shipped source domains (benchmarks/results/stepsim_accuracy.txt)"))
     network_shares_cores: bool = Field(default=True, description=(
         "on a host with more compute processes than cores (slowdown > 1) the parameter-server "
-        "threads get the same share of a core as compute: every PS exchange (a chain of "
-        "dependent steps on the PS thread) runs slowdown x slower"))
+        "threads get the same share of a core as compute: the per-piece work of every PS "
+        "exchange (a chain of dependent steps on the PS thread) runs slowdown x slower"))
+    wire_shares_cores: bool = Field(default=False, description=(
+        "slow a parameter-server exchange's bytes by the same slowdown as its per-piece work "
+        "(the older model); by default bytes cross a NIC at its calibrated rate"))
+    ps_results_block_gathers: bool = Field(default=True, description=(
+        "a receive's ready notice travels on the same connection as the data queued before it "
+        "(gloo's pair protocol), so a server's next gather from a peer starts only once its "
+        "answers to that peer are out, and a node's NIC carries a piece's pushes and answers "
+        "one after the other; False: both directions at once (full duplex)"))
+    ps_chain: bool = Field(default=True, description=(
+        "a server's thread pushes the next piece only once its own is complete, so a piece "
+        "ends no sooner than one push and its answers after the piece before it, whichever "
+        "servers hold them (StepSimulator._server_chain); False: every node's queue runs "
+        "independently"))
+    ps_sender_overlaps: bool = Field(default=True, description=(
+        "a node's PS thread hands a piece it only sends to the network and goes on, so its "
+        "per-piece work for such pieces overlaps its NIC's bytes (max of the two); a server "
+        "waits for the bytes, then does its per-piece work (their sum). False: the sum on "
+        "every node"))
+    default_ps_piece_s: float | None = Field(default=None, ge=0, description=(
+        "seconds one parameter-server piece costs the executor beyond its bytes where the "
+        "calibration has no ps_piece_s; None: two message latencies plus the collective "
+        "latency"))
     ring_shares_cores: bool = Field(default=False, description=(
         "slow all-reduce buckets by the same slowdown (the older model); by default a ring "
         "streams at the links' rate, as the calibration's all-reduce measurement shows"))
@@ -560,6 +606,7 @@ class _Physics:
         self.cpu_share = 1.0 if s > 1.0 else 0.0
         self.comm_scale = s if (config.network_shares_cores and s > 1.0) else 1.0
         self.ring_scale = s if (config.ring_shares_cores and s > 1.0) else 1.0
+        self.wire_scale = self.comm_scale if config.wire_shares_cores else 1.0
         release = self.forward_s + s * np.minimum(ready, bwd)
         # readiness order of the variables (ties: later forward position first, as backward)
         self.order = np.lexsort((-np.arange(V), release))
@@ -587,21 +634,41 @@ class _Physics:
         w = self.workers
         eye = np.eye(N, dtype=bool)
         gamma, sources = ps_byte_table(w, self.nic, self.intra)
-        lat = np.empty((N, 2, N))
+        # one piece's cost to every rank's PS thread beyond its bytes: measured by the
+        # calibration (the executor on many tiny pieces), else two message latencies (push and
+        # answer) plus the framework's per-call cost
+        if calibration is not None and calibration.ps_piece_s is not None:
+            self.ps_piece_s = float(calibration.ps_piece_s)
+        elif config.default_ps_piece_s is not None:
+            self.ps_piece_s = float(config.default_ps_piece_s)
+        else:
+            self.ps_piece_s = 2.0 * float(self.lat.max()) + self.coll_lat
+        lat = np.full((N, 2, N), self.ps_piece_s)
+        # one dependent message of a row-sparse exchange (a server on each node): the measured
+        # row-sparse piece spread over the _SPARSE_HOPS hops of its chain, else two message
+        # latencies plus the framework's per-call cost
+        if calibration is not None and calibration.ps_sparse_piece_s is not None:
+            self.sparse_hop_s = np.full(N, calibration.ps_sparse_piece_s / _SPARSE_HOPS)
+        else:
+            self.sparse_hop_s = 2.0 * self.lat + self.coll_lat
         calls = np.empty((N, 2, N))  # pushes and pulls each node makes or serves, per piece
         for r in (0, 1):
             for p in range(N):
-                # the server's thread: per push and pull its latency plus the framework's
-                # per-call cost (the calibration's collective latency) for every push it gathers
-                lat[p, r] = np.where(eye[p], 2.0 * sources[p, r] * self.lat[p]
-                                     + sources[p, r] * self.coll_lat, 2.0 * w * self.lat)
                 calls[p, r] = np.where(eye[p], sources[p, r], 2.0 * w)
         if W == 1:
             gamma[:] = 0.0
             lat[:] = 0.0
             calls[:] = 0.0
-        self.ps_gamma = gamma.reshape(2 * N, N)
+        # a piece's pushes into (or out of) each node; with ps_results_block_gathers its answers
+        # cross the same NIC after them
+        self.ps_gamma_in = gamma.reshape(2 * N, N)
+        self.ps_gamma = self.ps_gamma_in * (2.0 if config.ps_results_block_gathers else 1.0)
         self.ps_lat = lat.reshape(2 * N, N)
+        on_server = np.repeat(eye, 2, axis=0)  # [(p, r), k]: k is the server p
+        self.ps_gamma_server = np.where(on_server, self.ps_gamma, 0.0)
+        self.ps_gamma_sender = self.ps_gamma - self.ps_gamma_server
+        self.ps_lat_server = np.where(on_server, self.ps_lat, 0.0)
+        self.ps_lat_sender = self.ps_lat - self.ps_lat_server
         self.ps_sparse_call = calls.reshape(2 * N, N) * config.sparse_call_s
         self.ps_sources = sources.reshape(2 * N)
 
@@ -761,7 +828,10 @@ class StepSimulator:
 
         # ---- parameter servers -------------------------------------------------------------------
         ps = np.flatnonzero(~is_ar)
-        ps_work = np.zeros((B * V, N))
+        ps_work = np.zeros((B * V, N))  # per-piece work of the PS threads (slowed by the cores)
+        ps_wire = np.zeros((B * V, N))  # NIC time of the PS bytes (at the links' rate)
+        chain_c = None
+        send_wire = send_work = None
         if ps.size:
             p = rows.server[ps]
             lr = rows.replication[ps].astype(np.int64)
@@ -771,12 +841,19 @@ class StepSimulator:
             b_lin = np.where(nonlinear, 0.0, b)
             key = slot[ps] * (2 * N) + pl
             K2 = B * V * 2 * N
-            ps_work += (np.bincount(key, weights=b_lin, minlength=K2).reshape(B * V, 2 * N)
-                        @ ph.ps_gamma)
-            # message latencies of dense pieces (a sparse piece's are in its exchange's chain)
+            byte_tab = np.bincount(key, weights=b_lin, minlength=K2).reshape(B * V, 2 * N)
+            # per-piece cost of dense pieces (a sparse piece's are in its exchange's chain)
             dense_ps = ~rows.sparse[ps]
-            ps_work += (np.bincount(key[dense_ps], minlength=K2).reshape(B * V, 2 * N)
-                        .astype(np.float64) @ ph.ps_lat)
+            count_tab = np.bincount(key, weights=dense_ps.astype(np.float64),
+                                    minlength=K2).reshape(B * V, 2 * N)
+            if self.config.ps_sender_overlaps:
+                ps_wire += byte_tab @ ph.ps_gamma_server
+                ps_work += count_tab @ ph.ps_lat_server
+                send_wire = byte_tab @ ph.ps_gamma_sender
+                send_work = count_tab @ ph.ps_lat_sender
+            else:
+                ps_wire += byte_tab @ ph.ps_gamma
+                ps_work += count_tab @ ph.ps_lat
             # the server aggregates every incoming gradient
             agg = ph.act_agg.at(rows.numel[ps].astype(np.float64)) * ph.ps_sources[pl]
             ps_work += np.bincount(slot[ps] * N + p, weights=agg,
@@ -801,25 +878,42 @@ class StepSimulator:
                 if ph.world == 1:
                     node_time[:] = 0.0
                 keys = (slot[rows_nl, None] * N + np.arange(N)[None, :]).ravel()
-                ps_work += np.bincount(keys, weights=node_time.ravel(),
+                ps_wire += np.bincount(keys, weights=node_time.ravel(),
                                        minlength=B * V * N).reshape(B * V, N)
+            if self.config.ps_chain and ph.world > 1 and dense_ps.any():
+                chain_c = self._server_chain(rows, wire, slot, ps[dense_ps], B, V)
         ps_work *= ph.comm_scale
+        ps_work += ph.wire_scale * ps_wire
+        if send_wire is not None:
+            ps_work += np.maximum(ph.comm_scale * send_work, ph.wire_scale * send_wire)
         nic_work += ps_work
 
         # ---- queues: end = max_j (release_j + work released at or after j) ----------------------
         t = ph.release_sorted
         ar_end = _queue_end(ar_work.reshape(B, V), t)
-        ps_end_nodes = _queue_end(ps_work.reshape(B, V, N), t)
         nic_end = _queue_end(nic_work.reshape(B, V, N), t).max(axis=1)
+        ps_end_nodes = np.zeros((B, N))
+        if ps.size:
+            # the PS thread reaches a piece once the pieces before it are done (the queue's
+            # closed form, forwards: its end is the last finish of a slot with work)
+            work = ps_work.reshape(B, V, N)
+            before = np.cumsum(work, axis=1)
+            before -= work
+            reach = before + np.maximum.accumulate(t[None, :, None] - before, axis=1)
+            finish = reach + work
+            ps_end_nodes = np.where(work > 0, finish, 0.0).max(axis=1)
         ps_end = ps_end_nodes.max(axis=1)
+        if chain_c is not None:
+            # piece k ends no sooner than c_k after piece k - 1 (whichever servers hold them):
+            # D_k = max(finish_k, D_(k-1) + c_k), a max-plus scan over the readiness slots (a
+            # node without work in a slot finishes it at its release or its queue's end, which
+            # bounds nothing the scan does not already)
+            fin = finish.max(axis=2)
+            cc = np.cumsum(chain_c, axis=1)
+            ps_end = np.maximum(ps_end, (cc + np.maximum.accumulate(fin - cc, axis=1))[:, -1])
         threads_end = np.maximum(ar_end, ps_end)
         sparse_cpu = np.zeros(B)
         if ps.size and rows.sparse[ps].any():
-            # the PS thread reaches a piece once the pieces before it are done
-            work = ps_work.reshape(B, V, N)
-            done = np.cumsum(work, axis=1)
-            reach = (done - work) + np.maximum.accumulate(t[None, :, None] - (done - work),
-                                                          axis=1)
             chain_end, sparse_cpu = self._sparse_chain(
                 rows, wire, ps[rows.sparse[ps]], np.maximum(ar_end[:, None], ps_end_nodes), reach)
             threads_end = np.maximum(threads_end, chain_end)
@@ -859,6 +953,36 @@ class StepSimulator:
         out["ps_s"] = ps_work.reshape(B, V, N).sum(axis=1).max(axis=1)
         out["sync_end_s"] = sync_end
         return out
+
+    def _server_chain(self, rows: Rows, wire: np.ndarray, slot: np.ndarray, dense: np.ndarray,
+                      B: int, V: int) -> np.ndarray:
+        """``c [B, V]``: how long after the dense PS pieces of the slot before it a readiness
+        slot's pieces end at the earliest (0 where a slot has none). Every rank's PS thread
+        takes the pieces in readiness order, and a server's thread pushes the next piece only
+        once its own is complete, answers included (they go out before anything else it sends
+        its peers, ``ps_results_block_gathers``): so ``c_k`` = one push of piece ``k`` (its
+        bytes at the server's NIC and the per-piece cost) + piece ``k``'s answers at its
+        server's NIC; when the server of the slot before also serves piece ``k``, its whole
+        work for the piece (every push in, every answer out, the per-piece cost), which it
+        starts only then."""
+        ph = self.physics
+        p = rows.server[dense]
+        pl = p * 2 + rows.replication[dense].astype(np.int64)
+        b = ph.wire_scale * wire[dense]
+        cost = ph.comm_scale * ph.ps_piece_s
+        other = b * (1.0 / ph.nic[p] + ph.ps_gamma_in[pl, p]) + cost
+        same = b * ph.ps_gamma[pl, p] + cost
+        s = slot[dense]
+        # the server of every slot's (last) dense piece, and of the slot with dense pieces before
+        srv = np.full(B * V, -1, dtype=np.int64)
+        srv[s] = p
+        srv = srv.reshape(B, V)
+        last = np.maximum.accumulate(np.where(srv >= 0, np.arange(V)[None, :], -1), axis=1)
+        prev = np.concatenate([np.full((B, 1), -1), last[:, :-1]], axis=1)
+        prev_srv = np.where(prev >= 0, np.take_along_axis(srv, np.maximum(prev, 0), axis=1), -1)
+        one = np.where(prev_srv.reshape(-1)[s] == p, same, other)
+        # a slot's pieces (a partitioned variable's shards) follow one another as well
+        return np.bincount(s, weights=one, minlength=B * V).reshape(B, V)
 
     def _sparse_chain(self, rows: Rows, wire: np.ndarray, sp: np.ndarray,
                       other_end: np.ndarray, reach: np.ndarray
@@ -902,8 +1026,8 @@ class StepSimulator:
         # the server's NIC time for the pushes, and one round trip: the payloads' receives are
         # posted (all sources at once) once their headers are in; the header itself is a
         # one-way hop before that
-        hop = s * (2.0 * ph.lat[p_all] + ph.coll_lat)
-        net = s * ph.ps_gamma[pl, p_all] * wire[sp] + 1.5 * hop
+        hop = s * ph.sparse_hop_s[p_all]
+        net = ph.wire_scale * ph.ps_gamma_in[pl, p_all] * wire[sp] + 1.5 * hop
         own = np.maximum(ph.release_sorted[k_row], reach[st_all, k_row, p_all]) + cp
         after = 2.0 * cp + gat  # average, search the average, copy it back
         scatter = s * u_sc + hop + cp  # the answer: its payload's round trip, build, copy

@@ -19,7 +19,13 @@ script (``python -m autosync_transfer.runtime.calibrate '<json>'``) on a gloo pr
 * **all-reduce** over every worker of 4 bytes, 64 KiB, 1 MiB and 8 MiB (the fastest
   repetition, the slowest rank);
 * **compute**: the same small training step (a 3-layer MLP's forward and backward) run at once
-  by ``k`` workers for ``k = 1 .. world size`` (the others wait), timed in CPU seconds.
+  by ``k`` workers for ``k = 1 .. world size`` (the others wait), timed in CPU seconds;
+* **parameter-server pieces**: the runtime's own executor synchronizes a module of
+  ``ps_pieces`` one-element parameters, all on the first node's parameter server (median step
+  over ``reps_small`` steps after warm-up steps); the step divided by the pieces is what one
+  piece costs beyond its bytes (every rank's PS thread, the messages' latencies). The same
+  with row-sparse pieces (``ps_pieces / 2`` tables of 64 x 16, one row touched per step: the
+  header, the rows and the answer of the executor's row-sparse exchange).
 
 From these (:class:`~autosync_transfer.domains.profile.ClusterCalibration`):
 
@@ -31,6 +37,7 @@ From these (:class:`~autosync_transfer.domains.profile.ClusterCalibration`):
   two workers: the fastest node's figures, which no strategy then uses);
 * ``collective_latency_s``: the 4-byte all-reduce time beyond the ``2 (W - 1)`` message
   latencies of a ring over ``W`` workers (at least 0); ``allreduce_s`` keeps every size;
+* ``ps_piece_s`` / ``ps_sparse_piece_s``: the parameter-server steps divided by their pieces;
 * ``compute_slowdown[k] = (cpu_k / cpu_1) * max(1, k / host_cores)``: ``cpu_k`` the step's CPU
   seconds with ``k`` workers computing at once (shared caches and memory bandwidth), and
   ``k / host_cores`` the time slicing once the workers outnumber the cores. Measured in CPU
@@ -202,8 +209,52 @@ def _bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
         dist.all_reduce(mine)
         if rank == 0:
             result["compute"][str(k)] = {"cpu_s": float(mine[0]) / k, "wall_s": float(mine[1]) / k}
+    if world > 1 and cfg.get("cluster") is not None:
+        result["ps_piece_s"] = _ps_pieces(cfg, reps_small, sparse=False)
+        result["ps_sparse_piece_s"] = _ps_pieces(cfg, reps_small, sparse=True)
     dist.barrier()
     return result if rank == 0 else None
+
+
+def _ps_pieces(cfg: dict[str, Any], reps: int, *, sparse: bool) -> float:
+    """Median seconds per piece of the executor synchronizing ``ps_pieces`` one-element
+    parameters (``sparse``: half as many row-sparse 64 x 16 tables, one row touched) on the
+    first node's parameter server (every rank runs it; the slowest rank's)."""
+    import torch
+    import torch.distributed as dist
+
+    from autosync_transfer.domains.cluster import Cluster
+    from autosync_transfer.domains.importers import graph_from_torch
+    from autosync_transfer.runtime.executor import CommGroups, StrategyExecutor
+    from autosync_transfer.runtime.plan import make_plan
+    from autosync_transfer.strategies.types import PS, Strategy, VarConfig
+
+    cluster = Cluster.model_validate(cfg["cluster"])
+    pieces = int(cfg.get("ps_pieces", 64)) // (2 if sparse else 1)
+    shape = (64, 16) if sparse else (1,)
+    module = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(shape))
+                                     for _ in range(pieces)])
+    graph = graph_from_torch(module, "ps-pieces", sparse=lambda _name: sparse)
+    server = PS(destination=cluster.nodes[0].name)
+    strategy = Strategy(id="ps-pieces", kind="calibration", nodes=tuple(
+        VarConfig(var_name=v.name, synchronizer=server) for v in graph.variables))
+    executor = StrategyExecutor(module, make_plan(strategy, graph, cluster),
+                                CommGroups.create()).setup()
+    times = []
+    try:
+        for k in range(reps + 3):
+            dist.barrier()
+            t0 = time.perf_counter()
+            torch.stack([p[0].sum() for p in module]).sum().backward()
+            executor.finish()
+            if k >= 3:
+                times.append(time.perf_counter() - t0)
+            module.zero_grad(set_to_none=False)
+    finally:
+        executor.close()
+    mine = torch.tensor([statistics.median(times) / pieces])
+    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+    return float(mine.item())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -316,7 +367,8 @@ def _summarize(cluster: Cluster, launcher: str, raw: dict[str, Any], seconds: fl
         host_cores=cores, seconds=round(seconds, 3),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         allreduce_s={int(k): v for k, v in raw["allreduce"].items()},
-        foreign_cpu=None if foreign is None else round(foreign, 4))
+        foreign_cpu=None if foreign is None else round(foreign, 4),
+        ps_piece_s=raw.get("ps_piece_s"), ps_sparse_piece_s=raw.get("ps_sparse_piece_s"))
 
 
 def calibrate_cluster(cluster: Cluster, launcher: str | Any = "emulated", *,
@@ -346,7 +398,7 @@ def calibrate_cluster(cluster: Cluster, launcher: str | Any = "emulated", *,
         raise ConfigError(f"launcher {resolved.name!r} cannot calibrate (it does not start the "
                           f"workers itself); use one of {', '.join(CALIBRATION_LAUNCHERS)}")
     resolved.check()
-    cfg = {"reps_small": 20, "reps_big": reps}
+    cfg = {"reps_small": 20, "reps_big": reps, "cluster": cluster.model_dump(mode="json")}
     best: tuple[float, dict[str, Any], float, float | None] | None = None
     for attempt in range(1, attempts + 1):
         t0 = time.monotonic()

@@ -90,14 +90,21 @@ def test_the_ar_thread_runs_buckets_one_after_another() -> None:
 
 
 def test_ps_and_all_reduce_share_a_nic() -> None:
-    # PS on n0 of v1 (40 MB) and AR of v0 (40 MB), both ready at 0.11 s: each alone takes
-    # 40 ms (the PS push/pull crosses each NIC once per direction), on one NIC 80 ms
+    # PS on n0 of v1 (40 MB) and AR of v0 (40 MB), both ready at 0.11 s. The ring takes 40 ms;
+    # the PS piece's push and its answer cross each NIC one after the other (the answer's
+    # ready notices queue behind data on gloo's pair connections): 80 ms; on one NIC 120 ms
     sim = _sim([10 * MB, 10 * MB], [0.01, 0.01])
     out = sim.simulate([_strategy([AllReduce(group=0), PS(destination="n0")])])[0]
     assert out["ar_s"] == pytest.approx(0.04)
+    assert out["ps_s"] == pytest.approx(0.08)
+    assert out["sync_end_s"] == pytest.approx(0.11 + 0.12)
+    assert out["nic_contention_s"] == pytest.approx(0.04)
+    # full duplex (push and answer at once): 40 ms each, 80 ms on one NIC
+    duplex = StepSimulator(sim.domain, sim.profile, sim.calibration,
+                           StepSimConfig(ps_results_block_gathers=False))
+    out = duplex.simulate([_strategy([AllReduce(group=0), PS(destination="n0")])])[0]
     assert out["ps_s"] == pytest.approx(0.04)
     assert out["sync_end_s"] == pytest.approx(0.11 + 0.08)
-    assert out["nic_contention_s"] == pytest.approx(0.04)
 
 
 def test_compression_occupies_the_worker_and_shrinks_the_wire() -> None:
@@ -216,25 +223,71 @@ def test_a_sparse_call_cost_charges_row_sparse_ps_pieces_only() -> None:
             assert charged == base
 
 
-def test_a_ring_streams_at_link_rate_and_ps_exchanges_wait_for_a_core() -> None:
-    """On a host with more compute processes than cores, the PS exchanges run ``slowdown``
-    times slower; an all-reduce ring does not (unless ``ring_shares_cores``)."""
+def test_a_ring_streams_at_link_rate_and_ps_pieces_wait_for_a_core() -> None:
+    """On a host with more compute processes than cores, the PS threads' per-piece work runs
+    ``slowdown`` times slower and their bytes do not (unless ``wire_shares_cores``); an
+    all-reduce ring is not slowed (unless ``ring_shares_cores``)."""
     MB = 1 << 20
     g = _graph([4 * MB, 4 * MB])
     dom = Domain(name="d", model=g, cluster=tiny_cluster(2, 1))
     prof = _profile(g, [0.2, 0.05])
-    cal = _calibration(dom, slowdown={1: 1.0, 2: 2.0})
+    cal = _calibration(dom, slowdown={1: 1.0, 2: 2.0}).model_copy(update={"ps_piece_s": 1e-3})
     ar = _strategy([AllReduce(), AllReduce()])
     ps = _strategy([PS(destination="n0"), PS(destination="n0")])
     host = {"host_processes": 2, "host_cores": 1}  # both workers on one core
     alone = StepSimulator(dom, prof, cal, StepSimConfig(**host, network_shares_cores=False))
     shared = StepSimulator(dom, prof, cal, StepSimConfig(**host))
     older = StepSimulator(dom, prof, cal, StepSimConfig(**host, ring_shares_cores=True))
-    a, s, o = (sim.simulate([ar, ps]) for sim in (alone, shared, older))
+    wire = StepSimulator(dom, prof, cal, StepSimConfig(**host, wire_shares_cores=True))
+    a, s, o, w = (sim.simulate([ar, ps]) for sim in (alone, shared, older, wire))
     assert a["ar_s"][0] > 0 and s["ar_s"][0] == pytest.approx(a["ar_s"][0])
     assert o["ar_s"][0] == pytest.approx(2 * a["ar_s"][0])
-    assert a["ps_s"][1] > 0 and s["ps_s"][1] == pytest.approx(2 * a["ps_s"][1])
+    # the server, per piece: the push in and the answer out at 1e9 B/s, then its piece cost
+    wire_s = 2 * (2 * 4 * MB * 4 / 1e9)
+    assert a["ps_s"][1] == pytest.approx(wire_s + 2 * 1e-3)
+    assert s["ps_s"][1] == pytest.approx(wire_s + 2 * 2e-3)
+    assert w["ps_s"][1] == pytest.approx(2 * wire_s + 2 * 2e-3)
     assert o["ps_s"][1] == pytest.approx(s["ps_s"][1])
+
+
+def test_a_sender_overlaps_its_piece_cost_with_its_bytes_and_a_server_adds_them() -> None:
+    """n1 only sends (one push of a 4 MB piece, answered): its per-piece cost hides behind its
+    8 ms of bytes; the server n0 waits for the bytes, then spends it."""
+    g = _graph([MB])
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(2, 1))
+    cal = _calibration(dom).model_copy(update={"ps_piece_s": 5e-3})
+    prof = _profile(g, [0.05])
+    strategy = _strategy([PS(destination="n0")])
+    overlap = StepSimulator(dom, prof, cal).simulate([strategy])[0]
+    summed = StepSimulator(dom, prof, cal, StepSimConfig(ps_sender_overlaps=False)
+                           ).simulate([strategy])[0]
+    bytes_s = 2 * 4 * MB / 1e9  # push in, then the answer out
+    assert overlap["ps_s"] == pytest.approx(bytes_s + 5e-3)  # the server's
+    assert overlap["sync_end_s"] == pytest.approx(0.15 + bytes_s + 5e-3)
+    assert summed["sync_end_s"] == pytest.approx(overlap["sync_end_s"])
+    # with a piece cost above the bytes, the sender's share is the piece cost alone
+    slow = _calibration(dom).model_copy(update={"ps_piece_s": 20e-3})
+    out = StepSimulator(dom, prof, slow).simulate([strategy])[0]
+    assert out["sync_end_s"] == pytest.approx(0.15 + bytes_s + 20e-3)
+
+
+def test_pieces_of_different_servers_wait_for_the_previous_server() -> None:
+    """Four nodes of one worker; v1 (ready at 0.11 s) on n0, v0 (ready at 0.12 s) on n1, 40 MB
+    each (40 ms at a NIC). Every node's NIC alone would be done at 0.43 s (a server: three
+    pushes in, three answers out; a sender: its push and its answer); but n0 pushes v0 only
+    once v1 is complete with its answers (0.35 s), so v0 ends one push and its own answers
+    later."""
+    g = _graph([10 * MB, 10 * MB])
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(4, 1))
+    sim = StepSimulator(dom, _profile(g, [0.02, 0.01]), _calibration(dom))
+    spread = _strategy([PS(destination="n1"), PS(destination="n0")])
+    out = sim.simulate([spread])[0]
+    piece = 40 * MB / 1e9
+    v1_done = 0.11 + 6 * piece
+    assert out["sync_end_s"] == pytest.approx(v1_done + piece + 3 * piece)
+    assert out["ps_s"] == pytest.approx(8 * piece)  # the busiest NIC alone
+    queues = StepSimulator(dom, sim.profile, sim.calibration, StepSimConfig(ps_chain=False))
+    assert queues.simulate([spread])["sync_end_s"][0] == pytest.approx(0.11 + 8 * piece)
 
 
 def test_a_row_sparse_exchange_is_a_chain_of_dependent_steps() -> None:
