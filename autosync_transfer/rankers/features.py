@@ -16,7 +16,9 @@ A learned ranker never sees a :class:`~autosync_transfer.strategies.types.Strate
     ranker learns the residual of the simulation. Schema version 2 added the ``sim_*`` columns;
     version 3 keeps them and changes their values: the simulator no longer slows all-reduce
     rings by the host's compute slowdown (``StepSimConfig.ring_shares_cores``); version 4
-    changes them again: a row-sparse exchange is replayed as its chain of dependent steps.
+    changes them again: a row-sparse exchange is replayed as its chain of dependent steps;
+    version 5: a parameter-server piece's pushes and answers cross a NIC one after the other,
+    at the links' rate, with the calibrated per-piece costs and a chain across servers.
 ``server_feats`` ``[S, F_srv]`` / ``group_feats`` ``[G, F_grp]``
     One row per parameter server used (a node hosting at least one PS row) and per all-reduce
     group, for graph rankers; ``row_server`` / ``row_group`` connect rows to them.

@@ -51,12 +51,13 @@ One iteration (every worker alike, times from the start of the step)
       serves work in release order without idling while work is waiting (its end: ``max_j
       (release_j + work released at or after j)``).
     * Pieces of different servers do not overlap freely (:meth:`StepSimulator._server_chain`):
-      a server's thread pushes the next piece only once its own is complete, and that push
-      leaves behind the answers it queued; so piece ``k`` ends no sooner than the answers of
-      the piece before it plus one push after that piece (a max-plus scan over the readiness
-      slots). Spreading the pieces over more servers therefore helps far less than the NICs'
-      sum suggests (emulated cluster A, VGG16-s: one server 3.32 s per step, two 3.19 s, four
-      3.07 s).
+      a server's thread pushes the next piece only once its own is complete, answers
+      included; so piece ``k`` ends no sooner than one push of it and its own answers after
+      the piece before it, or the server's whole work for it when the same server held the
+      piece before, a partitioned variable's shards one after another (a max-plus scan over
+      the readiness slots). Spreading the pieces over more servers therefore helps far less
+      than the NICs' sum suggests (emulated cluster A, VGG16-s: one server 3.35 s per step,
+      two 3.23 s, four 3.07 s; ``benchmarks/ps_layouts.py``).
     * Row-sparse PS pieces are replayed as the executor runs them, a chain of dependent steps
       per piece in readiness order (:meth:`StepSimulator._sparse_chain`): every rank's PS
       thread finds the touched rows of its gradient and pushes them (a header with the row
@@ -664,6 +665,7 @@ class _Physics:
         self.ps_gamma_in = gamma.reshape(2 * N, N)
         self.ps_gamma = self.ps_gamma_in * (2.0 if config.ps_results_block_gathers else 1.0)
         self.ps_lat = lat.reshape(2 * N, N)
+        # the server's share and the senders' share of both (see ps_sender_overlaps)
         on_server = np.repeat(eye, 2, axis=0)  # [(p, r), k]: k is the server p
         self.ps_gamma_server = np.where(on_server, self.ps_gamma, 0.0)
         self.ps_gamma_sender = self.ps_gamma - self.ps_gamma_server
@@ -846,14 +848,11 @@ class StepSimulator:
             dense_ps = ~rows.sparse[ps]
             count_tab = np.bincount(key, weights=dense_ps.astype(np.float64),
                                     minlength=K2).reshape(B * V, 2 * N)
-            if self.config.ps_sender_overlaps:
-                ps_wire += byte_tab @ ph.ps_gamma_server
-                ps_work += count_tab @ ph.ps_lat_server
-                send_wire = byte_tab @ ph.ps_gamma_sender
-                send_work = count_tab @ ph.ps_lat_sender
-            else:
-                ps_wire += byte_tab @ ph.ps_gamma
-                ps_work += count_tab @ ph.ps_lat
+            # a server's bytes and work add up; a sender's are combined below
+            ps_wire += byte_tab @ ph.ps_gamma_server
+            ps_work += count_tab @ ph.ps_lat_server
+            send_wire = byte_tab @ ph.ps_gamma_sender
+            send_work = count_tab @ ph.ps_lat_sender
             # the server aggregates every incoming gradient
             agg = ph.act_agg.at(rows.numel[ps].astype(np.float64)) * ph.ps_sources[pl]
             ps_work += np.bincount(slot[ps] * N + p, weights=agg,
@@ -885,7 +884,8 @@ class StepSimulator:
         ps_work *= ph.comm_scale
         ps_work += ph.wire_scale * ps_wire
         if send_wire is not None:
-            ps_work += np.maximum(ph.comm_scale * send_work, ph.wire_scale * send_wire)
+            both = np.maximum if self.config.ps_sender_overlaps else np.add
+            ps_work += both(ph.comm_scale * send_work, ph.wire_scale * send_wire)
         nic_work += ps_work
 
         # ---- queues: end = max_j (release_j + work released at or after j) ----------------------
