@@ -27,9 +27,13 @@ One iteration (every worker alike, times from the start of the step)
       slowdown for the processes sharing one host (the node's workers; ``host_processes`` when the
       whole cluster shares one machine, as an emulated cluster does). Variable ``v``'s gradient is
       ready at ``forward + slowdown x ready_s[v]``.
+    * Launch order is the executor's (:mod:`~autosync_transfer.runtime.plan`): reverse forward
+      order (a variable's ``order``), each communication thread waiting for its tasks one after
+      another, so a slot is released no sooner than the slots before it even where the profile
+      measured a later variable's gradient ready first.
     * All-reduce: pieces fuse into one bucket per (group, compressor, PowerSGD rank), as the plan
       fuses them. A bucket launches on the AR thread when its last gradient is ready; the AR
-      thread runs buckets one after another in readiness order. A bucket takes its compression
+      thread runs buckets one after another in launch order. A bucket takes its compression
       cost (fp16 cast, error feedback, PowerSGD factorization, the flattening copy: the profile's
       :class:`~autosync_transfer.domains.profile.ActionCost`) plus its ring all-reduce:
       ``2 (W - 1) / W x wire bytes`` at the ring's slowest link plus ``2 (W - 1)`` message
@@ -51,15 +55,18 @@ One iteration (every worker alike, times from the start of the step)
       serves work in release order without idling while work is waiting (its end: ``max_j
       (release_j + work released at or after j)``).
     * Pieces of different servers do not overlap freely (:meth:`StepSimulator._server_chain`):
-      a server's thread pushes the next piece only once its own is complete, answers
-      included; so piece ``k`` ends no sooner than one push of it and its own answers after
-      the piece before it, or the server's whole work for it when the same server held the
-      piece before, a partitioned variable's shards one after another (a max-plus scan over
-      the readiness slots). Spreading the pieces over more servers therefore helps far less
-      than the NICs' sum suggests (emulated cluster A, VGG16-s: one server 3.35 s per step,
-      two 3.23 s, four 3.07 s; ``benchmarks/ps_layouts.py``).
+      a server gathers a piece only once its answers of the piece before are out, the server of
+      the piece before pushes the next one only after its answers, and (traced on emulated
+      cluster A) the other pushes of a piece cross into its server only after the piece before
+      is gathered (``ps_push_after_gather``): a piece's gather ends ``max(release + its pushes
+      in, the previous gather + c)`` with ``c`` = the previous answers and its pushes (same
+      server), else the larger of its pushes and the previous answers plus one push, a
+      max-plus recurrence solved in closed form per strategy. Spreading the pieces over more
+      servers therefore helps far less than the NICs' sum suggests (emulated cluster A,
+      VGG16-s: one server 3.35 s per step, two 3.23 s, four 3.07 s, balanced by bytes 3.01 s;
+      ``benchmarks/ps_layouts.py``).
     * Row-sparse PS pieces are replayed as the executor runs them, a chain of dependent steps
-      per piece in readiness order (:meth:`StepSimulator._sparse_chain`): every rank's PS
+      per piece in launch order (:meth:`StepSimulator._sparse_chain`): every rank's PS
       thread finds the touched rows of its gradient and pushes them (a header with the row
       count, then indices and rows); the server, once its PS queue reaches the piece, copies its
       gradient, waits for every push (the header's hop, then a round trip: the payload's
@@ -100,7 +107,7 @@ Vectorization
     Strategies are decoded into rows (one per synchronized piece) by :class:`RowDecoder` (shared
     with the featurizer; a sampler's :class:`~autosync_transfer.strategies.sampler.SampledBatch`
     is read from its arrays). Everything after is dense ``[strategies, variables(, nodes)]``
-    arrays in readiness order: a bucket's work is placed at the slot of its last-ready variable,
+    arrays in launch order: a bucket's work is placed at the slot of its last-launched variable,
     so every queue's end is a cumulative sum and a maximum, without sorting.
 """
 
@@ -227,10 +234,15 @@ class StepSimConfig(BaseModel):
         "answers to that peer are out, and a node's NIC carries a piece's pushes and answers "
         "one after the other; False: both directions at once (full duplex)"))
     ps_chain: bool = Field(default=True, description=(
-        "a server's thread pushes the next piece only once its own is complete, so a piece "
-        "ends no sooner than one push and its answers after the piece before it, whichever "
-        "servers hold them (StepSimulator._server_chain); False: every node's queue runs "
-        "independently"))
+        "dense PS pieces follow one another in launch order whichever servers hold them: a "
+        "server gathers a piece only once its answers of the piece before are out, and the "
+        "server of the piece before pushes it only after those answers "
+        "(StepSimulator._server_chain); False: every node's queue runs independently"))
+    ps_push_after_gather: float = Field(default=1.0, ge=0, le=1, description=(
+        "with ps_chain, the share of a piece's pushes that cross into its server only once the "
+        "piece before it is gathered (1: all of them, as traced on emulated cluster A by "
+        "benchmarks/ps_layouts.py --trace; 0: they arrive early, only the previous server's "
+        "push waits)"))
     ps_sender_overlaps: bool = Field(default=True, description=(
         "a node's PS thread hands a piece it only sends to the network and goes on, so its "
         "per-piece work for such pieces overlaps its NIC's bytes (max of the two); a server "
@@ -609,11 +621,15 @@ class _Physics:
         self.ring_scale = s if (config.ring_shares_cores and s > 1.0) else 1.0
         self.wire_scale = self.comm_scale if config.wire_shares_cores else 1.0
         release = self.forward_s + s * np.minimum(ready, bwd)
-        # readiness order of the variables (ties: later forward position first, as backward)
-        self.order = np.lexsort((-np.arange(V), release))
+        # the executor's launch order (``runtime.plan``): reverse forward order, each
+        # communication thread waiting for its tasks one after another, so a slot is released
+        # no sooner than the slots before it
+        forward = np.array([v.order for v in variables], dtype=np.int64)
+        self.order = np.lexsort((-np.arange(V), -forward))
         self.rank_of_var = np.empty(V, dtype=np.int64)
         self.rank_of_var[self.order] = np.arange(V)
-        self.release_sorted = release[self.order]
+        self.release_sorted = np.maximum.accumulate(release[self.order])
+        self.launch_reversed = bool((self.rank_of_var == V - 1 - np.arange(V)).all())
         # ---- action costs -----------------------------------------------------------------------
         actions = dict(profile.actions) if profile is not None else {}
         mem = config.fallback_memory_bytes_per_s
@@ -787,7 +803,7 @@ class StepSimulator:
         ph = self.physics
         B, V, N = rows.num_strategies, len(ph.rank_of_var), ph.num_nodes
         wire, touched, psgd = wire_bytes(rows, ph.tokens, ph.sparse_row_bytes, ph.var_rows)
-        slot = rows.strat * V + ph.rank_of_var[rows.var]  # (strategy, readiness rank)
+        slot = rows.strat * V + ph.rank_of_var[rows.var]  # (strategy, launch rank)
         is_ar = rows.is_ar
         out = np.zeros(B, dtype=_TERM_DTYPE)
 
@@ -832,7 +848,7 @@ class StepSimulator:
         ps = np.flatnonzero(~is_ar)
         ps_work = np.zeros((B * V, N))  # per-piece work of the PS threads (slowed by the cores)
         ps_wire = np.zeros((B * V, N))  # NIC time of the PS bytes (at the links' rate)
-        chain_c = None
+        chain_end = None
         send_wire = send_work = None
         if ps.size:
             p = rows.server[ps]
@@ -880,7 +896,7 @@ class StepSimulator:
                 ps_wire += np.bincount(keys, weights=node_time.ravel(),
                                        minlength=B * V * N).reshape(B * V, N)
             if self.config.ps_chain and ph.world > 1 and dense_ps.any():
-                chain_c = self._server_chain(rows, wire, slot, ps[dense_ps], B, V)
+                chain_end = self._server_chain(rows, wire, ps[dense_ps], B)
         ps_work *= ph.comm_scale
         ps_work += ph.wire_scale * ps_wire
         if send_wire is not None:
@@ -903,14 +919,8 @@ class StepSimulator:
             finish = reach + work
             ps_end_nodes = np.where(work > 0, finish, 0.0).max(axis=1)
         ps_end = ps_end_nodes.max(axis=1)
-        if chain_c is not None:
-            # piece k ends no sooner than c_k after piece k - 1 (whichever servers hold them):
-            # D_k = max(finish_k, D_(k-1) + c_k), a max-plus scan over the readiness slots (a
-            # node without work in a slot finishes it at its release or its queue's end, which
-            # bounds nothing the scan does not already)
-            fin = finish.max(axis=2)
-            cc = np.cumsum(chain_c, axis=1)
-            ps_end = np.maximum(ps_end, (cc + np.maximum.accumulate(fin - cc, axis=1))[:, -1])
+        if chain_end is not None:
+            ps_end = np.maximum(ps_end, chain_end)
         threads_end = np.maximum(ar_end, ps_end)
         sparse_cpu = np.zeros(B)
         if ps.size and rows.sparse[ps].any():
@@ -954,35 +964,68 @@ class StepSimulator:
         out["sync_end_s"] = sync_end
         return out
 
-    def _server_chain(self, rows: Rows, wire: np.ndarray, slot: np.ndarray, dense: np.ndarray,
-                      B: int, V: int) -> np.ndarray:
-        """``c [B, V]``: how long after the dense PS pieces of the slot before it a readiness
-        slot's pieces end at the earliest (0 where a slot has none). Every rank's PS thread
-        takes the pieces in readiness order, and a server's thread pushes the next piece only
-        once its own is complete, answers included (they go out before anything else it sends
-        its peers, ``ps_results_block_gathers``): so ``c_k`` = one push of piece ``k`` (its
-        bytes at the server's NIC and the per-piece cost) + piece ``k``'s answers at its
-        server's NIC; when the server of the slot before also serves piece ``k``, its whole
-        work for the piece (every push in, every answer out, the per-piece cost), which it
-        starts only then."""
+    def _server_chain(self, rows: Rows, wire: np.ndarray, dense: np.ndarray, B: int
+                      ) -> np.ndarray:
+        """``[B]``: when the dense PS pieces (``dense``: their rows) are complete at the earliest,
+        replaying the executor's order of pieces.
+
+        Every rank's PS thread takes the pieces in launch order; a sender hands its push to the
+        network and goes on, a server blocks on its gather, then sends its answers and goes on.
+        gloo sends only to a posted receive, and the notice that a receive is posted travels
+        behind the data already queued to that peer, so a server gathers piece ``i`` only once
+        its answers of the piece before are out (``ps_results_block_gathers``), and the server
+        of the piece before pushes piece ``i`` only after those answers. Traced on an
+        emulated cluster (``benchmarks/ps_layouts.py --trace``), the other pushes of a piece
+        do not reach its server early either: they cross its NIC after the piece before is
+        gathered (``ps_push_after_gather``, the share that does). So, with ``in_i`` every push
+        of piece ``i`` into its server, ``out_i`` its answers and ``k`` the per-piece cost,
+        the gather ends ``G_i = max(release_i + in_i, G_(i-1) + c_i) + k`` where ``c_i`` is
+        ``out_(i-1) + in_i`` on the same server, else ``max(share * in_i, out_(i-1) + one
+        push)``; piece ``i`` is complete at ``G_i + out_i``. The max-plus recurrence is solved
+        in closed form, ``G_i = C_i + max_(j <= i)(r_j - C_j)`` with ``C`` the running sum of
+        ``c`` and ``r_j = release_j + in_j + k``, segmented by strategy."""
         ph = self.physics
+        if rows.ordered and ph.launch_reversed:
+            # rows in (strategy, variable, shard) order, launched in reverse variable order:
+            # the reversed rows are in launch order but for a variable's shards (first to last)
+            dense = dense[::-1]
+            if rows.partitioned[dense].any():
+                var = rows.strat[dense].astype(np.int64) * len(ph.rank_of_var) + rows.var[dense]
+                run = np.r_[True, var[1:] != var[:-1]]
+                run_id = np.cumsum(run) - 1
+                starts = np.flatnonzero(run)
+                ends = np.r_[starts[1:], var.size]
+                dense = dense[starts[run_id] + ends[run_id] - 1 - np.arange(var.size)]
+        else:
+            key = ((rows.strat[dense].astype(np.int64) * len(ph.rank_of_var)
+                    + ph.rank_of_var[rows.var[dense]]) * (int(rows.shards.max()) + 1)
+                   + rows.shard[dense])
+            dense = dense[np.argsort(key, kind="stable")]
         p = rows.server[dense]
-        pl = p * 2 + rows.replication[dense].astype(np.int64)
+        pl = p * 2 + rows.replication[dense]
         b = ph.wire_scale * wire[dense]
         cost = ph.comm_scale * ph.ps_piece_s
-        other = b * (1.0 / ph.nic[p] + ph.ps_gamma_in[pl, p]) + cost
-        same = b * ph.ps_gamma[pl, p] + cost
-        s = slot[dense]
-        # the server of every slot's (last) dense piece, and of the slot with dense pieces before
-        srv = np.full(B * V, -1, dtype=np.int64)
-        srv[s] = p
-        srv = srv.reshape(B, V)
-        last = np.maximum.accumulate(np.where(srv >= 0, np.arange(V)[None, :], -1), axis=1)
-        prev = np.concatenate([np.full((B, 1), -1), last[:, :-1]], axis=1)
-        prev_srv = np.where(prev >= 0, np.take_along_axis(srv, np.maximum(prev, 0), axis=1), -1)
-        one = np.where(prev_srv.reshape(-1)[s] == p, same, other)
-        # a slot's pieces (a partitioned variable's shards) follow one another as well
-        return np.bincount(s, weights=one, minlength=B * V).reshape(B, V)
+        k_row = ph.rank_of_var[rows.var[dense]]
+        st = rows.strat[dense]
+        t_in = b * ph.ps_gamma_in[pl, p]
+        t_out = b * ph.ps_gamma[pl, p] - t_in
+        first = np.r_[True, st[1:] != st[:-1]]
+        prev_p = np.r_[0, p[:-1]]
+        prev_out = np.r_[0.0, t_out[:-1]]
+        push = b * ph.ps_gamma_in[pl, prev_p]  # the previous server's push of this piece
+        c = np.where(p == prev_p, prev_out + t_in,
+                     np.maximum(self.config.ps_push_after_gather * t_in, prev_out + push)) + cost
+        c[first] = 0.0
+        r = ph.release_sorted[k_row] + t_in + cost
+        C = np.cumsum(c)
+        seg = np.cumsum(first) - 1
+        v = r - C
+        big = 2.0 * (float(np.abs(v).max()) + 1.0)
+        g = C + np.maximum.accumulate(v + seg * big) - seg * big
+        starts = np.flatnonzero(first)
+        out = np.zeros(B)
+        out[st[starts]] = np.maximum.reduceat(g + t_out, starts)
+        return out
 
     def _sparse_chain(self, rows: Rows, wire: np.ndarray, sp: np.ndarray,
                       other_end: np.ndarray, reach: np.ndarray
@@ -990,7 +1033,7 @@ class StepSimulator:
         """When the last row-sparse exchange is complete on every rank (``[B]``), replaying the
         dependent steps of the executor's sparse exchange (``sp``: the rows of sparse PS pieces).
 
-        The PS thread of every rank takes the pieces in readiness order, one at a time. A
+        The PS thread of every rank takes the pieces in launch order, one at a time. A
         worker finds its touched rows in the dense gradient (``sparse_gather``) and pushes them;
         the server copies its own gradient, waits for every push (its NIC time for the piece),
         averages in place, finds the touched rows of the average, answers, and copies the
@@ -999,7 +1042,7 @@ class StepSimulator:
         its communication threads have ended (``other_end [B, N]``: the AR thread and the PS
         queue of its node), one after another: it waits for the answer, builds the dense result
         (``sparse_scatter``) and copies it into its gradient. ``reach [B, V, N]``: when a
-        node's PS thread is through the other exchanges released up to each readiness slot (the
+        node's PS thread is through the other exchanges released up to each launch slot (the
         PS queue). Rows are tracked for the first
         rank of every node (a server) and for the node's other ranks (workers only).
 

@@ -319,3 +319,36 @@ def test_a_row_sparse_exchange_is_a_chain_of_dependent_steps() -> None:
     done = release + max(C, G + half + 3 * L) + 2 * C + G
     assert both["step_s"][0] == pytest.approx(done + 3 * C + G + (2 * L + S + C) + 0.05,
                                               rel=1e-9)
+
+
+def test_the_launch_order_is_the_executors_reverse_forward_order() -> None:
+    """The profile measured v0's gradient ready before v1's, but the executor launches in
+    reverse forward order and its AR thread waits for each task in turn: v1's 40 MB bucket
+    first (ready at 0.15 s), then v0's small one, which cannot go first."""
+    g = _graph([10_000, 10 * MB])
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(2, 1))
+    sim = StepSimulator(dom, _profile(g, [0.01, 0.05]), _calibration(dom))
+    out = sim.simulate([_strategy([AllReduce(group=0), AllReduce(group=1)])])[0]
+    ring = 40 * MB / 1e9  # 2 (W - 1) / W = 1 of the bytes at 1e9 B/s
+    assert out["sync_end_s"] == pytest.approx(0.15 + ring + 40_000 / 1e9)
+
+
+def test_a_pieces_pushes_cross_into_its_server_after_the_piece_before() -> None:
+    """Four nodes of one worker, in launch order: v2 (40 MB) on n0, v1 (tiny) on n1, v0 (40 MB)
+    on n2, all ready at 0.11 s. v1 waits for n0's answers of v2 (n0 pushes it after them); v0's
+    pushes cross into n2 only after v1 is gathered (``ps_push_after_gather=1``: three pushes),
+    or, arriving early (0), only n1's push after its tiny answers is left."""
+    g = _graph([10 * MB, 1, 10 * MB])
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(4, 1))
+    prof = _profile(g, [0.01, 0.01, 0.01])
+    cal = _calibration(dom)
+    spread = _strategy([PS(destination="n2"), PS(destination="n1"), PS(destination="n0")])
+    piece = 40 * MB / 1e9
+    tiny = 4 * 3 / 1e9  # v1: 4 bytes in from three nodes (and out)
+    v2_gathered = 0.11 + 3 * piece
+    v1_gathered = v2_gathered + 3 * piece + 4 / 1e9  # n0's answers of v2, then its push
+    late = StepSimulator(dom, prof, cal).simulate([spread])[0]
+    assert late["sync_end_s"] == pytest.approx(v1_gathered + 3 * piece + 3 * piece)
+    early = StepSimulator(dom, prof, cal, StepSimConfig(ps_push_after_gather=0.0)
+                          ).simulate([spread])[0]
+    assert early["sync_end_s"] == pytest.approx(v1_gathered + tiny + piece + 3 * piece)
