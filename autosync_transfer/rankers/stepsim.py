@@ -86,10 +86,12 @@ One iteration (every worker alike, times from the start of the step)
     * Compression occupies the worker: on a host with more compute processes than cores
       (``slowdown > 1``) the compression work also delays the backward pass, and (with
       ``network_shares_cores``) the per-piece work of the parameter-server exchanges, whose
-      threads share those cores, runs ``slowdown`` times slower: every exchange is a chain of
-      dependent steps on a Python thread (the server posts its receives only when it reaches
-      the piece, gloo sends only to a posted receive, then it averages and answers), each
-      waiting for a share of a core; their bytes cross the NICs at the links' rate
+      threads share those cores, runs ``processes / cores`` times slower: every exchange is a
+      chain of dependent steps on a Python thread (the server posts its receives only when it
+      reaches the piece, gloo sends only to a posted receive, then it averages and answers),
+      each waiting for a time slice of a core (``comm_time_slicing``: not the compute's
+      measured slowdown, whose share for caches and memory is noisy between calibrations of
+      one machine, 1.00-1.15x for four processes on two cores); their bytes cross the NICs at the links' rate
       (``wire_shares_cores`` restores the older model that slowed them too). An all-reduce
       bucket's ring is one call into gloo that streams its bytes at the
       links' rate and is not slowed (``ring_shares_cores`` restores the older model that
@@ -224,7 +226,14 @@ class StepSimConfig(BaseModel):
     network_shares_cores: bool = Field(default=True, description=(
         "on a host with more compute processes than cores (slowdown > 1) the parameter-server "
         "threads get the same share of a core as compute: the per-piece work of every PS "
-        "exchange (a chain of dependent steps on the PS thread) runs slowdown x slower"))
+        "exchange (a chain of dependent steps on the PS thread) runs slower (see "
+        "comm_time_slicing)"))
+    comm_time_slicing: bool = Field(default=True, description=(
+        "with network_shares_cores, the PS threads' per-piece work is slowed by the time "
+        "slicing of the host's processes over its cores (processes / cores) and not by the "
+        "compute's measured contention for caches and memory, which the calibration's small "
+        "network measures (2.0-2.29 for four processes on two cores between calibrations of one "
+        "machine); False: the compute slowdown"))
     wire_shares_cores: bool = Field(default=False, description=(
         "slow a parameter-server exchange's bytes by the same slowdown as its per-piece work "
         "(the older model); by default bytes cross a NIC at its calibrated rate"))
@@ -617,7 +626,9 @@ class _Physics:
         self.compute_s = s * (fwd + bwd + opt)
         self.backward_end = self.forward_s + self.backward_s
         self.cpu_share = 1.0 if s > 1.0 else 0.0
-        self.comm_scale = s if (config.network_shares_cores and s > 1.0) else 1.0
+        slicing = max(1.0, procs / float(cores))
+        self.comm_scale = ((slicing if config.comm_time_slicing else s)
+                           if (config.network_shares_cores and s > 1.0) else 1.0)
         self.ring_scale = s if (config.ring_shares_cores and s > 1.0) else 1.0
         self.wire_scale = self.comm_scale if config.wire_shares_cores else 1.0
         release = self.forward_s + s * np.minimum(ready, bwd)

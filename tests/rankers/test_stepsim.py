@@ -352,3 +352,23 @@ def test_a_pieces_pushes_cross_into_its_server_after_the_piece_before() -> None:
     early = StepSimulator(dom, prof, cal, StepSimConfig(ps_push_after_gather=0.0)
                           ).simulate([spread])[0]
     assert early["sync_end_s"] == pytest.approx(v1_gathered + tiny + piece + 3 * piece)
+
+
+def test_ps_work_waits_for_time_slices_and_compute_for_the_measured_slowdown() -> None:
+    """Four processes on two cores with a measured compute slowdown of 2.3 (shared caches on
+    top of the time slicing): compute runs 2.3x, the PS threads' per-piece work 2x (processes /
+    cores), or 2.3x with ``comm_time_slicing=False``."""
+    g = _graph([1, 1])
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(4, 1))
+    prof = _profile(g, [0.2, 0.1])
+    cal = _calibration(dom, slowdown={1: 1.0, 4: 2.3}).model_copy(update={"ps_piece_s": 1e-2})
+    strategy = _strategy([PS(destination="n0"), PS(destination="n0")])
+    host = {"host_processes": 4, "host_cores": 2}
+    sliced = StepSimulator(dom, prof, cal, StepSimConfig(**host)).simulate([strategy])[0]
+    measured = StepSimulator(dom, prof, cal, StepSimConfig(**host, comm_time_slicing=False)
+                             ).simulate([strategy])[0]
+    assert sliced["compute_s"] == pytest.approx(2.3 * 0.35)
+    assert measured["compute_s"] == pytest.approx(2.3 * 0.35)
+    tiny = 2 * 3 * 4 / 1e9  # a 4-byte piece's pushes in and answers out on the server's NIC
+    assert sliced["ps_s"] == pytest.approx(2 * (2.0 * 1e-2 + tiny))
+    assert measured["ps_s"] == pytest.approx(2 * (2.3 * 1e-2 + tiny))
