@@ -61,7 +61,10 @@ One iteration (every worker alike, times from the start of the step)
       is gathered (``ps_push_after_gather``): a piece's gather ends ``max(release + its pushes
       in, the previous gather + c)`` with ``c`` = the previous answers and its pushes (same
       server), else the larger of its pushes and the previous answers plus one push, a
-      max-plus recurrence solved in closed form per strategy. Spreading the pieces over more
+      max-plus recurrence solved in closed form per strategy. All-reduces launched between two
+      pieces share the NICs with the later one as one flow among its pushes or answers (TCP
+      shares a link per flow): it takes up to ``1 / flows`` longer, at most the ring's NIC time
+      (``ps_chain_shares_nic``). Spreading the pieces over more
       servers therefore helps far less than the NICs' sum suggests (emulated cluster A,
       VGG16-s: one server 3.35 s per step, two 3.23 s, four 3.07 s, balanced by bytes 3.01 s;
       ``benchmarks/ps_layouts.py``).
@@ -247,6 +250,12 @@ class StepSimConfig(BaseModel):
         "server gathers a piece only once its answers of the piece before are out, and the "
         "server of the piece before pushes it only after those answers "
         "(StepSimulator._server_chain); False: every node's queue runs independently"))
+    ps_chain_shares_nic: bool = Field(default=True, description=(
+        "with ps_chain, the all-reduces launched while dense PS pieces follow one another share "
+        "the NICs with them, one flow among a piece's pushes or answers: a piece takes up to "
+        "1 / (its remote pushes) longer, at most the busiest NIC's time for the all-reduces "
+        "launched since the piece before (StepSimulator._server_chain); False: the chain "
+        "ignores them"))
     ps_push_after_gather: float = Field(default=1.0, ge=0, le=1, description=(
         "with ps_chain, the share of a piece's pushes that cross into its server only once the "
         "piece before it is gathered (1: all of them, as traced on emulated cluster A by "
@@ -691,6 +700,8 @@ class _Physics:
         # cross the same NIC after them
         self.ps_gamma_in = gamma.reshape(2 * N, N)
         self.ps_gamma = self.ps_gamma_in * (2.0 if config.ps_results_block_gathers else 1.0)
+        self.ps_gamma_in_flat = self.ps_gamma_in.ravel()
+        self.ps_gamma_out_flat = (self.ps_gamma - self.ps_gamma_in).ravel()
         self.ps_lat = lat.reshape(2 * N, N)
         # the server's share and the senders' share of both (see ps_sender_overlaps)
         on_server = np.repeat(eye, 2, axis=0)  # [(p, r), k]: k is the server p
@@ -700,6 +711,9 @@ class _Physics:
         self.ps_lat_sender = self.ps_lat - self.ps_lat_server
         self.ps_sparse_call = calls.reshape(2 * N, N) * config.sparse_call_s
         self.ps_sources = sources.reshape(2 * N)
+        # the pushes crossing the server's NIC (at least one: a divisor)
+        mates = np.repeat(w - 1.0, 2)
+        self.ps_remote_sources = np.maximum(self.ps_sources - mates, 1.0)
 
 
 def ps_byte_table(workers: np.ndarray, nic: np.ndarray, intra: float
@@ -907,7 +921,12 @@ class StepSimulator:
                 ps_wire += np.bincount(keys, weights=node_time.ravel(),
                                        minlength=B * V * N).reshape(B * V, N)
             if self.config.ps_chain and ph.world > 1 and dense_ps.any():
-                chain_end = self._server_chain(rows, wire, ps[dense_ps], B)
+                ar_slot = None
+                if self.config.ps_chain_shares_nic and ar.size and ph.num_nodes > 1:
+                    # the busiest NIC's share of the all-reduces launched in each slot
+                    ar_slot = (np.bincount(rel, weights=b_bytes[present], minlength=B * V)
+                               * (ph.ring_scale * float(ph.ar_nic.max())))
+                chain_end = self._server_chain(rows, wire, ps[dense_ps], B, ar_slot)
         ps_work *= ph.comm_scale
         ps_work += ph.wire_scale * ps_wire
         if send_wire is not None:
@@ -975,8 +994,8 @@ class StepSimulator:
         out["sync_end_s"] = sync_end
         return out
 
-    def _server_chain(self, rows: Rows, wire: np.ndarray, dense: np.ndarray, B: int
-                      ) -> np.ndarray:
+    def _server_chain(self, rows: Rows, wire: np.ndarray, dense: np.ndarray, B: int,
+                      ar_slot: np.ndarray | None = None) -> np.ndarray:
         """``[B]``: when the dense PS pieces (``dense``: their rows) are complete at the earliest,
         replaying the executor's order of pieces.
 
@@ -994,7 +1013,9 @@ class StepSimulator:
         ``out_(i-1) + in_i`` on the same server, else ``max(share * in_i, out_(i-1) + one
         push)``; piece ``i`` is complete at ``G_i + out_i``. The max-plus recurrence is solved
         in closed form, ``G_i = C_i + max_(j <= i)(r_j - C_j)`` with ``C`` the running sum of
-        ``c`` and ``r_j = release_j + in_j + k``, segmented by strategy."""
+        ``c`` and ``r_j = release_j + in_j + k``, segmented by strategy. ``ar_slot [B * V]``:
+        the busiest NIC's time for the all-reduces launched in each slot, which lengthen the
+        next piece's ``c`` (``ps_chain_shares_nic``)."""
         ph = self.physics
         if rows.ordered and ph.launch_reversed:
             # rows in (strategy, variable, shard) order, launched in reverse variable order:
@@ -1018,21 +1039,32 @@ class StepSimulator:
         cost = ph.comm_scale * ph.ps_piece_s
         k_row = ph.rank_of_var[rows.var[dense]]
         st = rows.strat[dense]
-        t_in = b * ph.ps_gamma_in[pl, p]
-        t_out = b * ph.ps_gamma[pl, p] - t_in
+        N = ph.num_nodes
+        pl_n = pl * N
+        t_in = b * ph.ps_gamma_in_flat[pl_n + p]
+        t_out = b * ph.ps_gamma_out_flat[pl_n + p]
         first = np.r_[True, st[1:] != st[:-1]]
         prev_p = np.r_[0, p[:-1]]
         prev_out = np.r_[0.0, t_out[:-1]]
-        push = b * ph.ps_gamma_in[pl, prev_p]  # the previous server's push of this piece
-        c = np.where(p == prev_p, prev_out + t_in,
-                     np.maximum(self.config.ps_push_after_gather * t_in, prev_out + push)) + cost
+        push = b * ph.ps_gamma_in_flat[pl_n + prev_p]  # the previous server's push of it
+        c = np.maximum(self.config.ps_push_after_gather * t_in, prev_out + push)
+        same = p == prev_p
+        c[same] = prev_out[same] + t_in[same]
+        if ar_slot is not None:
+            # the all-reduces launched since the piece before share the NICs with this piece,
+            # a flow among its flows (TCP shares a link per flow): while the piece's bytes
+            # cross, the ring gets 1 / (flows + 1) of the link, so the piece takes up to
+            # 1 / flows longer, or as long as those all-reduces' bytes if they are fewer
+            here = np.cumsum(ar_slot)[st * len(ph.rank_of_var) + k_row]
+            launched = here - np.r_[0.0, here[:-1]]
+            c += np.minimum(launched, c / ph.ps_remote_sources[pl])
+        c += cost
         c[first] = 0.0
         r = ph.release_sorted[k_row] + t_in + cost
         C = np.cumsum(c)
-        seg = np.cumsum(first) - 1
         v = r - C
-        big = 2.0 * (float(np.abs(v).max()) + 1.0)
-        g = C + np.maximum.accumulate(v + seg * big) - seg * big
+        off = (np.cumsum(first) - 1) * (2.0 * (float(np.abs(v).max()) + 1.0))
+        g = C + np.maximum.accumulate(v + off) - off
         starts = np.flatnonzero(first)
         out = np.zeros(B)
         out[st[starts]] = np.maximum.reduceat(g + t_out, starts)

@@ -372,3 +372,30 @@ def test_ps_work_waits_for_time_slices_and_compute_for_the_measured_slowdown() -
     tiny = 2 * 3 * 4 / 1e9  # a 4-byte piece's pushes in and answers out on the server's NIC
     assert sliced["ps_s"] == pytest.approx(2 * (2.0 * 1e-2 + tiny))
     assert measured["ps_s"] == pytest.approx(2 * (2.3 * 1e-2 + tiny))
+
+
+def test_all_reduces_launched_between_ps_pieces_slow_the_chain_by_a_flows_share() -> None:
+    """Four nodes of one worker, in launch order: v2 (40 MB) on n0's server, v1 (40 MB)
+    all-reduced, v0 (40 MB) on n1's server, all ready at 0.11 s. v0 follows v2 (n0's answers,
+    then its push: 4 pieces' time); v1's ring (60 ms on every NIC) shares the NICs with v0's
+    three pushes: v0 takes a third longer at most, here 4/3 pieces' time."""
+    g = _graph([10 * MB, 10 * MB, 10 * MB])
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(4, 1))
+    prof = _profile(g, [0.01, 0.01, 0.01])
+    cal = _calibration(dom)
+    mixed = _strategy([PS(destination="n1"), AllReduce(), PS(destination="n0")])
+    piece = 40 * MB / 1e9
+    v2_gathered = 0.11 + 3 * piece
+    alone = StepSimulator(dom, prof, cal, StepSimConfig(ps_chain_shares_nic=False)
+                          ).simulate([mixed])[0]
+    assert alone["sync_end_s"] == pytest.approx(v2_gathered + 4 * piece + 3 * piece)
+    shared = StepSimulator(dom, prof, cal).simulate([mixed])[0]
+    assert shared["sync_end_s"] == pytest.approx(v2_gathered + 4 * piece * 4 / 3 + 3 * piece)
+    # a ring shorter than the share delays the chain by the ring's own time
+    small = _strategy([PS(destination="n1"), AllReduce(), PS(destination="n0")])
+    g2 = _graph([10 * MB, MB, 10 * MB])
+    dom2 = Domain(name="d", model=g2, cluster=tiny_cluster(4, 1))
+    out = StepSimulator(dom2, _profile(g2, [0.01, 0.01, 0.01]), _calibration(dom2)
+                        ).simulate([small])[0]
+    ring = 1.5 * 4 * MB / 1e9
+    assert out["sync_end_s"] == pytest.approx(v2_gathered + 4 * piece + ring + 3 * piece)
