@@ -13,6 +13,10 @@ same test split. The ``ceiling`` column is the pairwise accuracy a perfect simul
 against measurements as noisy as the domain's reference re-measurements
 (``rankers.metrics.noise_ceiling`` over the domain's strategy runtimes at the median robust CV
 of the re-measurements: 1.4826 x MAD / median, which a few disturbed measurements barely move).
+The rankers train and are scored on drift-normalized runtimes, so ``ceil_n`` is the ceiling of
+those labels (``dataset.loader.normalized_reference_noise``: every re-measurement normalized by
+the others, as a trial is by the re-measurements around it) and ``gap`` is the best learned
+ranker's distance to it (negative: above it).
 ``--out FILE`` appends the table, headed by the command line, to FILE.
 
     python benchmarks/ranker_table.py [--seeds 3] [--epochs 60] [--min-trials 40]
@@ -44,7 +48,8 @@ def main() -> int:
 
     import torch
 
-    from autosync_transfer.dataset.loader import (load_trials, reference_noise, strategy_runtimes,
+    from autosync_transfer.dataset.loader import (load_trials, normalized_reference_noise,
+                                                  reference_noise, strategy_runtimes,
                                                   strategy_table)
     from autosync_transfer.rankers.metrics import noise_ceiling
     from autosync_transfer.rankers.simulator import train_simulator
@@ -66,8 +71,9 @@ def main() -> int:
         lines.append(line)
         print(line, flush=True)
 
-    out(f"{'domain':14s} {'n':>4s} {'ceiling':>7s} " + " ".join(f"{k:>30s}" for k in kinds))
-    best_learned, ceilings = [], []
+    out(f"{'domain':14s} {'n':>4s} {'ceiling':>7s} {'ceil_n':>6s} {'gap':>6s} "
+        + " ".join(f"{k:>30s}" for k in kinds))
+    best_learned, ceilings, norm_ceilings, gaps = [], [], [], []
     for d in domains:
         sub = df[df["domain"] == d]
         noise = reference_noise(sub)
@@ -76,6 +82,11 @@ def main() -> int:
         if ceiling == ceiling:
             ceilings.append(ceiling)
         table = strategy_table(sub)  # the measured strategies, as the rankers train on them
+        norm = normalized_reference_noise(sub)
+        ceil_n = (noise_ceiling(table["runtime_s"].to_numpy(dtype=float),
+                                float(norm["median_robust_cv"])) if norm else float("nan"))
+        if ceil_n == ceil_n:
+            norm_ceilings.append(ceil_n)
         cells = []
         accs: dict[str, float] = {}
         for kind in kinds:
@@ -90,9 +101,14 @@ def main() -> int:
             cells.append(f"{statistics.mean(pa):.3f}±{sd:.3f} t1 {statistics.mean(t1):.2f} "
                          f"rg {statistics.mean(rg):.3f}")
         learned = {k: v for k, v in accs.items() if k not in PHYSICS}
+        gap = float("nan")
         if learned:
             best_learned.append(max(learned.values()))
-        out(f"{d:14s} {counts[d]:4d} {ceiling:7.3f} " + " ".join(f"{c:>30s}" for c in cells))
+            gap = ceil_n - best_learned[-1]
+            if gap == gap:
+                gaps.append(gap)
+        out(f"{d:14s} {counts[d]:4d} {ceiling:7.3f} {ceil_n:6.3f} {gap:+6.3f} "
+            + " ".join(f"{c:>30s}" for c in cells))
     out(f"\ncell: test pairwise accuracy mean±std over {args.seeds} seeds; t1 = top-1 score "
         f"(rankers.metrics.top1_score) = measured(best) / measured(pick); rg = regret = "
         f"measured(pick) / measured(best) - 1; pick = argmin of the score over the test split; "
@@ -100,7 +116,10 @@ def main() -> int:
     if best_learned:
         out(f"median over domains of the best learned ranker's pairwise accuracy: "
             f"{statistics.median(best_learned):.3f} (goal >= 0.92); median noise ceiling: "
-            f"{statistics.median(ceilings) if ceilings else float('nan'):.3f}")
+            f"{statistics.median(ceilings) if ceilings else float('nan'):.3f} (raw), "
+            f"{statistics.median(norm_ceilings) if norm_ceilings else float('nan'):.3f} "
+            f"(normalized labels); best learned within 0.02 of ceil_n (goal) on "
+            f"{sum(g <= 0.02 for g in gaps)} of {len(gaps)} domains")
     if args.out:
         stamp = datetime.date.today().isoformat()
         with open(args.out, "a", encoding="utf-8") as fh:
