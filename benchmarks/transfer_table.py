@@ -255,10 +255,14 @@ def main() -> int:
 def _physics_only(args, settings, df, domain_of) -> int:  # noqa: ANN001
     """The zero-trial columns alone: each physics ranker on the setting's evaluation strategies
     (the same split as the full table) and on every measured strategy of the target."""
+    import numpy as np
+
     from autosync_transfer.adapt.data import evaluate_on, split_target, target_data
+    from autosync_transfer.dataset.loader import normalized_reference_noise
+    from autosync_transfer.rankers.metrics import noise_ceiling
     from autosync_transfer.rankers.simulator import Simulator
 
-    head = (f"{'setting':9s} {'source -> target':28s} {'tgt n':>5s} {'eval':>4s} | "
+    head = (f"{'setting':9s} {'source -> target':28s} {'tgt n':>5s} {'eval':>4s} {'ceil_n':>6s} | "
             + " ".join(f"{PHYSICS_LABELS[p]:>10s} {'rg':>6s} {'t1':>5s} {'all pw':>6s}"
                        for p in PHYSICS) + f" {'>= 0.85':>7s}")
     rows = []
@@ -272,6 +276,9 @@ def _physics_only(args, settings, df, domain_of) -> int:  # noqa: ANN001
         split = split_target(tdom, tgt_data, split_seed=0,
                              holdout_fraction=holdout_fraction(len(tgt_data), args.min_eval))
         holdout = split.holdout()
+        noise = normalized_reference_noise(tgt_df)
+        ceil_n = (noise_ceiling(np.asarray(tgt_data.runtimes_s, dtype=np.float64),
+                                float(noise["median_robust_cv"])) if noise else math.nan)
         cells, ok = [], True
         for p in PHYSICS:
             sim = Simulator(p)
@@ -282,14 +289,16 @@ def _physics_only(args, settings, df, domain_of) -> int:  # noqa: ANN001
             cells.append(f"{_f(m['pairwise_accuracy']):>10s} {_f(m['regret']):>6s} "
                          f"{_f(m['top1'], 2):>5s} {_f(every['pairwise_accuracy']):>6s}")
         rows.append(f"{kind:9s} {src + ' -> ' + tgt:28s} {len(tgt_data):5d} "
-                    f"{len(split.holdout_ids):4d} | " + " ".join(cells)
+                    f"{len(split.holdout_ids):4d} {_f(ceil_n):>6s} | " + " ".join(cells)
                     + f" {'yes' if ok else 'no':>7s}")
         print(rows[-1], file=sys.stderr, flush=True)
     text = "\n".join([
         head, *rows,
         "zero target trials: pw = pairwise accuracy on the setting's evaluation strategies (the "
         "full table's split), rg = regret and t1 = top-1 score of the pick among them, all pw = "
-        "pairwise accuracy over every measured strategy of the target; >= 0.85: the step-time "
+        "pairwise accuracy over every measured strategy of the target; ceil_n = the noise "
+        "ceiling of the target's drift-normalized labels (what a perfect simulator can expect "
+        "over all its strategies); >= 0.85: the step-time "
         "simulator's zero-shot goal on the evaluation strategies"])
     print(text)
     if args.out:
