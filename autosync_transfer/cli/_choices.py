@@ -88,6 +88,7 @@ class RankerKind(StrEnum):
     rnn = "rnn"
     gat = "gat"
     linear = "linear"
+    residual = "residual"
     transformer = "transformer"
     analytical = "analytical"
     stepsim = "stepsim"

@@ -12,6 +12,9 @@ Kinds (:data:`RANKERS`):
 ``linear``
     On the aggregated features ``agg`` only (AutoSync's linear ranker on z_pre): one linear layer,
     or one hidden ELU layer when ``hidden > 0``.
+``residual``
+    The step-time simulator's prediction (the ``log10_sim_step_s`` column of ``agg``) plus a
+    correction learned on ``agg``, which starts at zero: untrained, it ranks as the simulator.
 ``rnn``
     AutoSync's RankRNN: a row MLP, the rows of each variable summed into one slot per variable
     (``row_var``), a bidirectional LSTM over the variables in forward order (packed by
@@ -64,6 +67,7 @@ from autosync_transfer.rankers.features import FEATURE_SCHEMA
 __all__ = [
     "RankerModule",
     "LinearRanker",
+    "ResidualRanker",
     "RNNRanker",
     "GATRanker",
     "TransformerRanker",
@@ -274,6 +278,35 @@ class LinearRanker(RankerModule):
         return self.head(self._norm(batch["agg"], "agg")).squeeze(-1)
 
 
+class ResidualRanker(RankerModule):
+    """The step-time simulator plus a learned correction, on ``agg`` only:
+    ``prior_scale * ln(simulated step seconds) + head(agg)``. The simulated step is the
+    ``log10_sim_step_s`` column as featurized (unstandardized); the head's output layer starts
+    at zero, so an untrained ranker orders strategies exactly as the simulator does, and
+    training (with ``weight_decay`` keeping the correction small) learns what the simulation
+    misses. ``prior_scale`` sets how strongly the simulation speaks in the pairwise logistic
+    loss: at 10 a strategy simulated 10 % slower scores about 1 higher."""
+
+    kind = "residual"
+    inputs = frozenset({"agg"})
+
+    def __init__(self, hidden: int = 16, prior_scale: float = 10.0, **common: Any) -> None:
+        super().__init__(**common)
+        if not prior_scale > 0:
+            raise ConfigError(f"prior_scale must be > 0, got {prior_scale}")
+        self.head = _mlp(int(self.hparams["num_agg"]), hidden, 1, nn.ELU)
+        last = self.head if isinstance(self.head, nn.Linear) else self.head[-1]
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
+        self._sim_col = FEATURE_SCHEMA.agg_index("log10_sim_step_s")
+
+    def score_batch(self, batch: Mapping[str, Tensor]) -> Tensor:
+        agg = batch["agg"]
+        prior = agg[:, self._sim_col].float() * (float(np.log(10.0))
+                                                 * float(self.hparams["prior_scale"]))
+        return prior + self.head(self._norm(agg, "agg")).squeeze(-1)
+
+
 class RNNRanker(RankerModule):
     """AutoSync's RankRNN (row MLP -> per-variable sum -> BiLSTM in forward order -> head).
 
@@ -479,7 +512,8 @@ class TransformerRanker(RankerModule):
 
 #: kind -> ranker class
 RANKERS: dict[str, type[RankerModule]] = {
-    cls.kind: cls for cls in (LinearRanker, RNNRanker, GATRanker, TransformerRanker)
+    cls.kind: cls for cls in (LinearRanker, ResidualRanker, RNNRanker, GATRanker,
+                              TransformerRanker)
 }
 
 

@@ -27,6 +27,11 @@ class TestLinear(RankerConformance):
     hparams = {"hidden": 8}
 
 
+class TestResidual(RankerConformance):
+    kind = "residual"
+    hparams = {"hidden": 8}
+
+
 class TestRNN(RankerConformance):
     kind = "rnn"
     hparams = {"row_hidden": 32, "row_out": 16, "lstm_hidden": 16, "head_hidden": 16}
@@ -49,7 +54,7 @@ class TestTransformerOverRows(RankerConformance):
 
 
 def test_every_kind_has_a_conformance_test() -> None:
-    tested = {c.kind for c in (TestLinear, TestRNN, TestGAT, TestTransformer)}
+    tested = {c.kind for c in (TestLinear, TestResidual, TestRNN, TestGAT, TestTransformer)}
     assert tested == set(RANKERS)
 
 
@@ -120,3 +125,28 @@ def test_wrong_weights_are_a_config_error() -> None:
     sd["extra"] = torch.zeros(1)
     with pytest.raises(ConfigError, match="do not fit"):
         Simulator.from_config(config, sd)
+
+
+def test_untrained_residual_ranker_orders_as_the_step_simulator() -> None:
+    """Its correction starts at zero: the scores are the simulated step's log, scaled."""
+    from autosync_transfer.rankers.features import FEATURE_SCHEMA, collate, featurize_many
+    from autosync_transfer.rankers.stepsim import StepSimulator
+
+    dom = tiny_domain()
+    strategies = tiny_strategies(dom, 12, seed=4)
+    module = build_ranker("residual", {"hidden": 8, "prior_scale": 3.0}, seed=0).eval()
+    batch = collate(featurize_many(strategies, dom))
+    with torch.no_grad():
+        scores = module(batch).double().numpy()
+    step = StepSimulator(dom).simulate(strategies)["step_s"]
+    assert len(set(np.round(step, 12))) > 3  # the strategies differ in the simulation
+    np.testing.assert_allclose(scores, 3.0 * np.log(1e-9 + step), rtol=1e-4, atol=1e-5)
+    col = FEATURE_SCHEMA.agg_index("log10_sim_step_s")
+    np.testing.assert_allclose(batch["agg"][:, col].double().numpy(),
+                               np.log10(1e-9 + step), rtol=1e-5)
+    # training moves it away from the simulation: the head is trainable
+    module.train()
+    module(batch).sum().backward()
+    assert all(p.grad is not None for p in module.head.parameters())
+    with pytest.raises(ConfigError, match="prior_scale must be > 0"):
+        build_ranker("residual", {"prior_scale": 0.0})
