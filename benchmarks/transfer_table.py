@@ -242,14 +242,18 @@ def main() -> int:
         "analytical: the step-time simulator (measured physics: shipped profile + calibration) and the analytical sync-only "
         "model, zero target trials (pw = their pairwise accuracy)",
     ]
-    text = "\n".join(lines)
+    _emit("\n".join(lines), args.out)
+    return 0
+
+
+def _emit(text: str, out: str | None) -> None:
+    """Print ``text``; with ``out``, append it to that file headed by the command line."""
     print(text)
-    if args.out:
+    if out:
         stamp = datetime.date.today().isoformat()
-        with open(args.out, "a", encoding="utf-8") as fh:
+        with open(out, "a", encoding="utf-8") as fh:
             fh.write(f"\n# {stamp}: python {' '.join(shlex.quote(a) for a in sys.argv)}\n"
                      f"{text}\n")
-    return 0
 
 
 def _physics_only(args, settings, df, domain_of) -> int:  # noqa: ANN001
@@ -300,12 +304,7 @@ def _physics_only(args, settings, df, domain_of) -> int:  # noqa: ANN001
         "ceiling of the target's drift-normalized labels (what a perfect simulator can expect "
         "over all its strategies); >= 0.85: the step-time "
         "simulator's zero-shot goal on the evaluation strategies"])
-    print(text)
-    if args.out:
-        stamp = datetime.date.today().isoformat()
-        with open(args.out, "a", encoding="utf-8") as fh:
-            fh.write(f"\n# {stamp}: python {' '.join(shlex.quote(a) for a in sys.argv)}\n"
-                     f"{text}\n")
+    _emit(text, args.out)
     return 0
 
 
