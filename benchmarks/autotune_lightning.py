@@ -44,7 +44,7 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=32, help="per worker")
     ap.add_argument("--lr", type=float, default=1.0)
     ap.add_argument("--steps-per-candidate", type=int, default=5)
-    ap.add_argument("--simulator", default=None, help="registry URI or name (default: analytical)")
+    ap.add_argument("--simulator", default=None, help="registry URI or name (default: the step-time simulator)")
     ap.add_argument("--candidates", type=int, default=500, help="sampled strategies to rank")
     ap.add_argument("--builders", default=",".join(LOSSLESS_BUILDERS))
     ap.add_argument("--trials", default=None, help="trial store for the autotuning steps")

@@ -1,9 +1,9 @@
 """Lightning training with AutoSyncStrategy, optionally side by side with Lightning's DDP.
 
 The strategy is chosen when the Trainer sets up, from the LightningModule itself, by
-``recommend`` with the analytical cost model, or with a simulator from the registry:
+``recommend`` with the step-time simulator, or with a simulator from the registry:
 
-    strategy = AutoSyncStrategy(None, cluster)                       # analytical cost model
+    strategy = AutoSyncStrategy(None, cluster)                       # the step-time simulator
     strategy = AutoSyncStrategy.from_registry("models:/autosync-bert-B@champion", cluster)
     Trainer(accelerator="cpu", devices=..., num_nodes=..., strategy=strategy).fit(model, data)
 
@@ -46,7 +46,7 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--lr", type=float, default=1.0)
     ap.add_argument("--simulator", default=None,
                     help="registry URI or name of the simulator that picks the strategy "
-                         "(default: the analytical cost model)")
+                         "(default: the step-time simulator)")
     ap.add_argument("--candidates", type=int, default=2000, help="sampled candidates to rank")
     ap.add_argument("--compare-ddp", action="store_true",
                     help="also train with Lightning's DDP and print both side by side")
@@ -181,7 +181,7 @@ def _train(args: argparse.Namespace) -> int:
                                         num_nodes)
     if not results["AutoSync"]["global_zero"]:
         return 0
-    chooser = args.simulator or "analytical cost model"
+    chooser = args.simulator or "step-time simulator"
     if args.autotune:
         chooser = f"autotuning in the job (candidates from the {chooser})"
     print(f"cluster {cluster.name}: {cluster.world_size} workers on {cluster.num_nodes} nodes "

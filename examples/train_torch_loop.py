@@ -71,7 +71,7 @@ def _choose(name: str, cluster, graph):  # noqa: ANN001, ANN202
     from autosync_transfer.strategies.types import Strategy
 
     if name == "recommend":
-        return recommend(graph, cluster)  # the analytical cost model
+        return recommend(graph, cluster)  # the step-time simulator
     if name in BUILDERS:
         return build(name, Domain(name=f"{graph.name}-{cluster.name}", model=graph, cluster=cluster))
     return Strategy.from_file(name)
@@ -84,7 +84,7 @@ def main() -> int:
     ap.add_argument("--cluster", default="B", choices=["A", "B", "C"], help="catalog cluster (default B)")
     ap.add_argument("--launcher", choices=["local", "emulated"], default=default_launcher())
     ap.add_argument("--strategy", default="recommend",
-                    help="'recommend' (analytical cost model), a builder name, or a strategy file")
+                    help="'recommend' (the step-time simulator), a builder name, or a strategy file")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch-size", type=int, default=32, help="per worker")
     ap.add_argument("--lr", type=float, default=1.0)

@@ -10,7 +10,7 @@ The workload is the same ``--model SPEC`` the command line takes (a file or modu
         [--launcher emulated|local] [--optimizer adam|sgd] [--lr 0.003]
 
 ``--strategy``: a strategy file (JSON or AutoDist), a builder name (``ddp``, ``ps_lb``, ...), or
-``recommend`` (the analytical cost model). ``--launcher emulated`` (the default as root) runs
+``recommend`` (the step-time simulator). ``--launcher emulated`` (the default as root) runs
 every node of the cluster file in its own network namespace with its NIC shaped to the file's
 bandwidth; ``local`` runs every worker on this host over loopback. Printed: the loss every
 ``--log-every`` steps (rank 0), then the first and final loss, the median step time and whether

@@ -264,7 +264,7 @@ def _print_search(result, domain: str, name: str, path, version, choice,  # noqa
 @renamed({"--out": "--export-json"})
 def recommend(
     domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="e.g. bert-B (or --model with --cluster-file; default with --simulator: the simulator's own domain)."),
-    simulator: Optional[str] = typer.Option(None, "--simulator", metavar="MODEL_URI", help="models:/NAME@ALIAS or a registered name (its champion); default: the analytical cost model."),
+    simulator: Optional[str] = typer.Option(None, "--simulator", metavar="MODEL_URI", help="models:/NAME@ALIAS or a registered name (its champion); default: the step-time simulator."),
     candidates: int = typer.Option(2000, "--candidates", min=1, help="Sampled candidates to rank (the builders are always included)."),
     seed: int = typer.Option(0, "--seed"),
     preset: SamplerPreset = typer.Option(SamplerPreset.dataset, "--preset", help="Sampler preset of the candidates."),
@@ -308,7 +308,7 @@ def recommend(
         return
     out().print(strategy_table([strategy_summary(best, domain)],
                                f"recommended for {domain.name} by "
-                               f"{simulator or 'the analytical cost model'}"))
+                               f"{simulator or 'the step-time simulator'}"))
     if choice.excluded:
         from autosync_transfer.cli._common import err
 

@@ -41,7 +41,7 @@ class SimulatorProposer:
     """Autotune candidates: ``proposer(graph, cluster)`` is the ``k`` strategies a simulator ranks
     fastest among the hand-optimized builders and ``candidates`` sampled ones (lossless only
     unless ``lossless=False``), then the ``baselines`` builders not among them. ``simulator``: a Simulator, a registry reference (loaded on the
-    first call, i.e. by rank 0 at setup), or ``None`` for the analytical cost model.
+    first call, i.e. by rank 0 at setup), or ``None`` for the step-time simulator.
     ``launcher``: what the job runs with; the step-simulator physics uses the cluster's
     calibration made with it (``None``: the simulator's own ``launcher``, by default any
     calibration, a non-emulated one preferred: a job runs on a real cluster)."""
@@ -84,7 +84,7 @@ class SimulatorProposer:
         builders = [build(b, domain) for b in BUILDERS]
         sampled = StrategySampler(domain, sampler_preset(self.preset),
                                   seed=self.seed).sample_batch(self.candidates)
-        ranker = simulator if simulator is not None else Simulator("analytical")
+        ranker = simulator if simulator is not None else Simulator("stepsim")
         if self.launcher is not None:
             ranker = ranker.with_launcher(self.launcher)
         scores = np.concatenate((ranker.score(builders, domain), ranker.score(sampled, domain)))

@@ -34,7 +34,9 @@ def recommend(model: Any, cluster: Cluster | str, simulator: Any = None, *, cand
     :class:`Cluster` or a catalog name (``"B"``). ``simulator``: a
     :class:`~autosync_transfer.rankers.simulator.Simulator`, a registry reference
     (``models:/NAME@ALIAS``, ``models:/NAME/VERSION`` or a registered name: its champion), or
-    ``None`` for the analytical cost model. ``launcher``: what the strategy will run with
+    ``None`` for the step-time simulator (its stored workload profile and cluster calibration
+    where there are any, found by fingerprint; nominal cluster numbers and a FLOP estimate
+    otherwise). ``launcher``: what the strategy will run with
     (``torchrun``, ``emulated``, ...): the step-simulator physics (its features, the
     ``stepsim`` kind) uses the stored calibration of the cluster made with it (``None``: the
     simulator's own ``launcher``; by default any calibration, a non-emulated one preferred).
@@ -72,7 +74,7 @@ def recommend_checked(model: Any, cluster: Cluster | str, simulator: Any = None,
     domain = Domain(name=f"{graph.name}-{cluster.name}", model=graph, cluster=cluster)
     builders = [build(b, domain) for b in BUILDERS]
     sampled = StrategySampler(domain, sampler_preset(preset), seed=seed).sample_batch(candidates)
-    ranker = simulator if simulator is not None else Simulator("analytical")
+    ranker = simulator if simulator is not None else Simulator("stepsim")
     if launcher is not None:
         ranker = ranker.with_launcher(launcher)
     # the sampled candidates are scored from the sampler's arrays; only those walked are built

@@ -38,8 +38,10 @@ def test_recommend_takes_catalog_names_and_registry_references(registry: Path) -
     from autosync_transfer.registry import models
 
     model = get_model("ncf")
+    # by default the step-time simulator ranks
+    default = recommend(model, get_cluster("C"), Simulator("stepsim"), candidates=30)
+    assert recommend(model, "C", candidates=30) == default
     by_objects = recommend(model, get_cluster("C"), Simulator("analytical", {}, 1), candidates=30)
-    assert recommend(model, "C", candidates=30) == by_objects
     info = models.log_simulator(Simulator("analytical", {}, 1), domain="ncf-C",
                                 metrics={"test_pairwise_accuracy": 0.8},
                                 tags={"trial_count": 1, "test_split": "none"})
