@@ -1,7 +1,7 @@
 """``AutoSyncStrategy`` with the simulator's choice: the runtime's Lightning strategy
 (:class:`autosync_transfer.runtime.lightning.AutoSyncStrategy`) whose strategy, when not given,
 is picked at setup time by :func:`~autosync_transfer.search.recommend.recommend` with the
-analytical cost model or a simulator (an object, or one loaded from the registry by rank 0).
+step-time simulator or another simulator (an object, or one loaded from the registry by rank 0).
 
 This module imports Lightning; import it on demand.
 """
@@ -53,7 +53,7 @@ class AutoSyncStrategy(_RuntimeStrategy):
         simulator: only when ``strategy`` is ``None``: the ranker that picks the strategy — a
             :class:`~autosync_transfer.rankers.simulator.Simulator`, a registry URI or name
             (``"models:/autosync-bert-B@champion"``, loaded by rank 0), or ``None`` for the
-            analytical cost model. With ``autotune`` and no candidates in it, the simulator also
+            step-time simulator. With ``autotune`` and no candidates in it, the simulator also
             proposes the candidates the job tries.
         candidates, seed: sampled candidates scored by ``recommend`` and its sampler's seed.
         allow_lossy: let ``recommend`` choose a lossy strategy (fp16, PowerSGD) without a
