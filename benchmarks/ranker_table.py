@@ -48,7 +48,7 @@ def main() -> int:
 
     import torch
 
-    from autosync_transfer.dataset.loader import (load_trials, normalized_reference_noise,
+    from autosync_transfer.dataset.loader import (load_trials, normalized_noise_ceiling,
                                                   reference_noise, strategy_runtimes,
                                                   strategy_table)
     from autosync_transfer.rankers.metrics import noise_ceiling
@@ -82,9 +82,7 @@ def main() -> int:
         if ceiling == ceiling:
             ceilings.append(ceiling)
         table = strategy_table(sub)  # the measured strategies, as the rankers train on them
-        norm = normalized_reference_noise(sub)
-        ceil_n = (noise_ceiling(table["runtime_s"].to_numpy(dtype=float),
-                                float(norm["median_robust_cv"])) if norm else float("nan"))
+        ceil_n = normalized_noise_ceiling(sub, table["runtime_s"])
         if ceil_n == ceil_n:
             norm_ceilings.append(ceil_n)
         cells = []

@@ -142,7 +142,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from autosync_transfer.dataset.loader import (file_meta, find_domain, load_trials,
-                                                  normalized_reference_noise, reference_noise,
+                                                  normalized_noise_ceiling, reference_noise,
                                                   strategy_table)
     from autosync_transfer.rankers.metrics import noise_ceiling
     from autosync_transfer.domains.profile import ClusterCalibration, WorkloadProfile
@@ -218,11 +218,10 @@ def main() -> int:
         summary["an_pw"].append(pairwise(an, yn))
         # noise ceilings: raw reference CV on raw runtimes; leave-one-out CV of the normalized
         # references on the normalized runtimes
-        raw_noise, norm_noise = reference_noise(df), normalized_reference_noise(df)
+        raw_noise = reference_noise(df)
         c_raw = (noise_ceiling(y, float(raw_noise["median_robust_cv"])) if raw_noise
                  else float("nan"))
-        c_norm = (noise_ceiling(yn, float(norm_noise["median_robust_cv"])) if norm_noise
-                  else float("nan"))
+        c_norm = normalized_noise_ceiling(df, yn)
         row += f" {c_raw:8.3f} {c_norm:9.3f}"
         summary["ceil_raw"].append(c_raw)
         summary["ceil_norm"].append(c_norm)

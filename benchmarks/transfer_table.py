@@ -259,11 +259,8 @@ def _emit(text: str, out: str | None) -> None:
 def _physics_only(args, settings, df, domain_of) -> int:  # noqa: ANN001
     """The zero-trial columns alone: each physics ranker on the setting's evaluation strategies
     (the same split as the full table) and on every measured strategy of the target."""
-    import numpy as np
-
     from autosync_transfer.adapt.data import evaluate_on, split_target, target_data
-    from autosync_transfer.dataset.loader import normalized_reference_noise
-    from autosync_transfer.rankers.metrics import noise_ceiling
+    from autosync_transfer.dataset.loader import normalized_noise_ceiling
     from autosync_transfer.rankers.simulator import Simulator
 
     head = (f"{'setting':9s} {'source -> target':28s} {'tgt n':>5s} {'eval':>4s} {'ceil_n':>6s} | "
@@ -280,9 +277,7 @@ def _physics_only(args, settings, df, domain_of) -> int:  # noqa: ANN001
         split = split_target(tdom, tgt_data, split_seed=0,
                              holdout_fraction=holdout_fraction(len(tgt_data), args.min_eval))
         holdout = split.holdout()
-        noise = normalized_reference_noise(tgt_df)
-        ceil_n = (noise_ceiling(np.asarray(tgt_data.runtimes_s, dtype=np.float64),
-                                float(noise["median_robust_cv"])) if noise else math.nan)
+        ceil_n = normalized_noise_ceiling(tgt_df, tgt_data.runtimes_s)
         cells, ok = [], True
         for p in PHYSICS:
             sim = Simulator(p)

@@ -445,6 +445,21 @@ def normalized_reference_noise(df: pandas.DataFrame) -> dict[str, Any] | None:
             "cv": float(np.std(r, ddof=1) / np.mean(r))}
 
 
+def normalized_noise_ceiling(df: pandas.DataFrame, runtimes: Sequence[float] | Any) -> float:
+    """The pairwise accuracy a perfect simulator can expect against one domain's
+    drift-normalized ``runtimes`` (its labels): :func:`~autosync_transfer.rankers.metrics.
+    noise_ceiling` at the robust CV of :func:`normalized_reference_noise` of ``df``; nan with
+    fewer than 3 reference re-measurements."""
+    import numpy as np
+
+    from autosync_transfer.rankers.metrics import noise_ceiling
+
+    noise = normalized_reference_noise(df)
+    if noise is None:
+        return math.nan
+    return noise_ceiling(np.asarray(runtimes, dtype=np.float64), float(noise["median_robust_cv"]))
+
+
 def describe_domain(
     domain: str, paths_or_dir: PathLike | Sequence[PathLike] | None = None, *, top: int = 10
 ) -> dict[str, Any]:

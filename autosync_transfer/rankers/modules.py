@@ -278,33 +278,30 @@ class LinearRanker(RankerModule):
         return self.head(self._norm(batch["agg"], "agg")).squeeze(-1)
 
 
-class ResidualRanker(RankerModule):
+class ResidualRanker(LinearRanker):
     """The step-time simulator plus a learned correction, on ``agg`` only:
-    ``prior_scale * ln(simulated step seconds) + head(agg)``. The simulated step is the
-    ``log10_sim_step_s`` column as featurized (unstandardized); the head's output layer starts
-    at zero, so an untrained ranker orders strategies exactly as the simulator does, and
-    training (with ``weight_decay`` keeping the correction small) learns what the simulation
-    misses. ``prior_scale`` sets how strongly the simulation speaks in the pairwise logistic
-    loss: at 10 a strategy simulated 10 % slower scores about 1 higher."""
+    ``prior_scale * ln(simulated step seconds) + head(agg)`` with the linear ranker's head. The
+    simulated step is the ``log10_sim_step_s`` column as featurized (unstandardized); the head's
+    output layer starts at zero, so an untrained ranker orders strategies exactly as the
+    simulator does, and training (with ``weight_decay`` keeping the correction small) learns
+    what the simulation misses. ``prior_scale`` sets how strongly the simulation speaks in the
+    pairwise logistic loss: at 10 a strategy simulated 10 % slower scores about 1 higher."""
 
     kind = "residual"
-    inputs = frozenset({"agg"})
 
     def __init__(self, hidden: int = 16, prior_scale: float = 10.0, **common: Any) -> None:
-        super().__init__(**common)
         if not prior_scale > 0:
             raise ConfigError(f"prior_scale must be > 0, got {prior_scale}")
-        self.head = _mlp(int(self.hparams["num_agg"]), hidden, 1, nn.ELU)
+        super().__init__(hidden=hidden, **common)
         last = self.head if isinstance(self.head, nn.Linear) else self.head[-1]
         nn.init.zeros_(last.weight)
         nn.init.zeros_(last.bias)
+        self._prior = float(np.log(10.0)) * float(prior_scale)
         self._sim_col = FEATURE_SCHEMA.agg_index("log10_sim_step_s")
 
     def score_batch(self, batch: Mapping[str, Tensor]) -> Tensor:
-        agg = batch["agg"]
-        prior = agg[:, self._sim_col].float() * (float(np.log(10.0))
-                                                 * float(self.hparams["prior_scale"]))
-        return prior + self.head(self._norm(agg, "agg")).squeeze(-1)
+        prior = batch["agg"][:, self._sim_col].float() * self._prior
+        return prior + super().score_batch(batch)
 
 
 class RNNRanker(RankerModule):
