@@ -70,11 +70,14 @@ class ActionCost(BaseModel):
         n = np.asarray(elements, dtype=np.float64)
         x = np.asarray(self.elements, dtype=np.float64)
         y = np.asarray(self.seconds, dtype=np.float64)
-        out = np.interp(n, x, y)
+        out = np.array(np.interp(n, x, y), dtype=np.float64)  # y[-1] beyond the last point
         if len(x) >= 2:
             slope = max((y[-1] - y[-2]) / (x[-1] - x[-2]), 0.0)
-            out = np.where(n > x[-1], y[-1] + slope * (n - x[-1]), out)
-        return np.where(n <= 0, 0.0, out)
+            if slope > 0:
+                out += slope * np.maximum(n - x[-1], 0.0)
+        if out.size and n.min() <= 0:
+            out[n <= 0] = 0.0
+        return out
 
 
 class WorkloadProfile(BaseModel):

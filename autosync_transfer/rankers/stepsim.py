@@ -129,6 +129,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from autosync_transfer._heap import heap_slack
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.domains.profile import ActionCost, ClusterCalibration, WorkloadProfile
 from autosync_transfer.errors import ConfigError, StrategyValidationError
@@ -156,6 +157,9 @@ _ROWS_PER_BATCH = 1 << 16  # work arrays stay in cache; the sparse chain's loop 
 _THREADS = max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                       else (os.cpu_count() or 1)))
 _MAX_STRATEGIES_PER_BATCH = 4096
+#: freed memory the allocator keeps while batches are simulated (:func:`heap_slack`): a batch's
+#: temporaries are reused instead of faulted in again (``benchmarks/scoring_throughput.py``)
+_HEAP_SLACK = 64 << 20
 #: message hops on a row-sparse piece's chain (:meth:`StepSimulator._sparse_chain`): 1.5 before
 #: the server has every push (the header, then the payload once its receive is posted), one for
 #: the answer
@@ -538,21 +542,25 @@ def wire_bytes(rows: Rows, tokens: float, sparse_row_bytes: np.ndarray,
     indices."""
     ctab, codes = rows.ctab, rows.codes
     comp = ctab[4][codes]
-    rank = ctab[5][codes]
-    d0 = np.maximum(rows.d0, 1)
-    rest = rows.numel // d0
-    psgd = rows.is_ar & (comp == 3) & (d0 > 1) & (rest > 1)
-    rank_eff = np.minimum(np.minimum(rank, d0), rest)
-    ar_bytes = np.where(
-        psgd, float(_POWERSGD_FACTOR_BYTES) * rank_eff * (d0 + rest),
-        np.where((comp == 1) | (comp == 2), float(_FP16_BYTES) * rows.numel, rows.tensor_bytes))
+    half = rows.is_ar & ((comp == 1) | (comp == 2))
+    wire = np.where(half, float(_FP16_BYTES) * rows.numel, rows.tensor_bytes)
+    psgd = np.zeros(wire.size, dtype=bool)
+    maybe = np.flatnonzero(rows.is_ar & (comp == 3))
+    if maybe.size:
+        d0 = np.maximum(rows.d0[maybe], 1)
+        rest = rows.numel[maybe] // d0
+        ok = (d0 > 1) & (rest > 1)
+        rank_eff = np.minimum(np.minimum(ctab[5][codes[maybe]], d0), rest)
+        psgd[maybe[ok]] = True
+        wire[maybe[ok]] = (float(_POWERSGD_FACTOR_BYTES) * rank_eff * (d0 + rest))[ok]
     touched = rows.rows_total
-    if rows.sparse.any():
-        touched = np.where(rows.sparse,
-                           np.minimum(tokens * rows.rows_total / var_rows[rows.var],
-                                      rows.rows_total), rows.rows_total)
-    ps_bytes = np.where(rows.sparse, touched * sparse_row_bytes[rows.var], rows.tensor_bytes)
-    return np.where(rows.is_ar, ar_bytes, ps_bytes), touched, psgd
+    sp = np.flatnonzero(rows.sparse)  # PS rows only (the decoder refuses sparse all-reduce)
+    if sp.size:
+        touched = touched.copy()
+        total = rows.rows_total[sp]
+        touched[sp] = np.minimum(tokens * total / var_rows[rows.var[sp]], total)
+        wire[sp] = touched[sp] * sparse_row_bytes[rows.var[sp]]
+    return wire, touched, psgd
 
 
 class _Physics:
@@ -795,26 +803,34 @@ class StepSimulator:
         if first is None:
             return np.zeros(0, dtype=_TERM_DTYPE)
         second = next(batches, None)
-        if second is None or _THREADS < 2:
-            rest = [] if second is None else [second]
-            parts = [self.simulate_rows(self.decoder.rows(b, order=False))
-                     for b in chain([first], rest, batches)]
+        if second is None:
+            parts = [self.simulate_rows(self.decoder.rows(first, order=False))]
+        elif _THREADS < 2:
+            with heap_slack(_HEAP_SLACK):
+                parts = [self.simulate_rows(self.decoder.rows(b, order=False))
+                         for b in chain([first, second], batches)]
         else:
             from concurrent.futures import ThreadPoolExecutor
 
             _ = self.physics  # built once, before the threads read it
             parts = []
             in_flight: deque[Any] = deque()  # bounded: decoded rows of a few batches at a time
-            with ThreadPoolExecutor(_THREADS) as pool:
+            with heap_slack(_HEAP_SLACK), ThreadPoolExecutor(_THREADS) as pool:
                 for b in chain([first, second], batches):
                     if len(in_flight) >= 2 * _THREADS:
                         parts.append(in_flight.popleft().result())
-                    in_flight.append(pool.submit(self.simulate_rows,
-                                                 self.decoder.rows(b, order=False)))
+                    if isinstance(b, SampledBatch):  # decoded from arrays: no shared caches
+                        in_flight.append(pool.submit(self._simulate_batch, b))
+                    else:
+                        in_flight.append(pool.submit(self.simulate_rows,
+                                                     self.decoder.rows(b, order=False)))
                 parts += [f.result() for f in in_flight]
         if not parts:
             return np.zeros(0, dtype=_TERM_DTYPE)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _simulate_batch(self, batch: SampledBatch) -> np.ndarray:
+        return self.simulate_rows(self.decoder.rows(batch, order=False))
 
     def score(self, strategies: Sequence[Strategy], domain: Domain | None = None) -> np.ndarray:
         """Predicted step seconds of every strategy (lower is faster)."""
@@ -851,8 +867,10 @@ class StepSimulator:
             # compression on the worker: per piece (fusion copy + the compressor's action)
             numel = rows.numel[ar].astype(np.float64)
             c = ph.act_copy.at(numel)
-            c = c + np.where(comp == 1, ph.act_fp16.at(numel), 0.0)
-            c = c + np.where(comp == 2, ph.act_ef.at(numel), 0.0)
+            for code, act in ((1, ph.act_fp16), (2, ph.act_ef)):
+                i = np.flatnonzero(comp == code)
+                if i.size:
+                    c[i] += act.at(numel[i])
             if (comp == 3).any():
                 c = c + np.where(psgd[ar], ph.act_psgd.at(numel) * ctab[5][codes], 0.0)
             b_comp = np.bincount(bkey, weights=c, minlength=KB)
@@ -887,8 +905,8 @@ class StepSimulator:
             byte_tab = np.bincount(key, weights=b_lin, minlength=K2).reshape(B * V, 2 * N)
             # per-piece cost of dense pieces (a sparse piece's are in its exchange's chain)
             dense_ps = ~rows.sparse[ps]
-            count_tab = np.bincount(key, weights=dense_ps.astype(np.float64),
-                                    minlength=K2).reshape(B * V, 2 * N)
+            count_tab = np.bincount(key[dense_ps], minlength=K2).astype(np.float64).reshape(
+                B * V, 2 * N)
             # a server's bytes and work add up; a sender's are combined below
             ps_wire += byte_tab @ ph.ps_gamma_server
             ps_work += count_tab @ ph.ps_lat_server
@@ -937,17 +955,18 @@ class StepSimulator:
         # ---- queues: end = max_j (release_j + work released at or after j) ----------------------
         t = ph.release_sorted
         ar_end = _queue_end(ar_work.reshape(B, V), t)
-        nic_end = _queue_end(nic_work.reshape(B, V, N), t).max(axis=1)
+        nic_end = _queue_end(_slots_last(nic_work, B, V, N), t).reshape(B, N).max(axis=1)
         ps_end_nodes = np.zeros((B, N))
         if ps.size:
             # the PS thread reaches a piece once the pieces before it are done (the queue's
             # closed form, forwards: its end is the last finish of a slot with work)
-            work = ps_work.reshape(B, V, N)
-            before = np.cumsum(work, axis=1)
+            work = _slots_last(ps_work, B, V, N)  # [B, N, V]
+            before = np.cumsum(work, axis=-1)
             before -= work
-            reach = before + np.maximum.accumulate(t[None, :, None] - before, axis=1)
+            reach = before + np.maximum.accumulate(t - before, axis=-1)
             finish = reach + work
-            ps_end_nodes = np.where(work > 0, finish, 0.0).max(axis=1)
+            finish *= work > 0
+            ps_end_nodes = finish.max(axis=-1)
         ps_end = ps_end_nodes.max(axis=1)
         if chain_end is not None:
             ps_end = np.maximum(ps_end, chain_end)
@@ -965,10 +984,12 @@ class StepSimulator:
             # CPU the network stack spends (per byte sent, per message) is taken from compute
             cfg = self.config
             W = ph.world
-            sent = np.bincount(rows.strat, weights=wire * np.where(
-                is_ar, W * ph.ring_factor, 2.0 * (W - 1)), minlength=B)
-            msgs = np.bincount(rows.strat, weights=np.where(is_ar, 0.0, 2.0 * (W - 1)),
-                               minlength=B)
+            sent = (W * ph.ring_factor) * out["ar_wire_bytes"]
+            msgs = np.zeros(B)
+            if ps.size:
+                sent += (2.0 * (W - 1)) * np.bincount(rows.strat[ps], weights=wire[ps],
+                                                      minlength=B)
+                msgs += (2.0 * (W - 1)) * np.bincount(rows.strat[ps], minlength=B)
             if ar.size:
                 msgs += np.bincount(np.flatnonzero(present) // NB, weights=coll[present]
                                     * 2.0 * W * (W - 1), minlength=B)
@@ -990,7 +1011,7 @@ class StepSimulator:
                                     + ph.cpu_share * comp_total)
         out["nic_contention_s"] = sync_end - threads_end
         out["ar_s"] = ar_work.reshape(B, V).sum(axis=1)
-        out["ps_s"] = ps_work.reshape(B, V, N).sum(axis=1).max(axis=1)
+        out["ps_s"] = np.einsum("bvn->bn", ps_work.reshape(B, V, N)).max(axis=1)
         out["sync_end_s"] = sync_end
         return out
 
@@ -1048,8 +1069,7 @@ class StepSimulator:
         prev_out = np.r_[0.0, t_out[:-1]]
         push = b * ph.ps_gamma_in_flat[pl_n + prev_p]  # the previous server's push of it
         c = np.maximum(self.config.ps_push_after_gather * t_in, prev_out + push)
-        same = p == prev_p
-        c[same] = prev_out[same] + t_in[same]
+        c = np.where(p == prev_p, prev_out + t_in, c)
         if ar_slot is not None:
             # the all-reduces launched since the piece before share the NICs with this piece,
             # a flow among its flows (TCP shares a link per flow): while the piece's bytes
@@ -1084,7 +1104,7 @@ class StepSimulator:
         its node-mates' pushes and searches the sum. A worker completes its pieces only after
         its communication threads have ended (``other_end [B, N]``: the AR thread and the PS
         queue of its node), one after another: it waits for the answer, builds the dense result
-        (``sparse_scatter``) and copies it into its gradient. ``reach [B, V, N]``: when a
+        (``sparse_scatter``) and copies it into its gradient. ``reach [B, N, V]``: when a
         node's PS thread is through the other exchanges released up to each launch slot (the
         PS queue). Rows are tracked for the first
         rank of every node (a server) and for the node's other ranks (workers only).
@@ -1114,7 +1134,7 @@ class StepSimulator:
         # one-way hop before that
         hop = s * ph.sparse_hop_s[p_all]
         net = ph.wire_scale * ph.ps_gamma_in[pl, p_all] * wire[sp] + 1.5 * hop
-        own = np.maximum(ph.release_sorted[k_row], reach[st_all, k_row, p_all]) + cp
+        own = np.maximum(ph.release_sorted[k_row], reach[st_all, p_all, k_row]) + cp
         after = 2.0 * cp + gat  # average, search the average, copy it back
         scatter = s * u_sc + hop + cp  # the answer: its payload's round trip, build, copy
         on_p_all = p_all[:, None] == np.arange(N)[None, :]
@@ -1192,13 +1212,19 @@ def _bucket_index(ctab: np.ndarray, codes: np.ndarray, kind: np.ndarray
 
 
 def _queue_end(work: np.ndarray, release: np.ndarray) -> np.ndarray:
-    """End of a work-conserving queue per strategy: ``work [B, V(, N)]`` released at
-    ``release [V]`` (ascending); 0 where there is no work."""
-    rel = release.reshape((1, -1) + (1,) * (work.ndim - 2))
-    after = np.cumsum(work[:, ::-1], axis=1)[:, ::-1]  # work released at or after j
-    after += rel
-    after[work <= 0] = 0.0
-    return after.max(axis=1)
+    """End of a work-conserving queue per strategy (and node): ``work [B, V]`` or
+    ``[B, N, V]`` released at ``release [V]`` (ascending); 0 where there is no work."""
+    rev = work[..., ::-1]
+    after = np.cumsum(rev, axis=-1)  # work released at or after j (reversed)
+    after += release[::-1]
+    after *= rev > 0  # (a multiply: numpy's masked assignments are several times slower)
+    return after.max(axis=-1)
+
+
+def _slots_last(x: np.ndarray, B: int, V: int, N: int) -> np.ndarray:
+    """``[B * V, N]`` -> contiguous ``[B, N, V]``: numpy scans and reduces the last axis many
+    times faster than a middle one over a few columns."""
+    return np.ascontiguousarray(x.reshape(B, V, N).transpose(0, 2, 1))
 
 
 def simulate(strategies: Sequence[Strategy], domain: Domain,

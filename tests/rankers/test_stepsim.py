@@ -11,6 +11,7 @@ from autosync_transfer.domains.profile import (ActionCost, ClusterCalibration, N
                                                WorkloadProfile)
 from autosync_transfer.errors import ConfigError, StrategyValidationError
 from autosync_transfer.rankers.simulator import STEPSIM, Simulator
+from autosync_transfer.rankers import stepsim
 from autosync_transfer.rankers.stepsim import TERMS, StepSimConfig, StepSimulator
 from autosync_transfer.strategies.sampler import SamplerConfig, StrategySampler
 from autosync_transfer.strategies.types import PS, AllReduce, Partition, Strategy, VarConfig
@@ -399,3 +400,32 @@ def test_all_reduces_launched_between_ps_pieces_slow_the_chain_by_a_flows_share(
                         ).simulate([small])[0]
     ring = 1.5 * 4 * MB / 1e9
     assert out["sync_end_s"] == pytest.approx(v2_gathered + 4 * piece + ring + 3 * piece)
+
+
+def test_many_batches_on_threads_equal_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches decoded and simulated on the worker threads (a sampled batch) or decoded here
+    (objects), with the allocator's slack raised, give what one strategy at a time gives."""
+    dom = tiny_domain(3, [2, 1, 2], [1.0, 1.0, 0.25])
+    batch = StrategySampler(dom, SamplerConfig(), seed=5).sample_batch(60)
+    strategies = list(batch)
+    monkeypatch.setattr(stepsim, "_ROWS_PER_BATCH", 16)  # a few strategies per batch
+    monkeypatch.setattr(stepsim, "_THREADS", 2)
+    sim = StepSimulator(dom)
+    assert len(list(sim.decoder.batches(batch, stepsim._ROWS_PER_BATCH))) > 4
+    together = sim.simulate(batch)
+    objects = StepSimulator(dom).simulate(strategies)
+    alone = np.concatenate([StepSimulator(dom).simulate([s]) for s in strategies])
+    for name, _ in TERMS:
+        np.testing.assert_allclose(together[name], alone[name], rtol=1e-9, atol=1e-15)
+        np.testing.assert_allclose(objects[name], alone[name], rtol=1e-9, atol=1e-15)
+
+
+def test_action_cost_interpolates_extrapolates_and_is_zero_for_empty_tensors() -> None:
+    cost = ActionCost(action="copy", elements=(10, 20), seconds=(1.0, 3.0))
+    n = np.array([0, 5, 10, 15, 20, 30], dtype=np.float64)
+    # below the first point: its time; beyond the last: the last segment's slope
+    np.testing.assert_allclose(cost.at(n), [0.0, 1.0, 1.0, 2.0, 3.0, 5.0])
+    assert float(cost.at(30.0)) == pytest.approx(5.0) and float(cost.at(0)) == 0.0
+    falling = ActionCost(action="copy", elements=(10, 20), seconds=(3.0, 1.0))
+    np.testing.assert_allclose(falling.at(np.array([40.0])), [1.0])  # never a negative slope
+    assert cost.at(np.zeros(0)).shape == (0,)
