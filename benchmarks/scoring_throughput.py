@@ -17,7 +17,10 @@ A ranker that reads only the aggregated table (``linear``) is featurized with
 featurize+score and for scoring already-featurized strategies, and the sampler's own rate.
 
     python benchmarks/scoring_throughput.py [--domain bert-12l-A] [--n 2000] [--repeats 3]
-        [--preset dataset]
+        [--preset dataset] [--slack-ablation]
+
+``--slack-ablation`` also times the step simulator with and without the allocator's heap slack
+(:mod:`autosync_transfer._heap`), each in fresh processes, alternating, and prints the ratio.
 
 ``--preset`` picks the candidates' distribution (default ``dataset``: what collection samples and
 what search and ``recommend`` score; ``default`` partitions variables of any size into up to
@@ -40,7 +43,13 @@ def main() -> int:
     ap.add_argument("--kinds", default="stepsim,analytical,linear,rnn,gat,transformer")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--preset", default="dataset")
+    ap.add_argument("--slack-ablation", action="store_true",
+                    help="also time the step simulator without the allocator's heap slack, "
+                         "alternating with it (the ratio of the two in one run)")
+    ap.add_argument("--slack-child", choices=("on", "off"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.slack_child:
+        return _slack_child(args)
 
     import torch
 
@@ -88,6 +97,46 @@ def main() -> int:
         only = min(_timed(lambda: sim.score_features(feats)) for _ in range(args.repeats))
         print(f"{kind:12s} {args.n / full[0]:>11,.0f} {args.n / full[1]:>12,.0f} "
               f"{args.n / only:>12,.0f}")
+    if args.slack_ablation:
+        _slack_ablation(args)
+    return 0
+
+
+def _slack_ablation(args) -> None:  # noqa: ANN001
+    """The step simulator from a batch with and without :func:`heap_slack`, each in a fresh
+    process (the allocator's thresholds depend on what the process did before), alternating."""
+    import subprocess
+
+    import numpy as np
+
+    rates: dict[str, list[float]] = {"on": [], "off": []}
+    for _ in range(max(3, args.repeats)):
+        for mode in ("on", "off"):
+            out = subprocess.run(
+                [sys.executable, __file__, "--domain", args.domain, "--n", str(args.n),
+                 "--preset", args.preset, "--slack-child", mode],
+                check=True, capture_output=True, text=True).stdout
+            rates[mode].append(float(out.split()[-1]))
+    med = {k: float(np.median(v)) for k, v in rates.items()}
+    print(f"stepsim from the batch, {len(rates['on'])} fresh processes each, alternating: heap "
+          f"slack {med['on']:,.0f}/s, none {med['off']:,.0f}/s (medians; ratio "
+          f"{med['on'] / med['off']:.2f})")
+
+
+def _slack_child(args) -> int:  # noqa: ANN001
+    """One fresh process: sample, then the best of five scorings of the batch."""
+    from autosync_transfer.domains.catalog import get_domain
+    from autosync_transfer.rankers import stepsim
+    from autosync_transfer.rankers.simulator import Simulator
+    from autosync_transfer.strategies.sampler import StrategySampler, preset
+
+    if args.slack_child == "off":
+        stepsim._HEAP_SLACK = 0
+    domain = get_domain(args.domain)
+    batch = StrategySampler(domain, preset(args.preset), seed=0).sample_batch(args.n)
+    sim = Simulator("stepsim")
+    sim.score(batch, domain)
+    print(args.n / min(_timed(lambda: sim.score(batch, domain)) for _ in range(5)))
     return 0
 
 

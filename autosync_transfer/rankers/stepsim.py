@@ -153,7 +153,7 @@ _MAX_POWERSGD_RANK = 64  # AllReduce.powersgd_rank's upper bound
 _BUCKET_KINDS = 4 + _MAX_POWERSGD_RANK
 _ID_CACHE_LIMIT = 100_000  # synchronizer objects remembered by identity
 _ROWS_PER_BATCH = 1 << 16  # work arrays stay in cache; the sparse chain's loop is per batch
-#: threads that simulate batches (``benchmarks/scoring_throughput.py``: 1.5x on 2 cores)
+#: threads that decode (a sampler's batches) and simulate batches (``benchmarks/scoring_throughput.py``)
 _THREADS = max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                       else (os.cpu_count() or 1)))
 _MAX_STRATEGIES_PER_BATCH = 4096
