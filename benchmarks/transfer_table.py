@@ -86,7 +86,7 @@ def main() -> int:
                     help='JSON hyper-parameters of the ranker, for the source and the '
                          'from-scratch baselines alike (e.g. \'{"use_agg": true}\': the RNN also '
                          'reads the aggregates, the step-time simulator\'s terms among them)')
-    ap.add_argument("--method", default="finetune", help="finetune | finetune-head | multi-source")
+    ap.add_argument("--method", default="finetune", help="finetune | finetune-head | multi-source | guarded")
     ap.add_argument("--shots", default="5,20,50")
     ap.add_argument("--reference", type=int, default=200, help="from-scratch reference N")
     ap.add_argument("--settings", default=None,

@@ -20,7 +20,7 @@ from autosync_transfer.adapt.data import (
     evaluate_on,
     split_target,
 )
-from autosync_transfer.adapt.methods import FineTune, FromScratch, MultiSource, ZeroShot
+from autosync_transfer.adapt.methods import FineTune, FromScratch, Guarded, MultiSource, ZeroShot
 from autosync_transfer.adapt.training import ShotTraining
 from autosync_transfer.errors import ConfigError
 
@@ -44,7 +44,8 @@ __all__ = [
 ]
 
 #: ``method`` values of :func:`adapt` ("auto": finetune with shots, else zero-shot)
-METHODS: tuple[str, ...] = ("auto", "zero-shot", "finetune", "finetune-head", "multi-source")
+METHODS: tuple[str, ...] = ("auto", "zero-shot", "finetune", "finetune-head", "multi-source",
+                           "guarded")
 #: the target-trial counts of a learning curve
 CURVE_SHOTS: tuple[int, ...] = (0, 5, 10, 20, 50, 100, 200)
 #: the rows of the comparison, in order
@@ -70,6 +71,8 @@ def make_adapter(method: str, *, training: ShotTraining | None = None,
         return FineTune("full", training=training)
     if method == "finetune-head":
         return FineTune("head", training=training)
+    if method == "guarded":
+        return Guarded(training=training)
     if method == "multi-source":
         if pretrain_trials is None:
             raise ConfigError("multi-source needs the trials of the other domains "

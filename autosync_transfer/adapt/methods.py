@@ -9,6 +9,8 @@
   fine-tune it on the shots like :class:`FineTune`.
 * :class:`FromScratch`: a new simulator trained on the same N shots only: the control every
   adapted simulator is compared with.
+* :class:`Guarded`: fine-tuning, unless the shots rank better under the step-time simulator
+  alone than under the source: then the source's learned part is dropped.
 
 Epochs are chosen on the shots alone (:func:`~autosync_transfer.adapt.training.fit_on_shots`).
 """
@@ -29,8 +31,8 @@ if TYPE_CHECKING:
     from autosync_transfer.adapt.data import ShotDataModule, TargetData
     from autosync_transfer.rankers.simulator import Simulator
 
-__all__ = ["ZeroShot", "FineTune", "MultiSource", "FromScratch", "ADAPTERS", "FINETUNE_MODES",
-           "DEFAULT_KIND"]
+__all__ = ["ZeroShot", "FineTune", "MultiSource", "FromScratch", "Guarded", "ADAPTERS",
+           "FINETUNE_MODES", "DEFAULT_KIND"]
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +226,65 @@ class MultiSource(Adapter):
         return Adapted(adapted.simulator, self.name, len(shots), details)
 
 
+class Guarded(Adapter):
+    """Fine-tuning guarded against negative transfer: the source's learned part is kept only
+    when the target's own shots say it helps.
+
+    The source and the step-time simulator alone (the target's own physics, no learning) both
+    rank the shots; neither was trained on them. When the source ranks them at least as well
+    (pairwise accuracy), it is fine-tuned as by :class:`FineTune`. Otherwise the learned part
+    is dropped: a ``residual`` source is replaced by a new residual ranker trained on the shots
+    (the simulator plus a correction that starts at zero), any other kind by the simulator
+    itself. Fewer than ``min_shots`` shots (too few pairs to judge): plain fine-tuning, or the
+    source as is with no shots.
+    """
+
+    name: ClassVar[str] = "guarded"
+
+    def __init__(self, finetune: FineTune | None = None, *, min_shots: int = 5,
+                 training: ShotTraining | None = None) -> None:
+        if min_shots < 2:
+            raise ConfigError(f"min_shots must be >= 2, got {min_shots}")
+        self.finetune = finetune or FineTune("full", training=training)
+        self.min_shots = int(min_shots)
+
+    def fit(self, source: Simulator | None, shots: TargetData, *, seed: int = 0) -> Adapted:
+        from autosync_transfer.rankers.metrics import pairwise_accuracy
+
+        src = check_source(source, self.name, learned=True)
+        if len(shots) < self.min_shots:
+            out = self.finetune.fit(src, shots, seed=seed)
+            return Adapted(out.simulator, self.name, len(shots),
+                           {"start": "source", "reason": f"fewer than {self.min_shots} shots",
+                            **out.details})
+        physics = _physics_alone(src, shots.launcher)
+        strategies, runtimes = list(shots.strategies), list(shots.runtimes_s)
+        judged = {"source": pairwise_accuracy(src.score(strategies, shots.domain), runtimes),
+                  "stepsim": pairwise_accuracy(physics.score(strategies, shots.domain),
+                                               runtimes)}
+        if judged["source"] >= judged["stepsim"]:
+            out = self.finetune.fit(src, shots, seed=seed)
+            return Adapted(out.simulator, self.name, len(shots),
+                           {"start": "source", "shots_pairwise": judged, **out.details})
+        if src.kind == "residual":
+            out = FromScratch("residual", hparams=src.hparams,
+                              training=self.finetune.training).fit(src, shots, seed=seed)
+            return Adapted(out.simulator, self.name, len(shots),
+                           {"start": "stepsim", "shots_pairwise": judged, **out.details})
+        return Adapted(physics, self.name, len(shots),
+                       {"start": "stepsim", "shots_pairwise": judged, "epochs": 0})
+
+
+def _physics_alone(source: Simulator, launcher: str | None) -> Simulator:
+    """The step-time simulator with the physics ``source`` scores with."""
+    from autosync_transfer.rankers.simulator import Simulator
+
+    return Simulator("stepsim", costmodel_config=source.costmodel_config,
+                     profiles=source.profiles, calibrations=source.calibrations,
+                     step_config=source.step_config, physics=source.physics,
+                     launcher=launcher if launcher is not None else source.launcher)
+
+
 def _learned_kind(source: Simulator | None) -> str:
     if source is None or source.kind == "analytical":
         return DEFAULT_KIND
@@ -233,5 +294,5 @@ def _learned_kind(source: Simulator | None) -> str:
 #: method name -> adapter class
 ADAPTERS: dict[str, type[Adapter]] = {
     ZeroShot.name: ZeroShot, FineTune.name: FineTune, MultiSource.name: MultiSource,
-    FromScratch.name: FromScratch,
+    FromScratch.name: FromScratch, Guarded.name: Guarded,
 }

@@ -469,7 +469,7 @@ def _check_method(method: str, n: int, df: pandas.DataFrame, tgt_dom: Domain, sr
         if not MultiSource(df).pretrain_domains(tgt_dom.name):
             raise ConfigError(f"multi-source needs trials of at least one domain other than "
                               f"{tgt_dom.name!r} to pretrain on; {_where(trials)} has none")
-    if src.sim is not None and resolved in ("finetune", "finetune-head") \
+    if src.sim is not None and resolved in ("finetune", "finetune-head", "guarded") \
             and src.sim.kind == "analytical":
         raise ConfigError(f"{src.name} version {src.version} is the analytical cost model (no "
                           f"weights to fine-tune); use method='zero-shot' or 'multi-source'")

@@ -112,6 +112,7 @@ class AdaptMethod(StrEnum):
     finetune = "finetune"
     finetune_head = "finetune-head"
     multi_source = "multi-source"
+    guarded = "guarded"
 
 
 class Metric(StrEnum):

@@ -368,3 +368,94 @@ def test_refit_trains_the_chosen_epochs_on_every_shot(split: Any) -> None:
                                 seed=0)
     assert sim is final and details["refit_epochs"] == 3
     assert calls[0][0] == 9 and calls[0][1] > 0 and calls[1] == (3, 0)
+
+
+# -- guarded fine-tuning --------------------------------------------------------------------------
+
+
+def _relabeled(shots: Any, runtimes: Any) -> Any:
+    """The same target strategies with other runtimes (labels a test chooses)."""
+    from autosync_transfer.adapt.data import TargetData
+
+    return TargetData(shots.domain, shots.strategy_ids, shots.strategies,
+                      tuple(float(r) for r in runtimes), shots.launcher)
+
+
+@pytest.fixture(scope="module")
+def misled_sources(source_df: Any) -> dict[str, Any]:
+    """A linear and a residual simulator of ncf-A trained on inverted runtimes (a few epochs):
+    their learned parts rank the wrong way round (the residual one with a weak prior)."""
+    from autosync_transfer.dataset.loader import strategy_table
+    from autosync_transfer.rankers.simulator import train_simulator
+
+    table = strategy_table(source_df)
+    table["runtime_s"] = 1.0 / table["runtime_s"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return {kind: train_simulator(kind, table, hparams=hp, seed=0, max_epochs=5,
+                                      patience=None, batch_size=16)[0]
+                for kind, hp in (("linear", None), ("residual", {"prior_scale": 0.1}))}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_guarded_fine_tunes_the_source_when_it_ranks_the_shots_best(
+        source_sim: Any, split: Any) -> None:
+    import numpy as np
+
+    from autosync_transfer.adapt.methods import Guarded
+
+    shots = split.shots(12, seed=0)
+    scores = source_sim.score(list(shots.strategies), shots.domain)
+    # runtimes in the source's own order: nothing ranks them better than the source
+    labeled = _relabeled(shots, 1.0 + np.argsort(np.argsort(scores)))
+    out = Guarded(training=small()).fit(source_sim, labeled, seed=0)
+    assert out.method == "guarded" and out.shots == 12
+    assert out.details["start"] == "source"
+    assert out.details["shots_pairwise"]["source"] == 1.0
+    assert out.simulator is not None and out.simulator.kind == source_sim.kind
+    assert "epochs" in out.details  # what fine-tuning reports
+
+
+@pytest.mark.parametrize("which", ["linear", "residual"])
+def test_guarded_drops_the_learned_part_when_the_physics_ranks_the_shots_better(
+        misled_sources: Any, split: Any, which: str) -> None:
+    from autosync_transfer.adapt.methods import Guarded
+    from autosync_transfer.rankers.metrics import pairwise_accuracy
+    from autosync_transfer.rankers.simulator import Simulator
+
+    source = misled_sources[which]
+    shots = split.shots(12, seed=0)
+    strategies = list(shots.strategies)
+    # runtimes the step simulator predicts: the target's physics ranks them perfectly
+    physics = Simulator("stepsim", launcher=shots.launcher).score(strategies, shots.domain)
+    labeled = _relabeled(shots, physics)
+    src_acc = pairwise_accuracy(source.score(strategies, shots.domain), labeled.runtimes_s)
+    assert src_acc < 1.0  # the precondition: the source's learned part mis-ranks some pair
+    out = Guarded(training=small()).fit(source, labeled, seed=0)
+    assert out.details["start"] == "stepsim"
+    assert out.details["shots_pairwise"] == {"source": src_acc, "stepsim": 1.0}
+    assert out.simulator is not None
+    if which == "linear":  # the simulator itself
+        assert out.simulator.kind == "stepsim" and out.details["epochs"] == 0
+    else:  # a new residual ranker on the shots: the simulator plus a correction from zero
+        assert out.simulator.kind == "residual" and out.simulator is not source
+        assert out.simulator.hparams["prior_scale"] == 0.1  # the source's architecture
+        got = out.simulator.score(strategies, shots.domain)
+        assert pairwise_accuracy(got, labeled.runtimes_s) >= 0.9
+
+
+def test_guarded_with_too_few_shots_to_judge_fine_tunes(source_sim: Any, split: Any) -> None:
+    from autosync_transfer.adapt.methods import Guarded
+
+    out = Guarded(min_shots=5, training=small()).fit(source_sim, split.shots(3, seed=0), seed=0)
+    assert out.details["start"] == "source" and "fewer than 5" in out.details["reason"]
+    zero = Guarded(training=small()).fit(source_sim, split.shots(0, seed=0), seed=0)
+    assert zero.simulator is source_sim and zero.shots == 0
+    with pytest.raises(ConfigError, match="min_shots must be >= 2"):
+        Guarded(min_shots=1)
+    from autosync_transfer.rankers.simulator import Simulator
+
+    with pytest.raises(ConfigError, match="analytical cost model"):
+        Guarded().fit(Simulator("analytical"), split.shots(8, seed=0), seed=0)

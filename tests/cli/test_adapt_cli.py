@@ -122,6 +122,21 @@ def test_zero_shot_is_reported_and_the_champion_kept_unless_beaten(
     assert report["promoted"] and report["champion"] == report["version"] != weak
 
 
+def test_guarded_judges_the_source_on_the_shots_and_registers_the_method(
+        cli: Any, registry: Path, trials_dir: Path) -> None:
+    res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--method", "guarded",
+              "--shots", "10", "--data", str(trials_dir), "--json", *FAST)
+    assert res.code == 0, res.err
+    report = json.loads(res.out)
+    assert report["result"]["method"] == "guarded" and report["result"]["shots"] == 10
+    details = report["result"]["details"]["adapted"]
+    judged = details["shots_pairwise"]
+    assert details["start"] == ("source" if judged["source"] >= judged["stepsim"] else "stepsim")
+    assert 0.0 <= judged["source"] <= 1.0 and 0.0 <= judged["stepsim"] <= 1.0
+    version = json.loads(cli("registry", "show", TARGET, "--json").out)["versions"][0]
+    assert version["tags"]["method"] == "guarded" and version["tags"]["shots"] == "10"
+
+
 def test_curve_prints_the_table_and_logs_the_plot(cli: Any, registry: Path,
                                                   trials_dir: Path) -> None:
     res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--shots", "5", "--curve",
