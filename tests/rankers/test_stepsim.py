@@ -129,11 +129,19 @@ def test_calibrated_slowdown_scales_compute() -> None:
     assert out["cpu_contention_s"] == pytest.approx(0.5 * 0.35)
 
 
-def test_batch_equals_one_at_a_time_and_objects_equal_the_sampled_batch() -> None:
+@pytest.mark.parametrize("rows_per_batch", [None, 16])
+def test_batch_equals_one_at_a_time_and_objects_equal_the_sampled_batch(
+        monkeypatch: pytest.MonkeyPatch, rows_per_batch: int | None) -> None:
+    """One batch, or many (a sampled batch's decoded and simulated on the worker threads,
+    objects decoded here, the allocator's slack raised): what one strategy at a time gives."""
     dom = tiny_domain(3, [2, 1, 2], [1.0, 1.0, 0.25])
     batch = StrategySampler(dom, SamplerConfig(), seed=3).sample_batch(40)
     strategies = list(batch)
     sim = StepSimulator(dom)
+    if rows_per_batch is not None:
+        monkeypatch.setattr(stepsim, "_ROWS_PER_BATCH", rows_per_batch)
+        monkeypatch.setattr(stepsim, "_THREADS", 2)
+        assert len(list(sim.decoder.batches(batch, rows_per_batch))) > 4
     together = sim.simulate(batch)
     objects = StepSimulator(dom).simulate(strategies)
     alone = np.concatenate([StepSimulator(dom).simulate([s]) for s in strategies])
@@ -400,24 +408,6 @@ def test_all_reduces_launched_between_ps_pieces_slow_the_chain_by_a_flows_share(
                         ).simulate([small])[0]
     ring = 1.5 * 4 * MB / 1e9
     assert out["sync_end_s"] == pytest.approx(v2_gathered + 4 * piece + ring + 3 * piece)
-
-
-def test_many_batches_on_threads_equal_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Batches decoded and simulated on the worker threads (a sampled batch) or decoded here
-    (objects), with the allocator's slack raised, give what one strategy at a time gives."""
-    dom = tiny_domain(3, [2, 1, 2], [1.0, 1.0, 0.25])
-    batch = StrategySampler(dom, SamplerConfig(), seed=5).sample_batch(60)
-    strategies = list(batch)
-    monkeypatch.setattr(stepsim, "_ROWS_PER_BATCH", 16)  # a few strategies per batch
-    monkeypatch.setattr(stepsim, "_THREADS", 2)
-    sim = StepSimulator(dom)
-    assert len(list(sim.decoder.batches(batch, stepsim._ROWS_PER_BATCH))) > 4
-    together = sim.simulate(batch)
-    objects = StepSimulator(dom).simulate(strategies)
-    alone = np.concatenate([StepSimulator(dom).simulate([s]) for s in strategies])
-    for name, _ in TERMS:
-        np.testing.assert_allclose(together[name], alone[name], rtol=1e-9, atol=1e-15)
-        np.testing.assert_allclose(objects[name], alone[name], rtol=1e-9, atol=1e-15)
 
 
 def test_action_cost_interpolates_extrapolates_and_is_zero_for_empty_tensors() -> None:
