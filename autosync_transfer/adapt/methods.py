@@ -9,8 +9,8 @@
   fine-tune it on the shots like :class:`FineTune`.
 * :class:`FromScratch`: a new simulator trained on the same N shots only: the control every
   adapted simulator is compared with.
-* :class:`Guarded`: fine-tuning, unless the shots rank better under the step-time simulator
-  alone than under the source: then the source's learned part is dropped.
+* :class:`Guarded`: the source fine-tuned, or a new residual ranker on the target's physics,
+  whichever validates better on the shots (the source's learned part is dropped when it hurts).
 
 Epochs are chosen on the shots alone (:func:`~autosync_transfer.adapt.training.fit_on_shots`).
 """
@@ -230,13 +230,14 @@ class Guarded(Adapter):
     """Fine-tuning guarded against negative transfer: the source's learned part is kept only
     when the target's own shots say it helps.
 
-    The source and the step-time simulator alone (the target's own physics, no learning) both
-    rank the shots; neither was trained on them. When the source ranks them at least as well
-    (pairwise accuracy), it is fine-tuned as by :class:`FineTune`. Otherwise the learned part
-    is dropped: a ``residual`` source is replaced by a new residual ranker trained on the shots
-    (the simulator plus a correction that starts at zero), any other kind by the simulator
-    itself. Fewer than ``min_shots`` shots (too few pairs to judge): plain fine-tuning, or the
-    source as is with no shots.
+    Two simulators are trained on the shots with the same seed, hence the same validation
+    strategies (:func:`~autosync_transfer.adapt.training.fit_on_shots`): the source fine-tuned
+    as by :class:`FineTune`, and a new ``residual`` ranker (the step-time simulator with the
+    target's own physics plus a correction that starts at zero; the source's hyper-parameters
+    when it is a residual ranker itself). The one with the better validation (or
+    cross-validation) pairwise accuracy on the shots is returned; a tie keeps the source.
+    Fewer than ``min_shots`` shots (too few pairs to judge): plain fine-tuning, or the source as
+    is with no shots.
     """
 
     name: ClassVar[str] = "guarded"
@@ -249,40 +250,31 @@ class Guarded(Adapter):
         self.min_shots = int(min_shots)
 
     def fit(self, source: Simulator | None, shots: TargetData, *, seed: int = 0) -> Adapted:
-        from autosync_transfer.rankers.metrics import pairwise_accuracy
-
         src = check_source(source, self.name, learned=True)
+        tuned = self.finetune.fit(src, shots, seed=seed)
         if len(shots) < self.min_shots:
-            out = self.finetune.fit(src, shots, seed=seed)
-            return Adapted(out.simulator, self.name, len(shots),
+            return Adapted(tuned.simulator, self.name, len(shots),
                            {"start": "source", "reason": f"fewer than {self.min_shots} shots",
-                            **out.details})
-        physics = _physics_alone(src, shots.launcher)
-        strategies, runtimes = list(shots.strategies), list(shots.runtimes_s)
-        judged = {"source": pairwise_accuracy(src.score(strategies, shots.domain), runtimes),
-                  "stepsim": pairwise_accuracy(physics.score(strategies, shots.domain),
-                                               runtimes)}
-        if judged["source"] >= judged["stepsim"]:
-            out = self.finetune.fit(src, shots, seed=seed)
-            return Adapted(out.simulator, self.name, len(shots),
-                           {"start": "source", "shots_pairwise": judged, **out.details})
-        if src.kind == "residual":
-            out = FromScratch("residual", hparams=src.hparams,
-                              training=self.finetune.training).fit(src, shots, seed=seed)
-            return Adapted(out.simulator, self.name, len(shots),
-                           {"start": "stepsim", "shots_pairwise": judged, **out.details})
-        return Adapted(physics, self.name, len(shots),
-                       {"start": "stepsim", "shots_pairwise": judged, "epochs": 0})
+                            **tuned.details})
+        hparams = src.hparams if src.kind == "residual" else None
+        fresh = FromScratch("residual", hparams=hparams,
+                            training=self.finetune.training).fit(src, shots, seed=seed)
+        judged = {"source": _shot_score(tuned.details), "physics": _shot_score(fresh.details)}
+        if fresh.simulator is not None and judged["physics"] is not None and (
+                judged["source"] is None or judged["physics"] > judged["source"]):
+            return Adapted(fresh.simulator, self.name, len(shots),
+                           {"start": "physics", "shots_pairwise": judged, **fresh.details})
+        return Adapted(tuned.simulator, self.name, len(shots),
+                       {"start": "source", "shots_pairwise": judged, **tuned.details})
 
 
-def _physics_alone(source: Simulator, launcher: str | None) -> Simulator:
-    """The step-time simulator with the physics ``source`` scores with."""
-    from autosync_transfer.rankers.simulator import Simulator
-
-    return Simulator("stepsim", costmodel_config=source.costmodel_config,
-                     profiles=source.profiles, calibrations=source.calibrations,
-                     step_config=source.step_config, physics=source.physics,
-                     launcher=launcher if launcher is not None else source.launcher)
+def _shot_score(details: Mapping[str, Any]) -> float | None:
+    """The validation (or cross-validation) pairwise accuracy ``fit_on_shots`` reported."""
+    for key in ("val_pairwise_acc", "cv_pairwise_acc"):
+        value = details.get(key)
+        if value is not None:
+            return float(value)
+    return None
 
 
 def _learned_kind(source: Simulator | None) -> str:

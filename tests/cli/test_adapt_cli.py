@@ -131,8 +131,8 @@ def test_guarded_judges_the_source_on_the_shots_and_registers_the_method(
     assert report["result"]["method"] == "guarded" and report["result"]["shots"] == 10
     details = report["result"]["details"]["adapted"]
     judged = details["shots_pairwise"]
-    assert details["start"] == ("source" if judged["source"] >= judged["stepsim"] else "stepsim")
-    assert 0.0 <= judged["source"] <= 1.0 and 0.0 <= judged["stepsim"] <= 1.0
+    assert details["start"] == ("source" if judged["source"] >= judged["physics"] else "physics")
+    assert 0.0 <= judged["source"] <= 1.0 and 0.0 <= judged["physics"] <= 1.0
     version = json.loads(cli("registry", "show", TARGET, "--json").out)["versions"][0]
     assert version["tags"]["method"] == "guarded" and version["tags"]["shots"] == "10"
 
