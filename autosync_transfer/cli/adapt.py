@@ -72,6 +72,14 @@ def _print_result(res: Any) -> None:
         table.add_row(label, str(row["trials"]), fmt_float(row["pairwise_accuracy"]),
                       fmt_float(row["top1"]), fmt_float(row["kendall_tau"]))
     out().print(table)
+    judged = (res.details.get("adapted") or {}).get("shots_pairwise")
+    if judged:  # guarded: which start the shots chose
+        start = res.details["adapted"].get("start")
+        what = ("kept the fine-tuned source" if start == "source"
+                else "dropped the source's learned part: a residual ranker on the target's "
+                     "physics")
+        out().print(f"guarded: {what} (pairwise accuracy on the shots' validation: source "
+                    f"{fmt_float(judged.get('source'))}, physics {fmt_float(judged.get('physics'))})")
 
 
 def _print_curve(lc: Any) -> None:

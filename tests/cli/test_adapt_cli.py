@@ -135,6 +135,12 @@ def test_guarded_judges_the_source_on_the_shots_and_registers_the_method(
     assert 0.0 <= judged["source"] <= 1.0 and 0.0 <= judged["physics"] <= 1.0
     version = json.loads(cli("registry", "show", TARGET, "--json").out)["versions"][0]
     assert version["tags"]["method"] == "guarded" and version["tags"]["shots"] == "10"
+    # the table says which start the shots chose
+    res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--method", "guarded",
+              "--shots", "10", "--data", str(trials_dir), *FAST)
+    assert res.code == 0, res.err
+    said = "kept the fine-tuned source" if details["start"] == "source" else "dropped the source"
+    assert f"guarded: {said}" in res.out and "pairwise accuracy on the shots" in res.out
 
 
 def test_curve_prints_the_table_and_logs_the_plot(cli: Any, registry: Path,
