@@ -446,6 +446,13 @@ class RowDecoder:
                        np.where(part, arrays.axis.reshape(-1), -1), np.where(part, pieces, 1),
                        pieces.astype(np.int64), arrays.codes, ctab)
 
+    def reads_arrays(self, strategies: Sequence[Strategy]) -> bool:
+        """Whether :meth:`rows` decodes ``strategies`` from a sampler's arrays of this domain
+        (no caches: safe on any thread) rather than walking objects (the identity cache)."""
+        return isinstance(strategies, SampledBatch) and (
+            strategies.domain is self.domain
+            or strategies.domain.fingerprint == self.domain.fingerprint)
+
     def invalid(self, strategy: Strategy, why: str) -> StrategyValidationError:
         validate(strategy, self.domain)  # raises the full report when the validator finds it
         return StrategyValidationError([why])
@@ -454,10 +461,8 @@ class RowDecoder:
     def rows(self, strategies: Sequence[Strategy], order: bool = True) -> Rows:
         """Decode and validate one batch; with ``order`` the rows are sorted into (strategy,
         variable, shard) order when the configs are not already."""
-        if isinstance(strategies, SampledBatch) and (
-                strategies.domain is self.domain
-                or strategies.domain.fingerprint == self.domain.fingerprint):
-            cols = self._columns_of_sampled(strategies)
+        if self.reads_arrays(strategies):
+            cols = self._columns_of_sampled(strategies)  # type: ignore[arg-type]
         else:
             cols = self._columns_of_objects(strategies)
         counts, cfg_var, cfg_axis, cfg_shards, cfg_n, codes, ctab = cols
@@ -819,7 +824,7 @@ class StepSimulator:
                 for b in chain([first, second], batches):
                     if len(in_flight) >= 2 * _THREADS:
                         parts.append(in_flight.popleft().result())
-                    if isinstance(b, SampledBatch):  # decoded from arrays: no shared caches
+                    if self.decoder.reads_arrays(b):  # no shared caches: decoded there
                         in_flight.append(pool.submit(self._simulate_batch, b))
                     else:
                         in_flight.append(pool.submit(self.simulate_rows,
