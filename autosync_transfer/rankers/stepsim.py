@@ -74,14 +74,21 @@ One iteration (every worker alike, times from the start of the step)
       count, then indices and rows); the server, once its PS queue reaches the piece, copies its
       gradient, waits for every push (the header's hop, then a round trip: the payload's
       receives are posted when the header is in, and its NIC time), averages, finds the touched
-      rows of the average, answers and copies the average back. A worker completes its answers
-      only after its communication threads have ended, one piece after another (a round trip
-      each, then the zero-filled result and its copy into the gradient). A message hop costs
-      the calibration's row-sparse piece
+      rows of the average, answers and copies the average back. Its receives are posted only
+      when its PS thread reaches the piece (gloo sends only to a posted receive), so a piece's
+      hops start once the server is through the pieces before it: the pieces of one server
+      follow each other hop for hop, not overlapped. Those 1.5 hops cost the calibration's
+      row-sparse piece
       (:attr:`~autosync_transfer.domains.profile.ClusterCalibration.ps_sparse_piece_s`, the
-      executor on tables with one touched row) spread over the chain's hops (else the
-      calibrated latency plus the collective latency), slowed like the other PS work. The
-      chain's CPU (all ranks) also counts in a shared host's CPU bound.
+      executor on tables with one touched row, every rank of the cluster running it on this
+      host: what a piece costs the server's chain, which replaying the calibration gives back)
+      (else two calibrated latencies plus the collective latency per hop, slowed like the
+      other PS work). A worker completes its answers only after its communication threads have
+      ended, one piece after another (the payload's round trip, a hop, then the zero-filled
+      result and its copy into the gradient). So a table cut into more pieces costs their
+      chain, and spreading the pieces over servers does not shorten it
+      (``benchmarks/sparse_pieces.py``). The chain's CPU (all ranks) also counts in a shared
+      host's CPU bound.
     * Flows sharing a NIC share its bandwidth: every node's NIC also carries its share of every
       all-reduce (``2 (W - 1) / W`` of the bucket); the synchronization ends at the latest of the
       AR thread, the PS threads and the busiest NIC serving all of it at once (the excess over
@@ -160,10 +167,9 @@ _MAX_STRATEGIES_PER_BATCH = 4096
 #: freed memory the allocator keeps while batches are simulated (:func:`heap_slack`): a batch's
 #: temporaries are reused instead of faulted in again (``benchmarks/scoring_throughput.py``)
 _HEAP_SLACK = 64 << 20
-#: message hops on a row-sparse piece's chain (:meth:`StepSimulator._sparse_chain`): 1.5 before
-#: the server has every push (the header, then the payload once its receive is posted), one for
-#: the answer
-_SPARSE_HOPS = 2.5
+#: message hops of a row-sparse piece on its server's chain (:meth:`StepSimulator._sparse_chain`):
+#: the header, then the payload's round trip once its receive is posted
+_SPARSE_HOPS = 1.5
 
 _var_name = attrgetter("var_name")
 _partition = attrgetter("partition")
@@ -694,13 +700,14 @@ class _Physics:
         else:
             self.ps_piece_s = 2.0 * float(self.lat.max()) + self.coll_lat
         lat = np.full((N, 2, N), self.ps_piece_s)
-        # one dependent message of a row-sparse exchange (a server on each node): the measured
-        # row-sparse piece spread over the _SPARSE_HOPS hops of its chain, else two message
-        # latencies plus the framework's per-call cost
+        # one dependent hop of a row-sparse piece on its server's chain, in a step: the measured
+        # row-sparse piece (every rank of the cluster running the exchange on this host, so
+        # already time-sliced as in a step) spread over its _SPARSE_HOPS hops, else two message
+        # latencies plus the framework's per-call cost, slowed like the other PS work
         if calibration is not None and calibration.ps_sparse_piece_s is not None:
             self.sparse_hop_s = np.full(N, calibration.ps_sparse_piece_s / _SPARSE_HOPS)
         else:
-            self.sparse_hop_s = 2.0 * self.lat + self.coll_lat
+            self.sparse_hop_s = (2.0 * self.lat + self.coll_lat) * self.comm_scale
         calls = np.empty((N, 2, N))  # pushes and pulls each node makes or serves, per piece
         for r in (0, 1):
             for p in range(N):
@@ -1134,14 +1141,15 @@ class StepSimulator:
         p_all = rows.server[sp]
         lr_all = rows.replication[sp]
         pl = p_all * 2 + lr_all.astype(np.int64)
-        # the server's NIC time for the pushes, and one round trip: the payloads' receives are
-        # posted (all sources at once) once their headers are in; the header itself is a
-        # one-way hop before that
-        hop = s * ph.sparse_hop_s[p_all]
-        net = ph.wire_scale * ph.ps_gamma_in[pl, p_all] * wire[sp] + 1.5 * hop
+        # from when the server reaches the piece (its receives are posted then): the header's
+        # hop, then a round trip (the payloads' receives are posted, all sources at once, once
+        # their headers are in), and the server's NIC time for the pushes
+        hop = ph.sparse_hop_s[p_all]
+        net = ph.wire_scale * ph.ps_gamma_in[pl, p_all] * wire[sp] + _SPARSE_HOPS * hop
         own = np.maximum(ph.release_sorted[k_row], reach[st_all, p_all, k_row]) + cp
         after = 2.0 * cp + gat  # average, search the average, copy it back
-        scatter = s * u_sc + hop + cp  # the answer: its payload's round trip, build, copy
+        # the answer: its payload's round trip (a hop of the chain), build, copy
+        scatter = s * u_sc + hop + cp
         on_p_all = p_all[:, None] == np.arange(N)[None, :]
         lead_all = lr_all[:, None] & ~on_p_all  # a remote node's first rank gathers its node
         o_src_all = has_other[None, :] & (on_p_all | ~lr_all[:, None])
@@ -1174,7 +1182,7 @@ class StepSimulator:
             else:
                 arrive = np.where(on_p, 0.0, f_push).max(axis=1)
             start = np.maximum(f0[on_p] + cp[a:b], own[a:b])  # its own copy
-            done = np.maximum(start, arrive + net[a:b]) + after[a:b]
+            done = np.maximum(start, arrive) + net[a:b] + after[a:b]
             done_all[a:b] = done
             t_first[st] = np.where(on_p, done[:, None], f_push)
         pend_first = np.maximum(t_first, other_end)
