@@ -106,7 +106,8 @@ def main() -> int:
     print(f"# {args.domain}, {args.launcher}: median step over {args.rounds} interleaved rounds "
           f"({args.warmup} + {args.iters} iterations each); d = change from ps_lb, in ms")
     m0 = statistics.median(measured["ps_lb"])
-    print(f"{'variant':10s} {'measured':>9s} {'d meas':>8s} {'predicted':>10s} {'d pred':>8s}  rounds")
+    print(f"{'variant':10s} {'measured':>9s} {'d meas':>8s} {'predicted':>10s} {'d pred':>8s}"
+          f"  rounds")
     for name in strategies:
         m = float(np.nanmedian(measured[name]))
         print(f"{name:10s} {m * 1e3:9.1f} {(m - m0) * 1e3:+8.1f} {pred[name] * 1e3:10.1f} "
