@@ -43,7 +43,7 @@ from autosync_transfer.domains.profile import ActionCost, WorkloadProfile
 from autosync_transfer.errors import ConfigError
 
 __all__ = ["profile_workload", "get_profile", "worker_type", "processor_name", "action_costs",
-           "size_grid", "POWERSGD_RANK_NOTE"]
+           "size_grid", "POWERSGD_RANK_NOTE", "MAX_FOREIGN_CPU"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,10 @@ POWERSGD_RANK_NOTE = ("powersgd is measured at rank 1 on square matrices. Most o
 SPARSE_TOUCHED = 1 / 32
 #: row width of the sparse actions' benchmark tensors
 SPARSE_WIDTH = 256
+
+
+#: foreign CPU share (of the machine) above which a profile counts as disturbed
+MAX_FOREIGN_CPU = 0.25
 
 
 def processor_name() -> str:
@@ -272,7 +276,7 @@ def _now() -> str:
 
 
 def profile_workload(workload: Any, *, steps: int = 10, warmup: int = 3, threads: int = 1,
-                     seed: int = 0, max_foreign_cpu: float = 0.25, attempts: int = 2,
+                     seed: int = 0, max_foreign_cpu: float = MAX_FOREIGN_CPU, attempts: int = 2,
                      quiet_wait_s: float = 30.0, actions: bool = True,
                      largest: int | None = None) -> WorkloadProfile:
     """Measure ``workload`` (a :class:`~autosync_transfer.domains.workload.Workload` or a spec

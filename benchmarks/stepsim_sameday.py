@@ -1,0 +1,110 @@
+"""The step-time simulator against a store measured again today, with inputs taken today.
+
+A trial store, the shipped profile and the shipped calibration were each measured on a different
+day; on a shared machine the level of a step moves by 10-25 % between days, which the stores'
+step error mixes with the simulator's. This takes all three on one day, one after the other on a
+quiet machine: it calibrates DOMAIN's cluster and profiles its model now (into a scratch folder;
+nothing shipped is touched), then measures every strategy of the store again in one pool of
+workers (``--launcher emulated``: network namespaces, needs root), appending to a scratch file
+(resumable: a second run measures only what is missing).
+
+Printed: today's step against the store's (ratio and their pairwise agreement), then the
+simulator's median error, pairwise accuracy and level (median log measured / predicted) against
+today's measurement, with the shipped inputs, today's, and each mix.
+
+    sudo python benchmarks/stepsim_sameday.py --domain ncf-B --scratch /tmp/sameday
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--domain", default="ncf-B")
+    ap.add_argument("--store", type=Path, default=None,
+                    help="the trial store (default datasets/trials/DOMAIN.jsonl)")
+    ap.add_argument("--scratch", type=Path, required=True,
+                    help="folder for today's calibration, profile and measurements")
+    ap.add_argument("--launcher", default="emulated", choices=["emulated", "local"])
+    args = ap.parse_args()
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    import numpy as np
+    from stepsim_accuracy import pairwise
+
+    from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
+    from autosync_transfer.domains.physics import find_calibration, find_profile
+    from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
+    from autosync_transfer.runtime.calibrate import get_calibration
+    from autosync_transfer.runtime.profile import get_profile
+    from autosync_transfer.runtime.trial import Protocol, WorkerPool
+
+    store = args.store or ROOT / "datasets" / "trials" / f"{args.domain}.jsonl"
+    df = load_trials(store)
+    domain = find_domain(args.domain, [store])
+    table = strategy_table(df, normalize=False)
+    proto = df["protocol"].dropna().iloc[0] if "protocol" in df else None
+    proto = json.loads(proto) if isinstance(proto, str) else (proto or {})
+    protocol = Protocol(warmup=int(proto.get("warmup", 3)), iters=int(proto.get("iters", 10)))
+    args.scratch.mkdir(parents=True, exist_ok=True)
+    cal_dir, prof_dir = args.scratch / "calibrations", args.scratch / "profiles"
+    cal_today, _ = get_calibration(domain.cluster, args.launcher, folder=cal_dir)
+    prof_today, _ = get_profile(f"zoo:{domain.model.name}", folder=prof_dir)
+    out = args.scratch / f"{args.domain}.jsonl"
+    done = ({json.loads(line)["strategy_id"] for line in out.read_text().splitlines()}
+            if out.exists() else set())
+    todo = [(sid, st) for sid, st in zip(table["strategy_id"], table["strategy"])
+            if sid not in done]
+    if todo:
+        with WorkerPool(domain, args.launcher, protocol) as pool, out.open("a") as fh:
+            for k, (sid, st) in enumerate(todo):
+                res = pool.run(st)
+                fh.write(json.dumps({"strategy_id": sid, "status": res.status,
+                                     "median_s": res.median_s, "time": time.time()}) + "\n")
+                fh.flush()
+                if (k + 1) % 20 == 0:
+                    print(f"# {k + 1} of {len(todo)} measured", file=sys.stderr, flush=True)
+    today = {}
+    for line in out.read_text().splitlines():
+        r = json.loads(line)
+        if r["status"] == "ok" and r["median_s"]:
+            today[r["strategy_id"]] = float(r["median_s"])
+    keep = [i for i, sid in enumerate(table["strategy_id"]) if sid in today]
+    strategies = [table["strategy"].iloc[i] for i in keep]
+    y = np.array([today[table["strategy_id"].iloc[i]] for i in keep])
+    y_store = table["runtime_s"].to_numpy(float)[keep]
+    world = domain.cluster.world_size
+    host = ({"host_processes": world, "host_cores": os.cpu_count() or 1}
+            if args.launcher == "emulated" else {})
+    shipped_prof = find_profile(domain.model.fingerprint)
+    shipped_cal = find_calibration(domain.cluster.fingerprint, args.launcher)
+    print(f"# python {' '.join(shlex.quote(a) for a in sys.argv)}")
+    print(f"# {args.domain}: {len(y)} strategies measured today ({protocol.warmup} + "
+          f"{protocol.iters} iterations); today / store median {np.median(y / y_store):.3f}, "
+          f"pairwise agreement of the two {pairwise(y_store, y):.3f}")
+    print(f"# shipped profile {shipped_prof.created_at if shipped_prof else '-'} (foreign CPU "
+          f"{getattr(shipped_prof, 'foreign_cpu', None)}), today's {prof_today.created_at} "
+          f"({prof_today.foreign_cpu}); shipped calibration "
+          f"{shipped_cal.created_at if shipped_cal else '-'}, today's {cal_today.created_at}")
+    print(f"{'profile':9s} {'calibration':12s} {'mape':>6s} {'pw':>6s} {'level':>7s}")
+    for pname, prof in (("shipped", shipped_prof), ("today", prof_today)):
+        for cname, cal in (("shipped", shipped_cal), ("today", cal_today)):
+            pred = StepSimulator(domain, prof, cal, StepSimConfig(**host)).simulate(
+                strategies)["step_s"]
+            print(f"{pname:9s} {cname:12s} {np.median(np.abs(pred - y) / y):6.3f} "
+                  f"{pairwise(pred, y):6.3f} {np.median(np.log(y / pred)):+7.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
