@@ -24,11 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import statistics
 import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def variants(domain) -> dict:  # noqa: ANN001
@@ -105,7 +101,7 @@ def main() -> int:
     print(f"# python {' '.join(shlex.quote(a) for a in sys.argv)}")
     print(f"# {args.domain}, {args.launcher}: median step over {args.rounds} interleaved rounds "
           f"({args.warmup} + {args.iters} iterations each); d = change from ps_lb, in ms")
-    m0 = statistics.median(measured["ps_lb"])
+    m0 = float(np.nanmedian(measured["ps_lb"]))
     print(f"{'variant':10s} {'measured':>9s} {'d meas':>8s} {'predicted':>10s} {'d pred':>8s}"
           f"  rounds")
     for name in strategies:

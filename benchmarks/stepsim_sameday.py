@@ -10,7 +10,14 @@ workers (``--launcher emulated``: network namespaces, needs root), appending to 
 
 Printed: today's step against the store's (ratio and their pairwise agreement), then the
 simulator's median error, pairwise accuracy and level (median log measured / predicted) against
-today's measurement, with the shipped inputs, today's, and each mix.
+today's measurement, with the shipped inputs, today's, and each mix. With ``--fit``, what is left
+with today's inputs: the builders' log measured / predicted, and a least-squares fit of the
+sampled strategies' on their structure (row-sparse PS pieces, those with local replication,
+dense variables on PS, all-reduced variables, compressed ones).
+
+"Shipped" is the newest profile / calibration found by fingerprint in the usual folders (the
+checkout's ``datasets/`` and the user's cache). A failed measurement is measured again on the
+next run; the scratch folder's calibration and profile are those of the first run.
 
     sudo python benchmarks/stepsim_sameday.py --domain ncf-B --scratch /tmp/sameday
 """
@@ -37,6 +44,8 @@ def main() -> int:
     ap.add_argument("--scratch", type=Path, required=True,
                     help="folder for today's calibration, profile and measurements")
     ap.add_argument("--launcher", default="emulated", choices=["emulated", "local"])
+    ap.add_argument("--fit", action="store_true",
+                    help="also print what is left with today's inputs, by structure")
     args = ap.parse_args()
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import numpy as np
@@ -61,8 +70,17 @@ def main() -> int:
     cal_today, _ = get_calibration(domain.cluster, args.launcher, folder=cal_dir)
     prof_today, _ = get_profile(f"zoo:{domain.model.name}", folder=prof_dir)
     out = args.scratch / f"{args.domain}.jsonl"
-    done = ({json.loads(line)["strategy_id"] for line in out.read_text().splitlines()}
-            if out.exists() else set())
+
+    def records() -> list[dict]:
+        found = []
+        for line in (out.read_text().splitlines() if out.exists() else []):
+            try:
+                found.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a kill: measured again
+                continue
+        return found
+
+    done = {r["strategy_id"] for r in records() if r.get("status") == "ok"}
     todo = [(sid, st) for sid, st in zip(table["strategy_id"], table["strategy"])
             if sid not in done]
     if todo:
@@ -74,11 +92,8 @@ def main() -> int:
                 fh.flush()
                 if (k + 1) % 20 == 0:
                     print(f"# {k + 1} of {len(todo)} measured", file=sys.stderr, flush=True)
-    today = {}
-    for line in out.read_text().splitlines():
-        r = json.loads(line)
-        if r["status"] == "ok" and r["median_s"]:
-            today[r["strategy_id"]] = float(r["median_s"])
+    today = {r["strategy_id"]: float(r["median_s"]) for r in records()
+             if r.get("status") == "ok" and r.get("median_s")}
     keep = [i for i, sid in enumerate(table["strategy_id"]) if sid in today]
     strategies = [table["strategy"].iloc[i] for i in keep]
     y = np.array([today[table["strategy_id"].iloc[i]] for i in keep])
@@ -103,7 +118,52 @@ def main() -> int:
                 strategies)["step_s"]
             print(f"{pname:9s} {cname:12s} {np.median(np.abs(pred - y) / y):6.3f} "
                   f"{pairwise(pred, y):6.3f} {np.median(np.log(y / pred)):+7.3f}")
+    if args.fit:
+        _fit(domain, strategies, y, StepSimulator(domain, prof_today, cal_today,
+                                                  StepSimConfig(**host)))
     return 0
+
+
+def _structure(strategy) -> list[float]:  # noqa: ANN001
+    """Row-sparse PS pieces, those with local replication, dense variables on PS, all-reduced
+    variables, compressed all-reduced variables."""
+    sparse = lr = dense_ps = ar = comp = 0
+    for c in strategy.nodes:
+        syncs = c.partition.synchronizers if c.partition else (c.synchronizer,)
+        for sy in syncs:
+            if sy.kind == "ps":
+                if c.var_name in _SPARSE:
+                    sparse += 1
+                    lr += int(sy.local_replication)
+                else:
+                    dense_ps += 1
+            else:
+                ar += 1
+                comp += int(sy.compressor != "none")
+    return [sparse, lr, dense_ps, ar, comp]
+
+
+_SPARSE: set[str] = set()
+
+
+def _fit(domain, strategies, y, sim) -> None:  # noqa: ANN001
+    import numpy as np
+
+    _SPARSE.update(v.name for v in domain.model.variables if v.sparse)
+    r = np.log(y / sim.simulate(strategies)["step_s"])
+    builders = [k for k, st in enumerate(strategies) if st.kind != "sampled"]
+    print("# with today's inputs, log measured / predicted of the builders: "
+          + ", ".join(f"{strategies[k].kind} {r[k]:+.3f}" for k in builders))
+    sampled = [k for k, st in enumerate(strategies) if st.kind == "sampled"]
+    if len(sampled) < 7:
+        return
+    X = np.array([[1.0] + _structure(strategies[k]) for k in sampled])
+    coef, *_ = np.linalg.lstsq(X, r[sampled], rcond=None)
+    resid = r[sampled] - X @ coef
+    r2 = 1.0 - float(np.var(resid)) / max(float(np.var(r[sampled])), 1e-12)
+    names = ["intercept", "sparse pieces", "local repl.", "dense PS", "all-reduced", "compressed"]
+    print(f"# sampled ({len(sampled)}): median {np.median(r[sampled]):+.3f}; least-squares fit "
+          + ", ".join(f"{n} {c:+.4f}" for n, c in zip(names, coef)) + f"; R2 {r2:.2f}")
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ One iteration (every worker alike, times from the start of the step)
       host: what a piece costs the server's chain, which replaying the calibration gives back)
       (else two calibrated latencies plus the collective latency per hop, slowed like the
       other PS work). A worker completes its answers only after its communication threads have
-      ended, one piece after another (the payload's round trip, a hop, then the zero-filled
+      ended, one piece after another (the payload's round trip, one hop, then the zero-filled
       result and its copy into the gradient). So a table cut into more pieces costs their
       chain, and spreading the pieces over servers does not shorten it
       (``benchmarks/sparse_pieces.py``). The chain's CPU (all ranks) also counts in a shared
@@ -712,10 +712,11 @@ class _Physics:
         for r in (0, 1):
             for p in range(N):
                 calls[p, r] = np.where(eye[p], sources[p, r], 2.0 * w)
-        if W == 1:
+        if W == 1:  # one rank: the executor sends nothing
             gamma[:] = 0.0
             lat[:] = 0.0
             calls[:] = 0.0
+            self.sparse_hop_s = np.zeros(N)
         # a piece's pushes into (or out of) each node; with ps_results_block_gathers its answers
         # cross the same NIC after them
         self.ps_gamma_in = gamma.reshape(2 * N, N)
@@ -1110,9 +1111,10 @@ class StepSimulator:
 
         The PS thread of every rank takes the pieces in launch order, one at a time. A
         worker finds its touched rows in the dense gradient (``sparse_gather``) and pushes them;
-        the server copies its own gradient, waits for every push (its NIC time for the piece),
-        averages in place, finds the touched rows of the average, answers, and copies the
-        average into its gradient. With local replication a remote node's leader first sums
+        the server, once its thread reaches the piece (its receives are posted only then, so the
+        piece's hops start then), copies its own gradient, waits for every push (the hops and
+        its NIC time for the piece), averages in place, finds the touched rows of the average,
+        answers, and copies the average into its gradient. With local replication a remote node's leader first sums
         its node-mates' pushes and searches the sum. A worker completes its pieces only after
         its communication threads have ended (``other_end [B, N]``: the AR thread and the PS
         queue of its node), one after another: it waits for the answer, builds the dense result
