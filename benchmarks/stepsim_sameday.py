@@ -124,7 +124,7 @@ def main() -> int:
     return 0
 
 
-def _structure(strategy) -> list[float]:  # noqa: ANN001
+def _structure(strategy, sparse_vars: set[str]) -> list[float]:  # noqa: ANN001
     """Row-sparse PS pieces, those with local replication, dense variables on PS, all-reduced
     variables, compressed all-reduced variables."""
     sparse = lr = dense_ps = ar = comp = 0
@@ -132,7 +132,7 @@ def _structure(strategy) -> list[float]:  # noqa: ANN001
         syncs = c.partition.synchronizers if c.partition else (c.synchronizer,)
         for sy in syncs:
             if sy.kind == "ps":
-                if c.var_name in _SPARSE:
+                if c.var_name in sparse_vars:
                     sparse += 1
                     lr += int(sy.local_replication)
                 else:
@@ -143,13 +143,10 @@ def _structure(strategy) -> list[float]:  # noqa: ANN001
     return [sparse, lr, dense_ps, ar, comp]
 
 
-_SPARSE: set[str] = set()
-
-
 def _fit(domain, strategies, y, sim) -> None:  # noqa: ANN001
     import numpy as np
 
-    _SPARSE.update(v.name for v in domain.model.variables if v.sparse)
+    sparse_vars = {v.name for v in domain.model.variables if v.sparse}
     r = np.log(y / sim.simulate(strategies)["step_s"])
     builders = [k for k, st in enumerate(strategies) if st.kind != "sampled"]
     print("# with today's inputs, log measured / predicted of the builders: "
@@ -157,7 +154,7 @@ def _fit(domain, strategies, y, sim) -> None:  # noqa: ANN001
     sampled = [k for k, st in enumerate(strategies) if st.kind == "sampled"]
     if len(sampled) < 7:
         return
-    X = np.array([[1.0] + _structure(strategies[k]) for k in sampled])
+    X = np.array([[1.0] + _structure(strategies[k], sparse_vars) for k in sampled])
     coef, *_ = np.linalg.lstsq(X, r[sampled], rcond=None)
     resid = r[sampled] - X @ coef
     r2 = 1.0 - float(np.var(resid)) / max(float(np.var(r[sampled])), 1e-12)

@@ -150,7 +150,7 @@ def profile(
             raise ConfigError(f"model {zoo_name!r} is not runnable on a CPU here (runnable zoo "
                               f"models: {runnable})")
     wl = load_workload(spec)
-    from autosync_transfer.runtime.profile import MAX_FOREIGN_CPU, get_profile
+    from autosync_transfer.runtime.profile import PROFILE_MAX_FOREIGN_CPU, get_profile
 
     t0 = time.monotonic()
     prof, measured = get_profile(wl, threads=threads, force=force)
@@ -167,8 +167,8 @@ def profile(
         head,
         f"  worker {prof.worker_type}, batch {prof.batch_size}, {prof.clock} clock, measured "
         f"{prof.created_at} in {prof.seconds:.1f} s (foreign CPU {foreign})"
-        + (f"; disturbed: other processes' load inflates its times (--force on a quiet "
-           f"machine measures again)" if (prof.foreign_cpu or 0.0) > MAX_FOREIGN_CPU else ""),
+        + ("; disturbed: other processes' load inflates its times (--force on a quiet machine "
+           "measures again)" if (prof.foreign_cpu or 0.0) > PROFILE_MAX_FOREIGN_CPU else ""),
         f"  forward {prof.forward_s * 1e3:.1f} ms, backward {prof.backward_s * 1e3:.1f} ms, "
         f"optimizer {prof.optimizer_s * 1e3:.1f} ms; {len(prof.ready_s)} gradients ready "
         f"from {min(prof.ready_s.values(), default=0) * 1e3:.1f} to "

@@ -1114,8 +1114,8 @@ class StepSimulator:
         the server, once its thread reaches the piece (its receives are posted only then, so the
         piece's hops start then), copies its own gradient, waits for every push (the hops and
         its NIC time for the piece), averages in place, finds the touched rows of the average,
-        answers, and copies the average into its gradient. With local replication a remote node's leader first sums
-        its node-mates' pushes and searches the sum. A worker completes its pieces only after
+        answers, and copies the average into its gradient. With local replication a remote
+        node's leader first sums its node-mates' pushes and searches the sum. A worker completes its pieces only after
         its communication threads have ended (``other_end [B, N]``: the AR thread and the PS
         queue of its node), one after another: it waits for the answer, builds the dense result
         (``sparse_scatter``) and copies it into its gradient. ``reach [B, N, V]``: when a

@@ -43,7 +43,7 @@ from autosync_transfer.domains.profile import ActionCost, WorkloadProfile
 from autosync_transfer.errors import ConfigError
 
 __all__ = ["profile_workload", "get_profile", "worker_type", "processor_name", "action_costs",
-           "size_grid", "POWERSGD_RANK_NOTE", "MAX_FOREIGN_CPU"]
+           "size_grid", "POWERSGD_RANK_NOTE", "PROFILE_MAX_FOREIGN_CPU"]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ SPARSE_WIDTH = 256
 
 
 #: foreign CPU share (of the machine) above which a profile counts as disturbed
-MAX_FOREIGN_CPU = 0.25
+PROFILE_MAX_FOREIGN_CPU = 0.25
 
 
 def processor_name() -> str:
@@ -276,7 +276,8 @@ def _now() -> str:
 
 
 def profile_workload(workload: Any, *, steps: int = 10, warmup: int = 3, threads: int = 1,
-                     seed: int = 0, max_foreign_cpu: float = MAX_FOREIGN_CPU, attempts: int = 2,
+                     seed: int = 0, max_foreign_cpu: float = PROFILE_MAX_FOREIGN_CPU,
+                     attempts: int = 2,
                      quiet_wait_s: float = 30.0, actions: bool = True,
                      largest: int | None = None) -> WorkloadProfile:
     """Measure ``workload`` (a :class:`~autosync_transfer.domains.workload.Workload` or a spec

@@ -94,17 +94,17 @@ def test_profile_is_cached_by_fingerprint_and_worker_type(tmp_path) -> None:
 
 def test_a_reused_disturbed_profile_says_so(tmp_path, monkeypatch, capsys) -> None:
     """``domains profile`` reusing a stored profile measured under foreign CPU load (above
-    MAX_FOREIGN_CPU) says it is disturbed and how to measure again; a quiet one does not."""
+    PROFILE_MAX_FOREIGN_CPU) says it is disturbed and how to measure again; a quiet one does not."""
     from autosync_transfer.cli import main
     from autosync_transfer.cli._common import reset_consoles
-    from autosync_transfer.runtime.profile import MAX_FOREIGN_CPU
+    from autosync_transfer.runtime.profile import PROFILE_MAX_FOREIGN_CPU
 
     folder = tmp_path / "profiles"
     monkeypatch.setenv("AUTOSYNC_PROFILES_DIR", str(folder))
     wl = _mlp(tmp_path)
     prof, _ = get_profile(wl, folder=folder, **FAST)
     path = folder / profile_file_name(prof.fingerprint, prof.worker_type, prof.workload)
-    for share, disturbed in ((MAX_FOREIGN_CPU + 0.5, True), (0.0, False)):
+    for share, disturbed in ((PROFILE_MAX_FOREIGN_CPU + 0.5, True), (0.0, False)):
         path.write_text(prof.model_copy(update={"foreign_cpu": share}).model_dump_json())
         reset_consoles()
         try:
