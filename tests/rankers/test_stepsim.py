@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.domains.graph import ModelGraph, Variable
@@ -15,6 +17,7 @@ from autosync_transfer.rankers import stepsim
 from autosync_transfer.rankers.stepsim import TERMS, StepSimConfig, StepSimulator
 from autosync_transfer.strategies.sampler import SamplerConfig, StrategySampler
 from autosync_transfer.strategies.types import PS, AllReduce, Partition, Strategy, VarConfig
+from autosync_transfer.testing import hypothesis_strategies as hs
 from autosync_transfer.testing import tiny_cluster, tiny_domain, tiny_strategies
 
 MB = 1_000_000
@@ -461,3 +464,83 @@ def test_action_cost_interpolates_extrapolates_and_is_zero_for_empty_tensors() -
     falling = ActionCost(action="copy", elements=(10, 20), seconds=(3.0, 1.0))
     np.testing.assert_allclose(falling.at(np.array([40.0])), [1.0])  # never a negative slope
     assert cost.at(np.zeros(0)).shape == (0,)
+
+
+# ---- any cluster shape, any graph: the physics' invariants ----------------------------------------
+
+_ACTIONS = ("copy", "fp16_cast", "error_feedback", "powersgd", "ps_aggregate", "sparse_gather",
+            "sparse_scatter")
+
+
+@st.composite
+def _simulated_cases(draw: st.DrawFn) -> dict[str, object]:
+    """A cluster (1-5 nodes of 1-4 workers), a graph of dense and row-sparse variables, and the
+    inputs of a calibrated simulation: per-node rates, gradient-ready times, measured piece costs
+    (or none: the calibrations written before they were measured)."""
+    cluster = draw(hs.clusters(max_nodes=5, max_workers=4))
+    variables = []
+    for i in range(draw(st.integers(1, 8))):
+        shape = tuple(draw(st.integers(1, 300)) for _ in range(draw(st.integers(1, 3))))
+        variables.append(Variable(name=f"v{i}", shape=shape, order=i,
+                                  sparse=len(shape) == 2 and draw(st.booleans())))
+    graph = ModelGraph(name="drawn", variables=tuple(variables))
+    return {
+        "domain": Domain(name="drawn-x", model=graph, cluster=cluster),
+        "gbps": [draw(st.sampled_from([0.25, 1.0, 10.0])) for _ in cluster.nodes],
+        "ready": sorted((draw(st.floats(0.0, 0.1)) for _ in variables), reverse=True),
+        "pieces": (draw(st.sampled_from([None, 1e-3])), draw(st.sampled_from([None, 3e-3]))),
+        "shared_host": draw(st.booleans()),
+        "seed": draw(st.integers(0, 2**20)),
+    }
+
+
+def _drawn_inputs(case: dict[str, object], *, gbps_scale: float = 1.0, latency_s: float = 1e-4,
+                  action_scale: float = 1.0) -> tuple[WorkloadProfile, ClusterCalibration]:
+    dom: Domain = case["domain"]  # type: ignore[assignment]
+    acts = {a: ActionCost(action=a, elements=(1, 1000, 10**6),  # type: ignore[arg-type]
+                          seconds=(0.0, 1e-6 * action_scale, 1e-3 * action_scale))
+            for a in _ACTIONS}
+    profile = WorkloadProfile(
+        workload="drawn", fingerprint=dom.model.fingerprint, worker_type="cpu", batch_size=4,
+        forward_s=0.05, backward_s=0.1, optimizer_s=0.01,
+        ready_s={v.name: r for v, r in zip(dom.model.variables, case["ready"])},  # type: ignore
+        actions=acts)
+    piece, sparse_piece = case["pieces"]  # type: ignore[misc]
+    calibration = ClusterCalibration(
+        cluster=dom.cluster.name, fingerprint=dom.cluster.fingerprint, launcher="test",
+        nodes=tuple(NodeCalibration(name=n.name, bandwidth_gbps=g * gbps_scale,
+                                    latency_s=latency_s)
+                    for n, g in zip(dom.cluster.nodes, case["gbps"])),  # type: ignore[arg-type]
+        intra_bandwidth_gbps=40.0 * gbps_scale, collective_latency_s=latency_s,
+        compute_slowdown={1: 1.0, 2: 1.3, 4: 2.2}, host_cores=2, ps_piece_s=piece,
+        ps_sparse_piece_s=sparse_piece)
+    return profile, calibration
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_simulated_cases())
+def test_any_cluster_and_graph_gives_finite_steps_that_slower_physics_never_shortens(
+        case: dict[str, object]) -> None:
+    """On any cluster shape and graph, with nominal or calibrated physics: every term is finite
+    and non-negative, the step covers the compute, a batch gives what one strategy at a time
+    gives, and slower NICs, longer latencies or costlier synchronization actions make no
+    strategy faster."""
+    dom: Domain = case["domain"]  # type: ignore[assignment]
+    batch = StrategySampler(dom, SamplerConfig(), seed=case["seed"]).sample_batch(8)  # type: ignore
+    world = sum(n.workers for n in dom.cluster.nodes)
+    config = (StepSimConfig(host_processes=world, host_cores=2) if case["shared_host"]
+              else StepSimConfig())
+    profile, calibration = _drawn_inputs(case)
+    for inputs in ((None, None), (profile, calibration)):
+        out = StepSimulator(dom, *inputs, config).simulate(batch)
+        alone = np.concatenate([StepSimulator(dom, *inputs, config).simulate([s])
+                                for s in batch])
+        for name, _ in TERMS:
+            assert np.isfinite(out[name]).all() and (out[name] >= 0).all(), name
+            np.testing.assert_allclose(out[name], alone[name], rtol=1e-9, atol=1e-12)
+        assert (out["step_s"] > 0).all() and (out["step_s"] >= out["compute_s"] * (1 - 1e-12)).all()
+    base = StepSimulator(dom, profile, calibration, config).simulate(batch)["step_s"]
+    for slower in (_drawn_inputs(case, gbps_scale=0.25), _drawn_inputs(case, latency_s=1e-2),
+                   _drawn_inputs(case, action_scale=10.0)):
+        step = StepSimulator(dom, *slower, config).simulate(batch)["step_s"]
+        assert (step >= base * (1 - 1e-9)).all(), (step, base)
