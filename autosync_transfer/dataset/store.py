@@ -135,7 +135,12 @@ def machine_info(start: Mapping[str, Any] | None = None) -> dict[str, Any]:
     that result as ``start`` to a second call after the trial: the result then also carries
     ``loadavg_1m_start`` (the first call's value) and ``loadavg_1m_end`` (now). ``torch`` is the
     version of an already imported torch (None otherwise); torch is never imported here.
+    ``processor`` is the processor's model name, as in a workload profile's worker type
+    (:func:`~autosync_transfer.runtime.profile.processor_name`): trials of one store measured on
+    different machine types can be told apart.
     """
+    from autosync_transfer.runtime.profile import processor_name
+
     try:
         load_now: float | None = os.getloadavg()[0]
     except OSError:  # not available on this platform
@@ -144,6 +149,7 @@ def machine_info(start: Mapping[str, Any] | None = None) -> dict[str, Any]:
     info: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "cpus": os.cpu_count(),
+        "processor": processor_name(),
         "loadavg_1m": load_now,
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),

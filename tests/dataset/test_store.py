@@ -76,6 +76,9 @@ def test_record_rules():
     info = machine_info(start={"loadavg_1m": 1.25})
     assert info["loadavg_1m_start"] == 1.25 and info["loadavg_1m_end"] == info["loadavg_1m"]
     assert info["cpus"] >= 1 and info["hostname"] and "loadavg_1m_start" not in machine_info()
+    # the machine type, as a profile's worker type names it
+    from autosync_transfer.runtime.profile import worker_type
+    assert info["processor"] and worker_type() == f"cpu:{info['processor']}:threads=1"
     code = ("import sys; from autosync_transfer.dataset.store import machine_info; "
             "machine_info(); assert 'torch' not in sys.modules")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

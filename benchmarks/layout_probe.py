@@ -1,0 +1,159 @@
+"""Hand-made layouts of one domain, measured beside the step-time simulator, one structural
+change at a time: where its physics holds on this machine and where it does not.
+
+The layouts (``--sets``, comma-separated) cover one question each:
+
+* ``replication``: every variable on one parameter server (each of the first two nodes), with
+  local replication on nothing, everything, the dense variables only or the row-sparse ones only;
+* ``buckets``: the dense variables all-reduced in 1 or 16 buckets, uncompressed or fp16, the
+  row-sparse ones on one server (or cut over every node);
+* ``mixes``: the same with every third dense variable on a parameter server (round-robin over
+  the nodes), every dense variable on the servers, and each with its variables cut in 4 shards.
+
+Every layout is measured in one pool of trial workers, in ``--rounds`` interleaved rounds
+(``--warmup`` + ``--iters`` steps each; the median of the rounds' median steps is printed).
+The prediction uses the newest profile and calibration found by fingerprint (``--scratch DIR``
+takes them now, as ``benchmarks/stepsim_sameday.py`` does, into ``DIR``: the same day as the
+measurement). ``log`` is ln(measured / predicted).
+
+    sudo python benchmarks/layout_probe.py --domain bert-3l-heldout \
+        --store benchmarks/results/heldout/bert-3l-heldout.jsonl --scratch /tmp/probe
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SETS = ("replication", "buckets", "mixes")
+
+
+def layouts(domain, sets: list[str]) -> dict:  # noqa: ANN001
+    """Strategies by name (see the module docstring)."""
+    from autosync_transfer.strategies.types import PS, AllReduce, Partition, Strategy, VarConfig
+
+    nodes = [n.name for n in domain.cluster.nodes]
+    variables = sorted(domain.model.variables, key=lambda v: v.order)
+    dense = [v for v in variables if not v.sparse]
+
+    def one(v, sync, shards: int = 1):  # noqa: ANN001, ANN202
+        if shards > 1 and v.shape and v.shape[0] >= shards:
+            return VarConfig(var_name=v.name, partition=Partition(
+                axis=0, shards=shards, synchronizers=(sync,) * shards))
+        return VarConfig(var_name=v.name, synchronizer=sync)
+
+    def on_server(node: str, lr_dense: bool, lr_sparse: bool) -> tuple:
+        return tuple(one(v, PS(destination=node,
+                               local_replication=lr_sparse if v.sparse else lr_dense))
+                     for v in variables)
+
+    def mixed(groups: int, comp: str = "none", emb: tuple = (), every_ps: int = 0,
+              shards: int = 1) -> tuple:
+        emb = emb or (nodes[0],)
+        out = []
+        for v in variables:
+            if v.sparse:
+                syncs = tuple(PS(destination=e) for e in emb)
+                out.append(one(v, syncs[0]) if len(syncs) == 1 else VarConfig(
+                    var_name=v.name, partition=Partition(axis=0, shards=len(syncs),
+                                                         synchronizers=syncs)))
+                continue
+            k = dense.index(v)
+            sync = (PS(destination=nodes[k % len(nodes)]) if every_ps and k % every_ps == 0
+                    else AllReduce(group=k * groups // len(dense), compressor=comp))
+            out.append(one(v, sync, shards))
+        return tuple(out)
+
+    found: dict[str, tuple] = {}
+    if "replication" in sets:
+        for node in nodes[:2]:
+            found[node] = on_server(node, False, False)
+            found[f"{node}_lr"] = on_server(node, True, True)
+            found[f"{node}_lr_dense"] = on_server(node, True, False)
+            found[f"{node}_lr_sparse"] = on_server(node, False, True)
+    if "buckets" in sets:
+        found.update({"AR1": mixed(1), "AR16": mixed(16), "AR1_fp16": mixed(1, "fp16"),
+                      "AR16_fp16": mixed(16, "fp16"),
+                      "AR16_rows_cut": mixed(16, emb=tuple(nodes))})
+    if "mixes" in sets:
+        found.update({"AR16_ps3": mixed(16, every_ps=3),
+                      "AR16_ps3_sh4": mixed(16, every_ps=3, shards=4),
+                      "PS_all": mixed(16, every_ps=1),
+                      "PS_all_sh4": mixed(16, every_ps=1, shards=4),
+                      "AR16_sh4": mixed(16, shards=4)})
+    return {name: Strategy(id=f"probe-{name}", kind="sampled", nodes=cfg)
+            for name, cfg in found.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--domain", required=True)
+    ap.add_argument("--store", type=Path, default=None,
+                    help="a trial store holding the domain (default: the catalog's domain)")
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--scratch", type=Path, default=None,
+                    help="calibrate and profile now into this folder, and predict with them")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--launcher", default="emulated", choices=["emulated", "local"])
+    args = ap.parse_args()
+    sets = [s for s in args.sets.split(",") if s]
+    if not sets or any(s not in SETS for s in sets):
+        raise SystemExit(f"error: --sets: {args.sets!r}: choose among {', '.join(SETS)}")
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    import numpy as np
+
+    from autosync_transfer.dataset.loader import find_domain
+    from autosync_transfer.domains.catalog import resolve_domain
+    from autosync_transfer.domains.physics import find_calibration, find_profile
+    from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
+    from autosync_transfer.runtime.calibrate import get_calibration
+    from autosync_transfer.runtime.profile import get_profile
+    from autosync_transfer.runtime.trial import Protocol, WorkerPool
+
+    domain = find_domain(args.domain, [args.store]) if args.store else resolve_domain(args.domain)
+    strategies = layouts(domain, sets)
+    if args.scratch is not None:
+        cal, _ = get_calibration(domain.cluster, args.launcher,
+                                 folder=args.scratch / "calibrations")
+        prof, _ = get_profile(f"zoo:{domain.model.name}", folder=args.scratch / "profiles")
+    else:
+        cal = find_calibration(domain.cluster.fingerprint, args.launcher)
+        prof = find_profile(domain.model.fingerprint)
+    world = domain.cluster.world_size
+    host = ({"host_processes": world, "host_cores": os.cpu_count() or 1}
+            if args.launcher == "emulated" else {})
+    terms = StepSimulator(domain, prof, cal, StepSimConfig(**host)).simulate(
+        list(strategies.values()))
+    measured: dict[str, list[float]] = {k: [] for k in strategies}
+    with WorkerPool(domain, args.launcher, Protocol(warmup=args.warmup, iters=args.iters)) as pool:
+        for r in range(args.rounds):
+            for name, st in strategies.items():
+                res = pool.run(st)
+                measured[name].append(res.median_s if res.status == "ok" else float("nan"))
+            print(f"# round {r + 1} of {args.rounds} done", file=sys.stderr, flush=True)
+    print(f"# python {' '.join(shlex.quote(a) for a in sys.argv)}")
+    shape = ", ".join(f"{n.name}: {n.workers} x {n.bandwidth_gbps:g} Gbit/s"
+                      for n in domain.cluster.nodes)
+    print(f"# {domain.name} ({shape}), {args.launcher}; "
+          f"profile {getattr(prof, 'worker_type', '-')} {getattr(prof, 'created_at', '-')}, "
+          f"calibration {getattr(cal, 'created_at', '-')}; ms")
+    print(f"{'layout':16s} {'measured':>8s} {'pred':>7s} {'log':>7s} {'ar_s':>6s} {'ps_s':>6s} "
+          f"{'exposed':>7s}  rounds")
+    for i, name in enumerate(strategies):
+        m = float(np.nanmedian(measured[name]))
+        p = float(terms["step_s"][i])
+        print(f"{name:16s} {m * 1e3:8.1f} {p * 1e3:7.1f} {np.log(m / p):+7.3f} "
+              f"{terms['ar_s'][i] * 1e3:6.1f} {terms['ps_s'][i] * 1e3:6.1f} "
+              f"{terms['exposed_comm_s'][i] * 1e3:7.1f}  "
+              + " ".join(f"{x * 1e3:.0f}" for x in measured[name]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
