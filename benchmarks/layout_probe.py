@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
 SETS = ("replication", "buckets", "mixes")
 
 
@@ -114,7 +115,7 @@ def main() -> int:
     from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
     from autosync_transfer.runtime.calibrate import get_calibration
     from autosync_transfer.runtime.profile import get_profile
-    from autosync_transfer.runtime.trial import Protocol, WorkerPool
+    from sparse_pieces import interleaved_rounds
 
     domain = find_domain(args.domain, [args.store]) if args.store else resolve_domain(args.domain)
     strategies = layouts(domain, sets)
@@ -130,13 +131,8 @@ def main() -> int:
             if args.launcher == "emulated" else {})
     terms = StepSimulator(domain, prof, cal, StepSimConfig(**host)).simulate(
         list(strategies.values()))
-    measured: dict[str, list[float]] = {k: [] for k in strategies}
-    with WorkerPool(domain, args.launcher, Protocol(warmup=args.warmup, iters=args.iters)) as pool:
-        for r in range(args.rounds):
-            for name, st in strategies.items():
-                res = pool.run(st)
-                measured[name].append(res.median_s if res.status == "ok" else float("nan"))
-            print(f"# round {r + 1} of {args.rounds} done", file=sys.stderr, flush=True)
+    measured = interleaved_rounds(domain, args.launcher, strategies, args.rounds, args.warmup,
+                                  args.iters)
     print(f"# python {' '.join(shlex.quote(a) for a in sys.argv)}")
     shape = ", ".join(f"{n.name}: {n.workers} x {n.bandwidth_gbps:g} Gbit/s"
                       for n in domain.cluster.nodes)

@@ -66,6 +66,22 @@ def variants(domain) -> dict:  # noqa: ANN001
             for name, nodes_ in layouts.items()}
 
 
+def interleaved_rounds(domain, launcher: str, strategies: dict,  # noqa: ANN001
+                       rounds: int, warmup: int, iters: int) -> dict[str, list[float]]:
+    """Every strategy's median step (s; NaN where a trial failed) in each of ``rounds`` rounds,
+    the strategies one after another within a round, all in one pool of trial workers."""
+    from autosync_transfer.runtime.trial import Protocol, WorkerPool
+
+    measured: dict[str, list[float]] = {k: [] for k in strategies}
+    with WorkerPool(domain, launcher, Protocol(warmup=warmup, iters=iters)) as pool:
+        for r in range(rounds):
+            for name, st in strategies.items():
+                res = pool.run(st)
+                measured[name].append(res.median_s if res.status == "ok" else float("nan"))
+            print(f"# round {r + 1} of {rounds} done", file=sys.stderr, flush=True)
+    return measured
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--domain", default="ncf-C")
@@ -80,7 +96,6 @@ def main() -> int:
     from autosync_transfer.domains.catalog import resolve_domain
     from autosync_transfer.domains.physics import find_calibration, find_profile
     from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
-    from autosync_transfer.runtime.trial import Protocol, WorkerPool
 
     domain = resolve_domain(args.domain)
     strategies = variants(domain)
@@ -91,13 +106,8 @@ def main() -> int:
                         find_calibration(domain.cluster.fingerprint, args.launcher),
                         StepSimConfig(**host))
     pred = dict(zip(strategies, sim.simulate(list(strategies.values()))["step_s"]))
-    measured: dict[str, list[float]] = {k: [] for k in strategies}
-    with WorkerPool(domain, args.launcher, Protocol(warmup=args.warmup, iters=args.iters)) as pool:
-        for r in range(args.rounds):
-            for name, st in strategies.items():
-                res = pool.run(st)
-                measured[name].append(res.median_s if res.status == "ok" else float("nan"))
-            print(f"# round {r + 1} of {args.rounds} done", file=sys.stderr, flush=True)
+    measured = interleaved_rounds(domain, args.launcher, strategies, args.rounds, args.warmup,
+                                  args.iters)
     print(f"# python {' '.join(shlex.quote(a) for a in sys.argv)}")
     print(f"# {args.domain}, {args.launcher}: median step over {args.rounds} interleaved rounds "
           f"({args.warmup} + {args.iters} iterations each); d = change from ps_lb, in ms")
