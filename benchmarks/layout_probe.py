@@ -7,8 +7,9 @@ The layouts (``--sets``, comma-separated) cover one question each:
   local replication on nothing, everything, the dense variables only or the row-sparse ones only;
 * ``buckets``: the dense variables all-reduced in 1 or 16 buckets, uncompressed or fp16, the
   row-sparse ones on one server (or cut over every node);
-* ``mixes``: the same with every third dense variable on a parameter server (round-robin over
-  the nodes), every dense variable on the servers, and each with its variables cut in 4 shards.
+* ``mixes``: the same with every third dense variable on a parameter server (those variables
+  round-robin over the nodes), every dense variable on the servers (round-robin), and each with
+  its dense variables cut in 4 shards (where the first dimension allows).
 
 Every layout is measured in one pool of trial workers, in ``--rounds`` interleaved rounds
 (``--warmup`` + ``--iters`` steps each; the median of the rounds' median steps is printed).
@@ -17,7 +18,7 @@ takes them now, as ``benchmarks/stepsim_sameday.py`` does, into ``DIR``: the sam
 measurement). ``log`` is ln(measured / predicted).
 
     sudo python benchmarks/layout_probe.py --domain bert-3l-heldout \
-        --store benchmarks/results/heldout/bert-3l-heldout.jsonl --scratch /tmp/probe
+        --store benchmarks/results/heldout/bert-3l-heldout.jsonl --scratch DIR
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def layouts(domain, sets: list[str]) -> dict:  # noqa: ANN001
                                                          synchronizers=syncs)))
                 continue
             k = dense.index(v)
-            sync = (PS(destination=nodes[k % len(nodes)]) if every_ps and k % every_ps == 0
+            sync = (PS(destination=nodes[(k // every_ps) % len(nodes)])
+                    if every_ps and k % every_ps == 0
                     else AllReduce(group=k * groups // len(dense), compressor=comp))
             out.append(one(v, sync, shards))
         return tuple(out)
@@ -86,7 +88,7 @@ def layouts(domain, sets: list[str]) -> dict:  # noqa: ANN001
                       "PS_all": mixed(16, every_ps=1),
                       "PS_all_sh4": mixed(16, every_ps=1, shards=4),
                       "AR16_sh4": mixed(16, shards=4)})
-    return {name: Strategy(id=f"probe-{name}", kind="sampled", nodes=cfg)
+    return {name: Strategy(id=f"probe-{name}", kind="user", nodes=cfg)
             for name, cfg in found.items()}
 
 
@@ -105,7 +107,10 @@ def main() -> int:
     args = ap.parse_args()
     sets = [s for s in args.sets.split(",") if s]
     if not sets or any(s not in SETS for s in sets):
-        raise SystemExit(f"error: --sets: {args.sets!r}: choose among {', '.join(SETS)}")
+        ap.error(f"--sets: {args.sets!r}: choose among {', '.join(SETS)}")
+    for name, low in (("rounds", 1), ("iters", 1), ("warmup", 0)):
+        if getattr(args, name) < low:
+            ap.error(f"--{name}: {getattr(args, name)}: must be at least {low}")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import numpy as np
 
