@@ -40,7 +40,7 @@ def layouts(domain, sets: list[str]) -> dict:  # noqa: ANN001
 
     nodes = [n.name for n in domain.cluster.nodes]
     variables = sorted(domain.model.variables, key=lambda v: v.order)
-    dense = [v for v in variables if not v.sparse]
+    dense = {v.name: k for k, v in enumerate(v for v in variables if not v.sparse)}
 
     def one(v, sync, shards: int = 1):  # noqa: ANN001, ANN202
         if shards > 1 and v.shape and v.shape[0] >= shards:
@@ -64,7 +64,7 @@ def layouts(domain, sets: list[str]) -> dict:  # noqa: ANN001
                     var_name=v.name, partition=Partition(axis=0, shards=len(syncs),
                                                          synchronizers=syncs)))
                 continue
-            k = dense.index(v)
+            k = dense[v.name]
             sync = (PS(destination=nodes[(k // every_ps) % len(nodes)])
                     if every_ps and k % every_ps == 0
                     else AllReduce(group=k * groups // len(dense), compressor=comp))

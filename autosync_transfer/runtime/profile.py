@@ -28,6 +28,7 @@ otherwise; ``force=True`` measures again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -65,8 +66,10 @@ SPARSE_WIDTH = 256
 PROFILE_MAX_FOREIGN_CPU = 0.25
 
 
+@functools.cache
 def processor_name() -> str:
-    """The processor's model name (``/proc/cpuinfo``), else :func:`platform.processor`."""
+    """The processor's model name (``/proc/cpuinfo``, read once), else
+    :func:`platform.processor`."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
