@@ -122,8 +122,14 @@ def main() -> int:
     from autosync_transfer.runtime.profile import get_profile
     from sparse_pieces import interleaved_rounds
 
-    domain = find_domain(args.domain, [args.store]) if args.store else resolve_domain(args.domain)
-    strategies = layouts(domain, sets)
+    from autosync_transfer.errors import ConfigError
+
+    try:
+        domain = (find_domain(args.domain, [args.store]) if args.store
+                  else resolve_domain(args.domain))
+        strategies = layouts(domain, sets)
+    except (ConfigError, OSError) as e:
+        ap.error(f"--domain / --store: {e}")
     if args.scratch is not None:
         cal, _ = get_calibration(domain.cluster, args.launcher,
                                  folder=args.scratch / "calibrations")
