@@ -15,10 +15,15 @@ Every layout is measured in one pool of trial workers, in ``--rounds`` interleav
 (``--warmup`` + ``--iters`` steps each; the median of the rounds' median steps is printed).
 The prediction uses the newest profile and calibration found by fingerprint (``--scratch DIR``
 takes them now, as ``benchmarks/stepsim_sameday.py`` does, into ``DIR``: the same day as the
-measurement). ``log`` is ln(measured / predicted).
+measurement). ``log`` is ln(measured / predicted). ``--sim-option NAME=VALUE`` predicts with a
+:class:`~autosync_transfer.rankers.stepsim.StepSimConfig` setting; ``--rescore FILE`` measures
+nothing and predicts again the layouts of an earlier run (a results file, newest first).
 
     sudo python benchmarks/layout_probe.py --domain bert-3l-heldout \
         --store benchmarks/results/heldout/bert-3l-heldout.jsonl --scratch DIR
+    python benchmarks/layout_probe.py --domain bert-3l-heldout \
+        --store benchmarks/results/heldout/bert-3l-heldout.jsonl --scratch DIR \
+        --rescore benchmarks/results/layout_probe.txt --sim-option ring_slowed_while_computing=true
 """
 
 from __future__ import annotations
@@ -92,6 +97,22 @@ def layouts(domain, sets: list[str]) -> dict:  # noqa: ANN001
             for name, cfg in found.items()}
 
 
+def _measured_rows(text: str) -> dict[str, list[float]]:
+    """An earlier run's rounds in seconds by layout (a results file holds newest runs first:
+    the first row of a layout is kept)."""
+    found: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 8 or line.startswith("#") or parts[0] in found:
+            continue
+        try:
+            float(parts[1]), float(parts[2])
+            found[parts[0]] = [float(x) / 1e3 for x in parts[7:]]
+        except ValueError:
+            continue
+    return found
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--domain", required=True)
@@ -104,6 +125,11 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--launcher", default="emulated", choices=["emulated", "local"])
+    ap.add_argument("--sim-option", action="append", default=[], metavar="NAME=VALUE",
+                    help="predict with this StepSimConfig setting (repeatable)")
+    ap.add_argument("--rescore", type=Path, default=None, metavar="FILE",
+                    help="measure nothing: predict again the layouts an earlier run wrote to "
+                         "FILE (its newest row of each), against their measured column")
     args = ap.parse_args()
     sets = [s for s in args.sets.split(",") if s]
     if not sets or any(s not in SETS for s in sets):
@@ -113,6 +139,15 @@ def main() -> int:
             ap.error(f"--{name}: {getattr(args, name)}: must be at least {low}")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import numpy as np
+    from stepsim_accuracy import sim_options
+
+    options = sim_options(args.sim_option, ap)
+    earlier: dict[str, list[float]] = {}
+    if args.rescore is not None:
+        try:
+            earlier = _measured_rows(args.rescore.read_text())
+        except OSError as e:
+            ap.error(f"--rescore: {args.rescore}: {e.strerror or e}")
 
     from autosync_transfer.dataset.loader import find_domain
     from autosync_transfer.domains.catalog import resolve_domain
@@ -130,6 +165,10 @@ def main() -> int:
         strategies = layouts(domain, sets)
     except (ConfigError, OSError) as e:
         ap.error(f"--domain / --store: {e}")
+    if args.rescore is not None:
+        strategies = {k: v for k, v in strategies.items() if k in earlier}
+        if not strategies:
+            ap.error(f"--rescore: {args.rescore}: no row of the layouts of --sets {args.sets!r}")
     if args.scratch is not None:
         cal, _ = get_calibration(domain.cluster, args.launcher,
                                  folder=args.scratch / "calibrations")
@@ -140,10 +179,10 @@ def main() -> int:
     world = domain.cluster.world_size
     host = ({"host_processes": world, "host_cores": os.cpu_count() or 1}
             if args.launcher == "emulated" else {})
-    terms = StepSimulator(domain, prof, cal, StepSimConfig(**host)).simulate(
+    terms = StepSimulator(domain, prof, cal, StepSimConfig(**host, **options)).simulate(
         list(strategies.values()))
-    measured = interleaved_rounds(domain, args.launcher, strategies, args.rounds, args.warmup,
-                                  args.iters)
+    measured = earlier or interleaved_rounds(domain, args.launcher, strategies, args.rounds,
+                                             args.warmup, args.iters)
     print(f"# python {' '.join(shlex.quote(a) for a in sys.argv)}")
     shape = ", ".join(f"{n.name}: {n.workers} x {n.bandwidth_gbps:g} Gbit/s"
                       for n in domain.cluster.nodes)

@@ -51,6 +51,34 @@ def pairwise(pred: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.sign(pred[i] - pred[j])[m] == np.sign(y[i] - y[j])[m]))
 
 
+def sim_options(pairs: list[str], ap: argparse.ArgumentParser) -> dict:
+    """``--sim-option NAME=VALUE`` arguments -> StepSimConfig overrides (true/false, numbers);
+    a bad one is refused in one line by ``ap.error`` (exit 2)."""
+    from autosync_transfer.rankers.stepsim import StepSimConfig
+
+    out: dict = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        field = StepSimConfig.model_fields.get(name)
+        if not sep or field is None or name in ("host_processes", "host_cores"):
+            ap.error(f"--sim-option: {pair!r}: expected NAME=VALUE with NAME a StepSimConfig "
+                     "field other than host_processes / host_cores")
+        if field.annotation is bool:
+            if value.lower() not in ("true", "false"):
+                ap.error(f"--sim-option: {pair!r}: {name} takes true or false")
+            out[name] = value.lower() == "true"
+        else:
+            try:
+                out[name] = float(value)
+            except ValueError:
+                ap.error(f"--sim-option: {pair!r}: {name} takes a number")
+    try:
+        StepSimConfig(**out)
+    except ValueError as e:
+        ap.error(f"--sim-option: {' '.join(str(e).split())[:200]}")
+    return out
+
+
 def strategy_numbers(strategy, domain) -> list[float]:
     """PS, fp16 and local-replication byte shares, PowerSGD byte share, all-reduce groups,
     partitioned variables, synchronized pieces and PS servers used."""

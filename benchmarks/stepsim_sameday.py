@@ -13,7 +13,12 @@ simulator's median error, pairwise accuracy and level (median log measured / pre
 today's measurement, with the shipped inputs, today's, and each mix. With ``--fit``, what is left
 with today's inputs: the builders' log measured / predicted, and a least-squares fit of the
 sampled strategies' on their structure (row-sparse PS pieces, those with local replication,
-dense variables on PS, all-reduced variables, compressed ones).
+dense variables on PS, all-reduced variables, compressed ones). With ``--bands``, the pairwise
+agreements again over only the pairs the store puts at least 5, 10, 20 % apart (near-ties are
+where two measurements disagree), and how far the level wandered during today's run (a run of
+an hour has no drift reference: a wandering level is noise today's labels carry).
+``--sim-option NAME=VALUE`` predicts with a
+:class:`~autosync_transfer.rankers.stepsim.StepSimConfig` setting.
 
 "Shipped" is the newest profile / calibration found by fingerprint in the usual folders (the
 checkout's ``datasets/`` and the user's cache). A failed measurement is measured again on the
@@ -46,10 +51,17 @@ def main() -> int:
     ap.add_argument("--launcher", default="emulated", choices=["emulated", "local"])
     ap.add_argument("--fit", action="store_true",
                     help="also print what is left with today's inputs, by structure")
+    ap.add_argument("--bands", action="store_true",
+                    help="also print pairwise agreement by how far apart the store puts a pair, "
+                         "and how the level wandered while today's measurement ran")
+    ap.add_argument("--sim-option", action="append", default=[], metavar="NAME=VALUE",
+                    help="predict with this StepSimConfig setting (repeatable)")
     args = ap.parse_args()
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import numpy as np
-    from stepsim_accuracy import pairwise
+    from stepsim_accuracy import pairwise, sim_options
+
+    options = sim_options(args.sim_option, ap)
 
     from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
     from autosync_transfer.domains.physics import find_calibration, find_profile
@@ -114,14 +126,54 @@ def main() -> int:
     print(f"{'profile':9s} {'calibration':12s} {'mape':>6s} {'pw':>6s} {'level':>7s}")
     for pname, prof in (("shipped", shipped_prof), ("today", prof_today)):
         for cname, cal in (("shipped", shipped_cal), ("today", cal_today)):
-            pred = StepSimulator(domain, prof, cal, StepSimConfig(**host)).simulate(
+            pred = StepSimulator(domain, prof, cal, StepSimConfig(**host, **options)).simulate(
                 strategies)["step_s"]
             print(f"{pname:9s} {cname:12s} {np.median(np.abs(pred - y) / y):6.3f} "
                   f"{pairwise(pred, y):6.3f} {np.median(np.log(y / pred)):+7.3f}")
     if args.fit:
         _fit(domain, strategies, y, StepSimulator(domain, prof_today, cal_today,
-                                                  StepSimConfig(**host)))
+                                                  StepSimConfig(**host, **options)))
+    if args.bands:
+        y_norm = strategy_table(df).set_index("strategy_id")["runtime_s"].loc[
+            [table["strategy_id"].iloc[i] for i in keep]].to_numpy(float)
+        preds = {f"simulator ({p}/{c} inputs)": StepSimulator(
+            domain, prof, cal, StepSimConfig(**host, **options)).simulate(strategies)["step_s"]
+            for p, prof, c, cal in (("shipped", shipped_prof, "shipped", shipped_cal),
+                                    ("today", prof_today, "today", cal_today))}
+        order = [table["strategy_id"].iloc[i] for i in keep]
+        when = {r["strategy_id"]: float(r.get("time", 0.0)) for r in records()
+                if r.get("status") == "ok"}
+        _bands(y_norm, y, preds, np.argsort([when.get(sid, 0.0) for sid in order],
+                                             kind="stable"))
     return 0
+
+
+def _bands(y_norm, y, preds: dict, measured_order, block: int = 10) -> None:  # noqa: ANN001
+    """Pairwise agreement over the pairs the store (drift-normalized labels) puts at least a
+    given log gap apart, and the level's wandering during today's run: the median log today /
+    store of consecutive blocks of ``block`` strategies in the order they were measured."""
+    import numpy as np
+
+    ref = np.log(y_norm)
+    i, j = np.triu_indices(len(ref), 1)
+    gap = np.abs(ref[i] - ref[j])
+    cuts = (0.0, 0.05, 0.1, 0.2)
+    print("# pairwise agreement over the pairs at least this log gap apart in the store "
+          "(share of pairs): " + ", ".join(f">= {c:.2f} ({np.mean(gap >= c):.2f})" for c in cuts))
+    rows = {"today's measurement vs the store": (np.log(y), ref)}
+    rows.update({f"{name} vs today's": (np.log(p), np.log(y)) for name, p in preds.items()})
+    rows.update({f"{name} vs the store": (np.log(p), ref) for name, p in preds.items()})
+    for name, (a, b) in rows.items():
+        ok = np.sign(a[i] - a[j]) == np.sign(b[i] - b[j])
+        print(f"#   {name:48s} " + " ".join(
+            f"{ok[gap >= c].mean():.3f}" if (gap >= c).any() else "  -  " for c in cuts))
+    d = np.log(y / y_norm)[measured_order]
+    meds = np.array([np.median(d[k:k + block]) for k in range(0, len(d) - block + 1, block)])
+    if meds.size:
+        print(f"# level while measuring: median log today / store per {block} strategies in "
+              f"measurement order from {meds.min():+.3f} to {meds.max():+.3f} "
+              f"(interquartile {np.subtract(*np.percentile(meds, [75, 25])):.3f}; the store's "
+              f"own spread p95 / p5 {np.exp(np.percentile(ref, 95) - np.percentile(ref, 5)):.2f})")
 
 
 def _structure(strategy, sparse_vars: set[str]) -> list[float]:  # noqa: ANN001

@@ -109,6 +109,12 @@ One iteration (every worker alike, times from the start of the step)
       (:attr:`~autosync_transfer.domains.profile.ClusterCalibration.allreduce_s`) matches the
       ring at the calibrated rates within a few percent at 8 MiB on the emulated clusters A,
       B and C, and so do the shipped trials (``benchmarks/stepsim_accuracy.py --compare``).
+      While the backward pass still runs, though, the AR thread competes with the compute for
+      the cores: ``ring_slowed_while_computing`` serves its queue ``processes / cores`` times
+      slower until the backward pass ends (:func:`_queue_end_slowed`). On an Intel host, 16
+      buckets overlapping BERT-3's backward pass go from log measured / predicted +0.17 to
+      +0.06 with it (``benchmarks/layout_probe.py``), and the stores' figures stay as they
+      are; off by default, as it changes the learned rankers' ``sim_*`` features.
     * The step ends ``optimizer`` after both the backward pass and the last synchronization end.
 
 Output
@@ -283,6 +289,12 @@ class StepSimConfig(BaseModel):
     ring_shares_cores: bool = Field(default=False, description=(
         "slow all-reduce buckets by the same slowdown (the older model); by default a ring "
         "streams at the links' rate, as the calibration's all-reduce measurement shows"))
+    ring_slowed_while_computing: bool = Field(default=False, description=(
+        "on a host with more compute processes than cores, the AR thread (its rings' reductions "
+        "and socket copies, its compression) gets a time slice of a core like every other "
+        "thread while the backward pass runs: it progresses processes / cores times slower "
+        "until the backward pass ends, then at full rate (a time change of its queue, exact "
+        "for one work-conserving queue); False: rings stream at the links' rate throughout"))
     step_overhead_s: float = Field(default=0.0, ge=0, description=(
         "fixed per-step cost (framework, synchronization call)"))
 
@@ -658,6 +670,8 @@ class _Physics:
         self.comm_scale = ((slicing if config.comm_time_slicing else s)
                            if (config.network_shares_cores and s > 1.0) else 1.0)
         self.ring_scale = s if (config.ring_shares_cores and s > 1.0) else 1.0
+        self.ar_busy_scale = (slicing if (config.ring_slowed_while_computing and s > 1.0
+                                          and not config.ring_shares_cores) else 1.0)
         self.wire_scale = self.comm_scale if config.wire_shares_cores else 1.0
         release = self.forward_s + s * np.minimum(ready, bwd)
         # the executor's launch order (``runtime.plan``): reverse forward order, each
@@ -967,7 +981,11 @@ class StepSimulator:
 
         # ---- queues: end = max_j (release_j + work released at or after j) ----------------------
         t = ph.release_sorted
-        ar_end = _queue_end(ar_work.reshape(B, V), t)
+        if ph.ar_busy_scale > 1.0:
+            ar_end = _queue_end_slowed(ar_work.reshape(B, V), t, ph.backward_end,
+                                       ph.ar_busy_scale)
+        else:
+            ar_end = _queue_end(ar_work.reshape(B, V), t)
         nic_end = _queue_end(_slots_last(nic_work, B, V, N), t).reshape(B, N).max(axis=1)
         ps_end_nodes = np.zeros((B, N))
         if ps.size:
@@ -1234,6 +1252,17 @@ def _queue_end(work: np.ndarray, release: np.ndarray) -> np.ndarray:
     after += release[::-1]
     after *= rev > 0  # (a multiply: numpy's masked assignments are several times slower)
     return after.max(axis=-1)
+
+
+def _queue_end_slowed(work: np.ndarray, release: np.ndarray, until: float, scale: float
+                      ) -> np.ndarray:
+    """:func:`_queue_end` of a queue served ``scale`` times slower until ``until``, then at
+    full rate: in the queue's own clock (``tau = t / scale`` before ``until``, ``until / scale +
+    (t - until)`` after) it is an ordinary queue, and the clock maps back one to one."""
+    knee = until / scale
+    tau = np.where(release <= until, release / scale, knee + (release - until))
+    end = _queue_end(work, tau)
+    return np.where(end <= knee, end * scale, until + (end - knee))
 
 
 def _slots_last(x: np.ndarray, B: int, V: int, N: int) -> np.ndarray:

@@ -262,6 +262,73 @@ def test_a_ring_streams_at_link_rate_and_ps_pieces_wait_for_a_core() -> None:
     assert o["ps_s"][1] == pytest.approx(s["ps_s"][1])
 
 
+def _queue_by_events(work: list[float], release: list[float], until: float,
+                     scale: float) -> float:
+    """One work-conserving queue served ``scale`` times slower until ``until``, job by job."""
+    t = 0.0
+    for w, r in zip(work, release):
+        if w <= 0:
+            continue
+        t = max(t, r)
+        if t < until:
+            room = (until - t) / scale  # work it can do before the knee
+            if w <= room:
+                t += w * scale
+                continue
+            w, t = w - room, until
+        t += w
+    return t
+
+
+@given(st.lists(st.tuples(st.floats(0, 0.2), st.floats(0, 1.0)), min_size=1, max_size=8),
+       st.floats(0.0, 1.5), st.floats(1.0, 4.0))
+@settings(max_examples=60, derandomize=True, database=None, deadline=None)
+def test_a_queue_slowed_until_a_time_matches_the_queue_served_job_by_job(
+        jobs: list[tuple[float, float]], until: float, scale: float) -> None:
+    work = [w for w, _ in jobs]
+    release = sorted(r for _, r in jobs)
+    end = stepsim._queue_end_slowed(np.array([work]), np.array(release), until, scale)[0]
+    expected = _queue_by_events(work, release, until, scale) if any(w > 0 for w in work) else 0.0
+    assert end == pytest.approx(expected, abs=1e-12)
+
+
+def test_the_ar_thread_slowed_while_the_backward_pass_runs() -> None:
+    """With ``ring_slowed_while_computing``, on a host with more compute processes than cores
+    an all-reduce bucket launched during the backward pass progresses processes / cores times
+    slower until the backward pass ends; the last bucket (after it) is not slowed, and one
+    process per core changes nothing."""
+    g = _graph([10 * MB, 10 * MB])
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(2, 1))
+    prof = _profile(g, [0.2, 0.02])  # 2 processes / core: backward ends at 2 x 0.3 = 0.6 s
+    cal = _calibration(dom, slowdown={1: 1.0, 2: 2.0})
+    two = _strategy([AllReduce(group=0), AllReduce(group=1)])
+    one = _strategy([AllReduce(group=0), AllReduce(group=0)])
+    host = {"host_processes": 2, "host_cores": 1}
+    plain = StepSimulator(dom, prof, cal, StepSimConfig(**host)).simulate([two, one])
+    slowed = StepSimulator(dom, prof, cal, StepSimConfig(
+        **host, ring_slowed_while_computing=True)).simulate([two, one])
+    # v1's 40 ms bucket launches at 2 x (0.1 + 0.02) = 0.24 s and, at half rate, ends at
+    # 0.32 s (not 0.28), still before v0's bucket launches at 0.6 s: the step is unchanged
+    assert slowed["sync_end_s"] == pytest.approx(plain["sync_end_s"])
+    # a bucket still running when the backward pass ends: 200 ms of work from 0.24 s, 180 ms
+    # done by 0.6 s at half rate, the remaining 20 ms at full rate, then v0's 40 ms
+    big = _graph([10 * MB, 50 * MB])
+    bdom = Domain(name="d", model=big, cluster=tiny_cluster(2, 1))
+    bprof = _profile(big, [0.2, 0.02])
+    bcal = _calibration(bdom, slowdown={1: 1.0, 2: 2.0})
+    b_plain = StepSimulator(bdom, bprof, bcal, StepSimConfig(**host)).simulate([two])[0]
+    b_slow = StepSimulator(bdom, bprof, bcal, StepSimConfig(
+        **host, ring_slowed_while_computing=True)).simulate([two])[0]
+    assert b_plain["sync_end_s"] == pytest.approx(0.6 + 0.04)  # 0.24 + 0.2 ends before 0.6
+    assert b_slow["sync_end_s"] == pytest.approx(0.6 + 0.02 + 0.04)
+    # one process per core: nothing is slowed
+    alone = {"host_processes": 1, "host_cores": 1}
+    a0 = StepSimulator(bdom, bprof, bcal, StepSimConfig(**alone)).simulate([two])[0]
+    a1 = StepSimulator(bdom, bprof, bcal, StepSimConfig(
+        **alone, ring_slowed_while_computing=True)).simulate([two])[0]
+    assert a1["step_s"] == pytest.approx(a0["step_s"])
+
+
 def test_a_sender_overlaps_its_piece_cost_with_its_bytes_and_a_server_adds_them() -> None:
     """n1 only sends (one push of a 4 MB piece, answered): its per-piece cost hides behind its
     8 ms of bytes; the server n0 waits for the bytes, then spends it."""
@@ -521,8 +588,8 @@ def test_any_cluster_and_graph_gives_finite_steps_that_slower_physics_never_shor
         case: dict[str, object]) -> None:
     """On any cluster shape and graph, with nominal or calibrated physics, every term is finite
     and non-negative, the step covers the compute, and a batch gives what one strategy at a time
-    gives; with calibrated physics, slower NICs, longer latencies or costlier synchronization
-    actions make no strategy faster."""
+    gives; with calibrated physics, slower NICs, longer latencies, costlier synchronization
+    actions or an AR thread slowed during the backward pass make no strategy faster."""
     dom: Domain = case["domain"]  # type: ignore[assignment]
     batch = StrategySampler(dom, SamplerConfig(), seed=case["seed"]).sample_batch(8)  # type: ignore
     world = sum(n.workers for n in dom.cluster.nodes)
@@ -542,3 +609,7 @@ def test_any_cluster_and_graph_gives_finite_steps_that_slower_physics_never_shor
                    _drawn_inputs(case, action_scale=10.0)):
         step = StepSimulator(dom, *slower, config).simulate(batch)["step_s"]
         assert (step >= base * (1 - 1e-9)).all(), (step, base)
+    # an AR thread slowed while the backward pass runs never ends a step sooner
+    slowed = config.model_copy(update={"ring_slowed_while_computing": True})
+    step = StepSimulator(dom, profile, calibration, slowed).simulate(batch)["step_s"]
+    assert (step >= base * (1 - 1e-9)).all(), (step, base)
