@@ -167,7 +167,10 @@ def main() -> int:
                     help="also list every builder strategy: measured against predicted seconds")
     ap.add_argument("--compare", action="store_true",
                     help="also the profile columns with ring_shares_cores (the older model)")
+    ap.add_argument("--sim-option", action="append", default=[], metavar="NAME=VALUE",
+                    help="predict with this StepSimConfig setting (repeatable)")
     args = ap.parse_args()
+    options = sim_options(args.sim_option, ap)
 
     from autosync_transfer.dataset.loader import (file_meta, find_domain, load_trials,
                                                   normalized_noise_ceiling, reference_noise,
@@ -222,7 +225,7 @@ def main() -> int:
             cpus = [json.loads(m).get("cpus") for m in df["machine"] if m]
             cores = int(np.median([c for c in cpus if c])) if any(cpus) else None
             host = {"host_processes": world, **({"host_cores": cores} if cores else {})}
-        config = StepSimConfig(**host, sparse_call_s=args.sparse_call_s)
+        config = StepSimConfig(**{"sparse_call_s": args.sparse_call_s, **options}, **host)
         fb = StepSimulator(domain, config=config).simulate(strategies)["step_s"]
         prof = next((p for p in profiles if p.fingerprint == domain.model.fingerprint), None)
         cal = next((c for c in calibrations if c.fingerprint == domain.cluster.fingerprint),

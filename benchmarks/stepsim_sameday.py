@@ -16,7 +16,8 @@ sampled strategies' on their structure (row-sparse PS pieces, those with local r
 dense variables on PS, all-reduced variables, compressed ones). With ``--bands``, the pairwise
 agreements again over only the pairs the store puts at least 5, 10, 20 % apart (near-ties are
 where two measurements disagree), and how far the level wandered during today's run (a run of
-an hour has no drift reference: a wandering level is noise today's labels carry).
+an hour has no drift reference: a wandering level is noise today's labels carry); with
+``--against SCRATCH`` also the agreement with another run's measurement (two runs of one day).
 ``--sim-option NAME=VALUE`` predicts with a
 :class:`~autosync_transfer.rankers.stepsim.StepSimConfig` setting.
 
@@ -54,6 +55,9 @@ def main() -> int:
     ap.add_argument("--bands", action="store_true",
                     help="also print pairwise agreement by how far apart the store puts a pair, "
                          "and how the level wandered while today's measurement ran")
+    ap.add_argument("--against", type=Path, default=None, metavar="SCRATCH",
+                    help="with --bands, also the agreement with another run's measurement "
+                         "(its scratch folder): what two measurements of one day agree on")
     ap.add_argument("--sim-option", action="append", default=[], metavar="NAME=VALUE",
                     help="predict with this StepSimConfig setting (repeatable)")
     args = ap.parse_args()
@@ -62,6 +66,8 @@ def main() -> int:
     from stepsim_accuracy import pairwise, sim_options
 
     options = sim_options(args.sim_option, ap)
+    if args.against is not None and not (args.against / f"{args.domain}.jsonl").is_file():
+        ap.error(f"--against: {args.against}: holds no {args.domain}.jsonl")
 
     from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
     from autosync_transfer.domains.physics import find_calibration, find_profile
@@ -143,12 +149,24 @@ def main() -> int:
         order = [table["strategy_id"].iloc[i] for i in keep]
         when = {r["strategy_id"]: float(r.get("time", 0.0)) for r in records()
                 if r.get("status") == "ok"}
+        other = None
+        if args.against is not None:
+            theirs = {}
+            for line in (args.against / f"{args.domain}.jsonl").read_text().splitlines():
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if r.get("status") == "ok" and r.get("median_s"):
+                    theirs[r["strategy_id"]] = float(r["median_s"])
+            other = np.array([theirs.get(sid, np.nan) for sid in order])
         _bands(y_norm, y, preds, np.argsort([when.get(sid, 0.0) for sid in order],
-                                             kind="stable"))
+                                             kind="stable"), other)
     return 0
 
 
-def _bands(y_norm, y, preds: dict, measured_order, block: int = 10) -> None:  # noqa: ANN001
+def _bands(y_norm, y, preds: dict, measured_order, other=None,  # noqa: ANN001
+           block: int = 10) -> None:
     """Pairwise agreement over the pairs the store (drift-normalized labels) puts at least a
     given log gap apart, and the level's wandering during today's run: the median log today /
     store of consecutive blocks of ``block`` strategies in the order they were measured."""
@@ -160,13 +178,26 @@ def _bands(y_norm, y, preds: dict, measured_order, block: int = 10) -> None:  # 
     cuts = (0.0, 0.05, 0.1, 0.2)
     print("# pairwise agreement over the pairs at least this log gap apart in the store "
           "(share of pairs): " + ", ".join(f">= {c:.2f} ({np.mean(gap >= c):.2f})" for c in cuts))
-    rows = {"today's measurement vs the store": (np.log(y), ref)}
-    rows.update({f"{name} vs today's": (np.log(p), np.log(y)) for name, p in preds.items()})
-    rows.update({f"{name} vs the store": (np.log(p), ref) for name, p in preds.items()})
-    for name, (a, b) in rows.items():
+    everywhere = np.ones(len(ref), dtype=bool)
+    rows = {"today's measurement vs the store": (np.log(y), ref, everywhere)}
+    rows.update({f"{name} vs today's": (np.log(p), np.log(y), everywhere)
+                 for name, p in preds.items()})
+    rows.update({f"{name} vs the store": (np.log(p), ref, everywhere)
+                 for name, p in preds.items()})
+    if other is not None:
+        both = np.isfinite(other)
+        mine = np.log(y)
+        rows[f"the other run's vs today's ({int(both.sum())} both measured)"] = (
+            np.log(np.where(both, other, 1.0)), mine, both)
+        for name, p in preds.items():
+            rows[f"{name} vs the other run's"] = (
+                np.log(p), np.log(np.where(both, other, 1.0)), both)
+    for name, (a, b, valid) in rows.items():
         ok = np.sign(a[i] - a[j]) == np.sign(b[i] - b[j])
-        print(f"#   {name:48s} " + " ".join(
-            f"{ok[gap >= c].mean():.3f}" if (gap >= c).any() else "  -  " for c in cuts))
+        pair_valid = valid[i] & valid[j]
+        print(f"#   {name:56s} " + " ".join(
+            f"{ok[(gap >= c) & pair_valid].mean():.3f}" if ((gap >= c) & pair_valid).any()
+            else "  -  " for c in cuts))
     d = np.log(y / y_norm)[measured_order]
     meds = np.array([np.median(d[k:k + block]) for k in range(0, len(d) - block + 1, block)])
     if meds.size:
