@@ -6,7 +6,9 @@ step error mixes with the simulator's. This takes all three on one day, one afte
 quiet machine: it calibrates DOMAIN's cluster and profiles its model now (into a scratch folder;
 nothing shipped is touched), then measures every strategy of the store again in one pool of
 workers (``--launcher emulated``: network namespaces, needs root), appending to a scratch file
-(resumable: a second run measures only what is missing).
+(resumable: a second run measures only what is missing; when the trial workers themselves fail
+to run, e.g. the emulated cluster was torn down, it stops without recording anything against
+the strategy in flight).
 
 Printed: today's step against the store's (ratio and their pairwise agreement), then the
 simulator's median error, pairwise accuracy and level (median log measured / predicted) against
@@ -105,6 +107,10 @@ def main() -> int:
         with WorkerPool(domain, args.launcher, protocol) as pool, out.open("a") as fh:
             for k, (sid, st) in enumerate(todo):
                 res = pool.run(st)
+                if res.infrastructure:  # the environment, not the strategy: nothing recorded
+                    print(f"# stopped after {k} of {len(todo)}: the trial workers fail to run "
+                          f"({res.error}); a next run measures the rest", file=sys.stderr)
+                    return 1
                 fh.write(json.dumps({"strategy_id": sid, "status": res.status,
                                      "median_s": res.median_s, "time": time.time()}) + "\n")
                 fh.flush()
