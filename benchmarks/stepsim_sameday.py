@@ -91,16 +91,7 @@ def main() -> int:
     prof_today, _ = get_profile(f"zoo:{domain.model.name}", folder=prof_dir)
     out = args.scratch / f"{args.domain}.jsonl"
 
-    def records() -> list[dict]:
-        found = []
-        for line in (out.read_text().splitlines() if out.exists() else []):
-            try:
-                found.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut by a kill: measured again
-                continue
-        return found
-
-    done = {r["strategy_id"] for r in records() if r.get("status") == "ok"}
+    done = {r["strategy_id"] for r in _records(out) if r.get("status") == "ok"}
     todo = [(sid, st) for sid, st in zip(table["strategy_id"], table["strategy"])
             if sid not in done]
     if todo:
@@ -116,7 +107,7 @@ def main() -> int:
                 fh.flush()
                 if (k + 1) % 20 == 0:
                     print(f"# {k + 1} of {len(todo)} measured", file=sys.stderr, flush=True)
-    today = {r["strategy_id"]: float(r["median_s"]) for r in records()
+    today = {r["strategy_id"]: float(r["median_s"]) for r in _records(out)
              if r.get("status") == "ok" and r.get("median_s")}
     keep = [i for i, sid in enumerate(table["strategy_id"]) if sid in today]
     strategies = [table["strategy"].iloc[i] for i in keep]
@@ -136,10 +127,12 @@ def main() -> int:
           f"({prof_today.foreign_cpu}); shipped calibration "
           f"{shipped_cal.created_at if shipped_cal else '-'}, today's {cal_today.created_at}")
     print(f"{'profile':9s} {'calibration':12s} {'mape':>6s} {'pw':>6s} {'level':>7s}")
+    mixes = {}
     for pname, prof in (("shipped", shipped_prof), ("today", prof_today)):
         for cname, cal in (("shipped", shipped_cal), ("today", cal_today)):
             pred = StepSimulator(domain, prof, cal, StepSimConfig(**host, **options)).simulate(
                 strategies)["step_s"]
+            mixes[pname, cname] = pred
             print(f"{pname:9s} {cname:12s} {np.median(np.abs(pred - y) / y):6.3f} "
                   f"{pairwise(pred, y):6.3f} {np.median(np.log(y / pred)):+7.3f}")
     if args.fit:
@@ -148,27 +141,30 @@ def main() -> int:
     if args.bands:
         y_norm = strategy_table(df).set_index("strategy_id")["runtime_s"].loc[
             [table["strategy_id"].iloc[i] for i in keep]].to_numpy(float)
-        preds = {f"simulator ({p}/{c} inputs)": StepSimulator(
-            domain, prof, cal, StepSimConfig(**host, **options)).simulate(strategies)["step_s"]
-            for p, prof, c, cal in (("shipped", shipped_prof, "shipped", shipped_cal),
-                                    ("today", prof_today, "today", cal_today))}
+        preds = {f"simulator ({p}/{p} inputs)": mixes[p, p] for p in ("shipped", "today")}
         order = [table["strategy_id"].iloc[i] for i in keep]
-        when = {r["strategy_id"]: float(r.get("time", 0.0)) for r in records()
+        when = {r["strategy_id"]: float(r.get("time", 0.0)) for r in _records(out)
                 if r.get("status") == "ok"}
         other = None
         if args.against is not None:
-            theirs = {}
-            for line in (args.against / f"{args.domain}.jsonl").read_text().splitlines():
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if r.get("status") == "ok" and r.get("median_s"):
-                    theirs[r["strategy_id"]] = float(r["median_s"])
+            theirs = {r["strategy_id"]: float(r["median_s"])
+                      for r in _records(args.against / f"{args.domain}.jsonl")
+                      if r.get("status") == "ok" and r.get("median_s")}
             other = np.array([theirs.get(sid, np.nan) for sid in order])
         _bands(y_norm, y, preds, np.argsort([when.get(sid, 0.0) for sid in order],
                                              kind="stable"), other)
     return 0
+
+
+def _records(path: Path) -> list[dict]:
+    """A measurement file's records (a line cut by a kill is skipped: measured again)."""
+    found = []
+    for line in (path.read_text().splitlines() if path.exists() else []):
+        try:
+            found.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return found
 
 
 def _bands(y_norm, y, preds: dict, measured_order, other=None,  # noqa: ANN001
