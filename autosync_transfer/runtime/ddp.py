@@ -26,6 +26,12 @@ Where torch's ``DistributedDataParallel`` defines a behaviour, ``DistributedMode
   exit and ``destroy_process_group()`` end the communication threads deterministically (see
   :mod:`autosync_transfer.runtime.executor`).
 
+Backends: ``strategy=None`` runs torch's own ``DistributedDataParallel``; a strategy that DDP's
+C++ reducer can run (every variable all-reduced whole, uncompressed or fp16 throughout) runs on
+it with the strategy's bucket sizes (:mod:`autosync_transfer.runtime.torch_ddp`); every other
+strategy runs on the :class:`~autosync_transfer.runtime.executor.StrategyExecutor`.
+``use_ddp_reducer=False`` runs every strategy on the executor.
+
 Checkpoints: :meth:`DistributedModel.sync_state_dict` holds the strategy (JSON and fingerprint)
 and every rank's compressor state (error-feedback residuals, PowerSGD); restoring it with
 :meth:`DistributedModel.load_sync_state_dict` on the same world size resumes both, on another
@@ -55,6 +61,7 @@ from autosync_transfer.runtime.executor import (
     StrategyExecutor,
 )
 from autosync_transfer.runtime.plan import SyncPlan, make_plan
+from autosync_transfer.runtime.torch_ddp import TORCH_DDP, TorchDdpBackend, ddp_bucket_caps
 from autosync_transfer.strategies.types import Strategy
 
 __all__ = ["DistributedModel", "cluster_from_process_group", "as_cluster", "SYNC_STATE_FORMAT"]
@@ -161,8 +168,9 @@ class DistributedModel(torch.nn.Module):
 
     Args:
         module: the network.
-        strategy: the synchronization strategy; ``None``: the DDP-equivalent builder
-            (:func:`ddp_equivalent`, lossless).
+        strategy: the synchronization strategy; ``None``: torch's ``DistributedDataParallel``
+            itself (:attr:`strategy` then reads as the DDP-equivalent builder's,
+            :func:`ddp_equivalent`, and :attr:`backend` as ``"torch_ddp"``).
         cluster: a :class:`Cluster`, a resource-spec file, a catalog name (``"B"``), or
             ``None``: the layout of the process group (:func:`cluster_from_process_group`; its
             nodes are ``n0``, ``n1``, ... in rank order, the names strategies found on the
@@ -177,6 +185,8 @@ class DistributedModel(torch.nn.Module):
         seed: seeds the compressors' shared randomness (PowerSGD's initial Q).
         autotune: an :class:`~autosync_transfer.runtime.autotune.AutotuneConfig`: the first
             steps of the job try candidate strategies and lock in the fastest.
+        use_ddp_reducer: run strategies that DDP's reducer can run on it (``False``: on the
+            executor; torch DDP itself still runs as torch DDP).
         convergence_check: the :class:`~autosync_transfer.runtime.accuracy.ConvergenceCheck`
             of ``strategy``. A lossy strategy (fp16, fp16_ef or PowerSGD compression) without
             a passed check of it is used, with a warning (logged by rank 0 at setup).
@@ -187,7 +197,8 @@ class DistributedModel(torch.nn.Module):
                  graph: ModelGraph | None = None, groups: CommGroups | None = None,
                  broadcast_parameters: bool = True, broadcast_buffers: bool = True,
                  find_unused_parameters: bool = False, sync_on: str = "backward", seed: int = 0,
-                 autotune: Any = None, convergence_check: ConvergenceCheck | None = None):
+                 autotune: Any = None, convergence_check: ConvergenceCheck | None = None,
+                 use_ddp_reducer: bool = True):
         super().__init__()
         if sync_on not in _SYNC_ON:
             raise ConfigError(f"sync_on must be one of {', '.join(_SYNC_ON)}, got {sync_on!r}")
@@ -211,8 +222,12 @@ class DistributedModel(torch.nn.Module):
         self.sync_on = sync_on
         self.seed = seed
         self.autotune = autotune
+        self.use_ddp_reducer = use_ddp_reducer
+        #: what runs the synchronization: ``"torch_ddp"`` (DDP itself), ``"ddp_reducer"`` (the
+        #: strategy on DDP's reducer) or ``"executor"``; ``None`` before setup
+        self.backend: str | None = None
         self._tuner: Any = None
-        self._executor: StrategyExecutor | None = None
+        self._executor: StrategyExecutor | TorchDdpBackend | None = None
         self._restore: dict[str, Any] | None = None
         self._autotune_state: dict[str, Any] | None = None
         self._require_backward_grad_sync = True
@@ -220,7 +235,7 @@ class DistributedModel(torch.nn.Module):
         self._step_hook: Any = None
         self._owned_optimizers: dict[int, bool] = {}
         #: (plan, compressor state) kept by close() for a checkpoint written afterwards
-        self._closed: tuple[SyncPlan, dict[str, Any]] | None = None
+        self._closed: tuple[SyncPlan | None, dict[str, Any]] | None = None
 
     # -- setup ----------------------------------------------------------------------------------
     def setup(self) -> DistributedModel:
@@ -254,18 +269,22 @@ class DistributedModel(torch.nn.Module):
             self._tuner = Autotuner(self, self.autotune)
         return self
 
-    def _warn_if_unchecked_lossy(self, strategy: Strategy) -> None:
+    def _warn_if_unchecked_lossy(self, strategy: Strategy | str) -> None:
         """Rank 0 logs a warning for a lossy strategy without a passed convergence check."""
         from autosync_transfer.runtime.fidelity import unchecked_lossy
 
+        if isinstance(strategy, str):
+            return
         line = unchecked_lossy(strategy, self.convergence_check)
         if line is not None and dist.get_rank() == 0:
             log.warning("%s (pass a passed convergence_check to silence this)", line)
 
-    def _initial_strategy(self) -> Strategy:
+    def _initial_strategy(self) -> Strategy | str:
         state = self._restore
         if state is not None:
             if state["world_size"] == dist.get_world_size():
+                if state.get("backend") == TORCH_DDP:
+                    return TORCH_DDP
                 strategy = Strategy.from_json(state["strategy"])
                 if strategy.fingerprint != state["fingerprint"]:
                     raise ConfigError(f"sync state: strategy {strategy.id!r} does not match its "
@@ -276,7 +295,7 @@ class DistributedModel(torch.nn.Module):
                 f"{dist.get_world_size()}: the strategy is planned again and the compressor "
                 f"state (error feedback, PowerSGD) starts from zero", stacklevel=3)
             self._restore = None
-        return self.default_strategy()
+        return self._configured if self._configured is not None else TORCH_DDP
 
     def default_strategy(self) -> Strategy:
         """The configured strategy, or the DDP-equivalent builder's for ``strategy=None``."""
@@ -290,17 +309,47 @@ class DistributedModel(torch.nn.Module):
         assert self.graph is not None and self.cluster is not None
         return make_plan(strategy, self.graph, self.cluster)
 
-    def _install(self, strategy: Strategy) -> None:
-        """Run ``strategy`` from now on (collective: every rank installs the same one at the
-        same step boundary)."""
+    def _install(self, strategy: Strategy | str) -> None:
+        """Run ``strategy`` (or :data:`TORCH_DDP`) from now on (collective: every rank installs
+        the same one at the same step boundary)."""
+        assert self.groups is not None
+        if isinstance(strategy, str):
+            if strategy != TORCH_DDP:
+                raise ConfigError(f"strategy must be a Strategy or {TORCH_DDP!r}, got {strategy!r}")
+            if self.sync_on == "step":
+                raise ConfigError('torch DDP synchronizes every backward: it cannot run with '
+                                  'sync_on="step"; pass a strategy')
+            old, self._executor = self._executor, None
+            if old is not None:
+                old.close()
+            ex: StrategyExecutor | TorchDdpBackend = TorchDdpBackend(
+                self.module, self.groups.ar, find_unused_parameters=self.find_unused_parameters,
+                broadcast_buffers=self.broadcast_buffers).setup()
+            self._executor = ex
+            self.backend = TORCH_DDP
+            assert self.graph is not None and self.cluster is not None
+            self.strategy = ddp_equivalent(self.graph, self.cluster)
+            self._restore = None
+            return
         plan = self.plan_for(strategy)
+        fit = ddp_bucket_caps(plan) if self.use_ddp_reducer and self.sync_on == "backward" \
+            else None
         old, self._executor = self._executor, None
         if old is not None:
             old.close()
-        ex = StrategyExecutor(self.module, plan, self.groups, seed=self.seed, auto_finish=True,
-                              unused=UNUSED_FIND if self.find_unused_parameters else UNUSED_ERROR)
-        ex.setup()
-        ex.deferred = self.sync_on == "step"
+        if fit is not None:
+            caps, compressor = fit
+            ex = TorchDdpBackend(self.module, self.groups.ar, plan=plan, bucket_caps_mb=caps,
+                                 compressor=compressor,
+                                 find_unused_parameters=self.find_unused_parameters,
+                                 broadcast_buffers=self.broadcast_buffers).setup()
+            self.backend = "ddp_reducer"
+        else:
+            ex = StrategyExecutor(self.module, plan, self.groups, seed=self.seed, auto_finish=True,
+                                  unused=UNUSED_FIND if self.find_unused_parameters else UNUSED_ERROR)
+            ex.setup()
+            ex.deferred = self.sync_on == "step"
+            self.backend = "executor"
         self._executor = ex
         self.strategy = strategy
         state, self._restore = self._restore, None
@@ -309,7 +358,7 @@ class DistributedModel(torch.nn.Module):
             if len(states) == dist.get_world_size():
                 ex.load_compressor_state(states[dist.get_rank()])
 
-    def switch(self, strategy: Strategy) -> None:
+    def switch(self, strategy: Strategy | str) -> None:
         """Synchronize with ``strategy`` from the next step on (collective; call it on every
         rank between steps: autotuning does). The compressor state starts from zero."""
         self.setup()
@@ -342,7 +391,7 @@ class DistributedModel(torch.nn.Module):
 
     # -- training -------------------------------------------------------------------------------
     @property
-    def executor(self) -> StrategyExecutor | None:
+    def executor(self) -> StrategyExecutor | TorchDdpBackend | None:
         """The executor running :attr:`strategy` (``None`` before setup)."""
         return self._executor
 
@@ -355,10 +404,18 @@ class DistributedModel(torch.nn.Module):
                         "during backward?): abandoning it")
             ex.abandon()
         grad = torch.is_grad_enabled()
+        if isinstance(ex, TorchDdpBackend):
+            ex.begin_forward()
         if grad and self._tuner is not None:
             self._tuner.before_forward()
             ex = self._executor
             assert ex is not None
+        if isinstance(ex, TorchDdpBackend):  # DDP broadcasts the buffers itself
+            if grad:
+                ex.sync_enabled = self._require_backward_grad_sync
+            out = ex.forward(*args, **kwargs)
+            self._require_forward_param_sync = grad and self._require_backward_grad_sync
+            return out
         if self.broadcast_buffers and self._require_forward_param_sync:
             self._sync_buffers()
         if grad:
@@ -421,7 +478,8 @@ class DistributedModel(torch.nn.Module):
             assert self._executor is not None
             plan, mine = self._executor.plan, self._executor.compressor_state()
         assert self.strategy is not None and self.groups is not None
-        stateful = any(b.compressor in ("fp16_ef", "powersgd") for b in plan.buckets)
+        stateful = plan is not None and any(b.compressor in ("fp16_ef", "powersgd")
+                                            for b in plan.buckets)
         world = dist.get_world_size()
         states: list[Any] = [{} for _ in range(world)]
         if stateful:
@@ -432,6 +490,7 @@ class DistributedModel(torch.nn.Module):
             "fingerprint": self.strategy.fingerprint,
             "world_size": world,
             "compressor": states,
+            "backend": TORCH_DDP if self.backend == TORCH_DDP else None,
             "autotune": self._tuner.state_dict() if self._tuner is not None else None,
         }
 

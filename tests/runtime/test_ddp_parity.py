@@ -159,9 +159,25 @@ def _refusals(rank: int, world: int, data) -> dict:  # noqa: ANN001
     from autosync_transfer.runtime.ddp import DistributedModel
 
     out: dict = {}
+    # on DDP's reducer (the all-reduce builder fits it) DDP finds the unused parameter at the
+    # next forward: refused there in one line, and the model stays usable
     net = _net(rank)
     model = DistributedModel(net, _strategy("all_reduce", net), _cluster())
     x, y = data[0]
+    F.cross_entropy(model(x[rank]), y[rank]).backward()
+    try:
+        model(x[rank])
+        out["reducer_unused_error"] = None
+    except ConfigError as e:
+        out["reducer_unused_error"] = str(e)
+    loss = F.cross_entropy(model(x[rank]), y[rank]) + 0 * model.module.aux(torch.zeros(1, 16)).sum()
+    loss.backward()
+    out["reducer_backend"] = model.backend
+    out["reducer_grads_after_refusal"] = net.fc1.weight.grad.clone()
+
+    # on the executor the refusal comes at the end of the backward itself
+    net = _net(rank)
+    model = DistributedModel(net, _strategy("all_reduce", net), _cluster(), use_ddp_reducer=False)
     try:
         F.cross_entropy(model(x[rank]), y[rank]).backward()
         out["unused_error"] = None
@@ -284,6 +300,13 @@ def test_parameter_without_gradient_is_refused_clearly(runs: list[dict]) -> None
         assert "find_unused_parameters=True" in msg
     assert torch.equal(runs[0]["refusals"]["grads_equal_after_refusal"],
                        runs[1]["refusals"]["grads_equal_after_refusal"])
+    for r in runs:  # DDP's reducer: at the next forward, the same words
+        msg = r["refusals"]["reducer_unused_error"]
+        assert msg is not None and msg.startswith("parameter 'aux.weight' got no gradient"), msg
+        assert "find_unused_parameters=True" in msg
+        assert r["refusals"]["reducer_backend"] == "ddp_reducer"
+    assert torch.equal(runs[0]["refusals"]["reducer_grads_after_refusal"],
+                       runs[1]["refusals"]["reducer_grads_after_refusal"])
 
 
 def test_compressor_state_survives_a_resume(runs: list[dict]) -> None:
