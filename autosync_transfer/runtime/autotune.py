@@ -1,20 +1,31 @@
-"""Autotuning inside the training job: the first steps of the real job try candidate strategies.
+"""Autotuning inside the training job, decided by interleaved comparison against torch DDP.
 
 With ``DistributedModel(..., autotune=AutotuneConfig(...))`` (or the Lightning strategy's
-``autotune=``), the job runs its initial strategy and then each candidate for
-``steps_per_candidate`` optimizer steps, measures every step's wall time (the step as the job
-runs it: forward, backward, synchronization, optimizer, data), takes the maximum over the ranks,
-and locks in the candidate with the fastest median step. Every candidate is a complete, correct
-synchronization (lossless unless ``allow_lossy=True``), so training proceeds while it tunes.
+``autotune=``), the job's first steps compare candidate strategies with torch's own
+``DistributedDataParallel`` (:data:`~autosync_transfer.runtime.torch_ddp.TORCH_DDP`), which is
+the baseline of every tuning round, the start when no strategy is given, and the fallback:
 
-Rank consistency: switches happen at step boundaries (the first forward after a
-synchronization), at the same step on every rank; the measurements are reduced (max over ranks)
-and the choice is made on rank 0 and broadcast. Every tried strategy is reported to
-``on_trial`` on rank 0 as an :class:`AutotuneTrial` whose ``result`` is a
-:class:`~autosync_transfer.runtime.trial.TrialResult` (the search room records them in a trial
-store: :func:`autosync_transfer.search.autotune.trial_recorder`). ``retune_every`` tunes again
-after that many steps with the locked strategy. The locked choice is part of
-:meth:`DistributedModel.sync_state_dict`, so a resumed job skips tuning.
+- the candidates and DDP run in randomized interleaved rounds of ``steps_per_candidate`` steps
+  each (:class:`~autosync_transfer.measure.Interleaved`): the job's own steps, forward, backward,
+  synchronization, optimizer and data, each timed as the slowest rank's;
+- warm-up is detected and dropped (a switch, the job's first steps), a candidate leaves the pool
+  once the comparison has decided about it (slower, equivalent or faster), and the round budget
+  is bounded: the steps run with candidates other than DDP stay within ``budget_share`` of the
+  planned steps and ``max_tuning_steps``, with as many candidates as that budget can decide on;
+- a candidate replaces DDP only when it is faster with confidence (the interval's lower bound
+  above 1); otherwise the job locks in DDP. A budget too small for ``min_rounds`` of even one
+  candidate tunes nothing.
+
+Every candidate is a complete, correct synchronization (lossless unless ``allow_lossy=True``),
+so training proceeds while it tunes. Switches happen at step boundaries on every rank at once;
+the measurements are reduced (max over ranks) and rank 0 decides and broadcasts. Each tried
+strategy is reported to ``on_trial`` on rank 0 as an :class:`AutotuneTrial` (the search room
+records them in a trial store: :func:`autosync_transfer.search.autotune.trial_recorder`);
+:attr:`Autotuner.record` is the whole tuning record: the comparison (speed-ups with intervals,
+rounds, verdicts), the steps it took, the switches, the proposal's time and the time it cost
+over running the locked choice throughout. The locked choice and the record are part of
+:meth:`DistributedModel.sync_state_dict`, so a resumed job skips tuning. ``retune_every``
+compares again after that many steps with the locked choice.
 
 Candidates are given (a list of strategies) or proposed at setup by a callable
 ``candidates(graph, cluster) -> list[Strategy]`` called on rank 0 (the runtime never imports the
@@ -24,6 +35,7 @@ simulators: :class:`autosync_transfer.search.autotune.SimulatorProposer` is such
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +47,9 @@ import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field
 
 from autosync_transfer.errors import ConfigError
+from autosync_transfer.measure import Design, Interleaved
 from autosync_transfer.runtime.accuracy import is_lossless
+from autosync_transfer.runtime.torch_ddp import TORCH_DDP
 from autosync_transfer.runtime.trial import Protocol, TrialResult
 from autosync_transfer.strategies.types import Strategy
 
@@ -44,7 +58,7 @@ if TYPE_CHECKING:
     from autosync_transfer.domains.graph import ModelGraph
     from autosync_transfer.runtime.ddp import DistributedModel
 
-__all__ = ["AutotuneConfig", "AutotuneTrial", "Autotuner", "is_lossless"]
+__all__ = ["AutotuneConfig", "AutotuneTrial", "Autotuner", "is_lossless", "TORCH_DDP"]
 
 log = logging.getLogger(__name__)
 
@@ -53,34 +67,57 @@ class AutotuneConfig(BaseModel):
     """How the job tunes its synchronization.
 
     Args:
-        candidates: strategies to try (besides the initial one), or a callable
+        candidates: strategies to compare with torch DDP, or a callable
             ``candidates(graph, cluster) -> list[Strategy]`` called on rank 0 at setup; ``None``:
             the Lightning strategy asks its ``autotune_candidates`` (the search room's proposes
-            with a simulator), ``DistributedModel`` tries the initial strategy only.
-        steps_per_candidate: optimizer steps each candidate runs; the first one is a warm-up
-            (not timed), so at least 2.
+            with a simulator), ``DistributedModel`` compares its initial strategy with DDP.
+        steps_per_candidate: optimizer steps of one block (a candidate's turn in a round; its
+            first steps pay the switch and are dropped when detected as warm-up), at least 2.
+        budget_share: at most this share of ``planned_steps`` runs candidates other than DDP.
+        max_tuning_steps: and at most this many steps.
+        planned_steps: the job's planned optimizer steps (the Lightning strategy fills it from
+            the Trainer); ``None``: the budget is ``max_tuning_steps``.
+        min_rounds: rounds before the first decision (at least 3).
+        max_rounds: at most this many rounds.
+        margin: a candidate within this relative margin of DDP is "equivalent" (DDP stays).
         allow_lossy: also try compressed candidates (otherwise they are skipped, logged).
-        include_initial: time the initial strategy too (it may win).
-        retune_every: tune again after this many steps with the locked strategy (``None``:
+        include_initial: the model's initial strategy (when one was given) is a candidate.
+        retune_every: compare again after this many steps with the locked choice (``None``:
             never).
         on_trial: called on rank 0 with an :class:`AutotuneTrial` for every tried strategy.
-        max_candidates: at most this many candidates (after filtering).
+        max_candidates: at most this many candidates besides DDP (after filtering and the
+            budget).
+        seed: the rounds' shuffles.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     candidates: Sequence[Strategy] | Callable[..., Sequence[Strategy]] | None = None
-    steps_per_candidate: int = Field(default=5, ge=2)
+    steps_per_candidate: int = Field(default=4, ge=2)
+    budget_share: float = Field(default=0.05, gt=0.0, le=0.5)
+    max_tuning_steps: int = Field(default=300, ge=1)
+    planned_steps: int | None = Field(default=None, ge=1)
+    min_rounds: int = Field(default=4, ge=3)
+    max_rounds: int = Field(default=12, ge=3)
+    margin: float = Field(default=0.02, ge=0.0, lt=1.0)
     allow_lossy: bool = False
     include_initial: bool = True
     retune_every: int | None = Field(default=None, ge=1)
     on_trial: Callable[[AutotuneTrial], None] | None = None
     max_candidates: int = Field(default=8, ge=1)
+    seed: int = 0
+
+    def budget_steps(self) -> int:
+        """Steps that may run candidates other than DDP in one tuning round."""
+        if self.planned_steps is None:
+            return self.max_tuning_steps
+        return min(self.max_tuning_steps, int(self.budget_share * self.planned_steps))
 
 
 @dataclass(frozen=True)
 class AutotuneTrial:
-    """One strategy tried by the job: its step times (max over ranks) as a trial result."""
+    """One strategy tried by the job: its timed steps (max over ranks, blocks' detected warm-up
+    dropped) as a trial result."""
 
     strategy: Strategy
     result: TrialResult
@@ -95,27 +132,43 @@ class AutotuneTrial:
         return self.result.median_s
 
 
+Choice = Strategy | str  # a strategy, or TORCH_DDP
+
+
 class Autotuner:
     """Drives the tuning of one :class:`DistributedModel` (created by its setup)."""
 
     def __init__(self, model: DistributedModel, config: AutotuneConfig) -> None:
         if not isinstance(config, AutotuneConfig):
             raise ConfigError(f"autotune must be an AutotuneConfig, got {type(config).__name__}")
+        if model.sync_on != "backward":
+            raise ConfigError('autotune compares with torch DDP, which synchronizes every '
+                              'backward: use sync_on="backward"')
         self.model = model
         self.config = config
         self.trials: list[AutotuneTrial] = []
-        self.locked: Strategy | None = None
+        #: the locked choice: a Strategy or TORCH_DDP (``None`` while tuning)
+        self.locked: Choice | None = None
+        #: the tuning rounds' records (comparison, steps, switches, cost), newest last
+        self.records: list[dict[str, Any]] = []
         self.tuning_s = 0.0
         self.round = 0
-        self._queue: list[Strategy] = []
-        self._current: Strategy | None = None
-        self._times: list[float] = []
-        self._t_last: float | None = None
-        self._syncs_seen = -1
         self._step = 0
         self._steps_locked = 0
-        self._t_round = 0.0
+        self._t_last: float | None = None
+        self._syncs_seen = -1
+        self._cmp: Interleaved | None = None
+        self._choices: dict[str, Choice] = {}
+        self._order: list[str] = []
+        self._current: str | None = None
+        self._times: list[float] = []
+        self._blocks: dict[str, list[list[float]]] = {}
+        self._first_step: dict[str, int] = {}
+        self._switches = 0
+        self._round_steps: list[float] = []
+        t0 = time.perf_counter()
         self._candidates = self._propose()
+        self.propose_s = time.perf_counter() - t0
         state = model._autotune_state
         if state is not None and state.get("locked"):
             self.load_state_dict(state)
@@ -131,19 +184,26 @@ class Autotuner:
                 payload[0] = ("ok", [s.to_json() for s in self._filter(self._raw_candidates())])
             except Exception as e:  # reported to every rank instead of leaving them waiting
                 payload[0] = ("error", f"{type(e).__name__}: {e}")
-        dist.broadcast_object_list(payload, src=0)
+        dist.broadcast_object_list(payload, src=0, group=self._group)
         status, body = payload[0]
         if status != "ok":
             raise ConfigError(f"proposing autotune candidates failed on rank 0: {body}")
         return [Strategy.from_json(s) for s in body]
 
+    @property
+    def _group(self) -> Any:
+        g = self.model.groups
+        return None if g is None else (g.ctl or g.ps)
+
     def _raw_candidates(self) -> list[Strategy]:
         c = self.config.candidates
-        if c is None:
-            return []
-        if callable(c):
-            c = c(self.model.graph, self.model.cluster)
-        out = list(c)
+        out: list[Any] = []
+        if self.config.include_initial and self.model._configured is not None:
+            out.append(self.model._configured)
+        if c is not None:
+            if callable(c):
+                c = c(self.model.graph, self.model.cluster)
+            out.extend(c)
         bad = [s for s in out if not isinstance(s, Strategy)]
         if bad:
             raise ConfigError(f"autotune candidates must be Strategy objects, got "
@@ -151,7 +211,7 @@ class Autotuner:
         return out
 
     def _filter(self, candidates: list[Strategy]) -> list[Strategy]:
-        seen = {self.model.strategy.fingerprint} if self.model.strategy is not None else set()
+        seen: set[str] = set()
         out: list[Strategy] = []
         for s in candidates:
             if s.fingerprint in seen:
@@ -166,38 +226,70 @@ class Autotuner:
                 log.warning("autotune: skipping candidate %s: %s", s.id, e)
                 continue
             out.append(s)
-            if len(out) >= self.config.max_candidates:
-                break
         return out
 
     # -- the schedule ---------------------------------------------------------------------------
     @property
     def tuning(self) -> bool:
-        return self._current is not None
+        return self._cmp is not None
 
     def _start_round(self) -> None:
-        initial = self.locked or self.model.strategy
-        queue = list(self._candidates)
-        if initial is not None and not self.config.allow_lossy and not is_lossless(initial) \
-                and queue:
-            log.info("autotune: the initial strategy %s is lossy (allow_lossy=False): training "
-                     "starts with the first candidate", initial.id)
-            initial = None
-        if initial is not None:
-            queue = [s for s in queue if s.fingerprint != initial.fingerprint]
-            if self.config.include_initial or not queue:
-                queue.insert(0, initial)
-        self._queue = queue
-        self._t_round = 0.0
-        self._next_candidate()
+        cfg = self.config
+        budget = cfg.budget_steps()
+        per_round = cfg.steps_per_candidate * cfg.min_rounds
+        fit = min(len(self._candidates), cfg.max_candidates, budget // per_round)
+        if fit < 1:
+            reason = "no candidate besides torch DDP" if not self._candidates else \
+                (f"a budget of {budget} steps cannot decide on one candidate "
+                 f"({cfg.min_rounds} rounds x {cfg.steps_per_candidate} steps)")
+            self._lock(TORCH_DDP if self.locked is None else self.locked, reason=reason)
+            return
+        cands = self._candidates[:fit]
+        max_rounds = max(cfg.min_rounds, min(cfg.max_rounds, budget // (cfg.steps_per_candidate
+                                                                        * len(cands))))
+        self._choices = {TORCH_DDP: TORCH_DDP}
+        for i, s in enumerate(cands):
+            self._choices[f"{i}:{s.id}"] = s
+        design = Design(baseline=TORCH_DDP, min_rounds=cfg.min_rounds, max_rounds=max_rounds,
+                        look_every=1, margin=cfg.margin, seed=cfg.seed + self.round)
+        self._cmp = Interleaved(list(self._choices), design)
+        self._blocks = {n: [] for n in self._choices}
+        self._first_step = {}
+        self._switches = 0
+        self._round_steps = []
+        self._order = []
+        self._next_block()
 
-    def _next_candidate(self) -> None:
-        nxt = self._queue.pop(0)
-        self._current = nxt
+    def _next_block(self) -> None:
+        """Rank 0 says what runs next (a candidate's name, or the end); every rank follows."""
+        box: list[Any] = [None]
+        if dist.get_rank() == 0:
+            assert self._cmp is not None
+            if not self._order:
+                order = self._cmp.next_round()
+                self._order = order or []
+            box[0] = self._order.pop(0) if self._order else None
+        dist.broadcast_object_list(box, src=0, group=self._group)
+        name = box[0]
+        if name is None:
+            self._finish_round()
+            return
+        self._current = name
         self._times = []
-        self._first_step = self._step
-        if self.model.strategy is None or nxt.fingerprint != self.model.strategy.fingerprint:
-            self.model._install(nxt)
+        self._first_step.setdefault(name, self._step)
+        self._switch_to(self._choices[name])
+
+    def _switch_to(self, choice: Choice) -> None:
+        if self._is_current(choice):
+            return
+        self.model._install(choice)
+        self._switches += 1
+
+    def _is_current(self, choice: Choice) -> bool:
+        if isinstance(choice, str):
+            return self.model.backend == TORCH_DDP
+        return (self.model.backend != TORCH_DDP and self.model.strategy is not None
+                and self.model.strategy.fingerprint == choice.fingerprint)
 
     def before_forward(self) -> None:
         """Called by the model before every forward with gradients: acts at step boundaries."""
@@ -208,14 +300,14 @@ class Autotuner:
         now = time.perf_counter()
         if self._t_last is not None:
             self._step += 1
-            self._on_step(now - self._t_last)  # may install another executor
+            self._on_step(now - self._t_last)  # may install another backend
         ex = self.model.executor
         assert ex is not None
         self._syncs_seen = ex.syncs
-        self._t_last = now  # a switch's cost counts in the next (warm-up) step
+        self._t_last = now  # a switch's cost counts in the next step
 
     def after_sync(self) -> None:
-        """Called after an explicit synchronization (``sync_on="step"``); nothing to do."""
+        """Called after an explicit synchronization; nothing to do."""
 
     def _on_step(self, step_s: float) -> None:
         if not self.tuning:
@@ -227,80 +319,121 @@ class Autotuner:
                 self._start_round()
             return
         self._times.append(step_s)
-        self._t_round += step_s
         if len(self._times) < self.config.steps_per_candidate:
             return
-        self._finish_candidate()
-        if self._queue:
-            self._next_candidate()
-        else:
-            self._lock_in()
-
-    def _finish_candidate(self) -> None:
-        assert self._current is not None and self.model.groups is not None
         times = torch.tensor(self._times, dtype=torch.float64)
-        group = self.model.groups.ctl or self.model.groups.ps
-        dist.all_reduce(times, op=dist.ReduceOp.MAX, group=group)  # the slowest rank's step
-        timed = times.tolist()[1:]  # the first step of a candidate is its warm-up
-        protocol = Protocol(warmup=1, iters=len(timed), fidelity_steps=0)
-        trial = AutotuneTrial(strategy=self._current,
-                              result=TrialResult(status="ok", iteration_times_s=timed,
-                                                 wall_s=float(times.sum())),
-                              protocol=protocol, first_step=self._first_step, round=self.round,
-                              graph=self.model.graph, cluster=self.model.cluster)
-        self.trials.append(trial)
+        dist.all_reduce(times, op=dist.ReduceOp.MAX, group=self._group)  # the slowest rank
+        block = [max(t, 1e-9) for t in times.tolist()]
+        assert self._current is not None
+        self._blocks[self._current].append(block)
+        self._round_steps.extend(block)
         if dist.get_rank() == 0:
-            log.info("autotune: strategy %s (%s): median step %.2f ms", trial.strategy.id,
-                     trial.strategy.kind, 1000 * (trial.median_s or 0.0))
-            if self.config.on_trial is not None:
+            assert self._cmp is not None
+            self._cmp.record(self._current, block)
+        self._next_block()
+
+    def _finish_round(self) -> None:
+        """Rank 0 reads the comparison's verdict and broadcasts the choice; trials reported."""
+        box: list[Any] = [None]
+        if dist.get_rank() == 0:
+            assert self._cmp is not None
+            result = self._cmp.result()
+            box[0] = (result.best(), result.to_dict())
+        dist.broadcast_object_list(box, src=0, group=self._group)
+        best, comparison = box[0]
+        self._report_trials()
+        self._cmp = None
+        self._current = None
+        self._lock(self._choices[best], comparison=comparison)
+
+    def _report_trials(self) -> None:
+        for name, choice in self._choices.items():
+            blocks = self._blocks.get(name) or []
+            if isinstance(choice, str) or not blocks:
+                continue
+            timed = [t for b in blocks for t in b[1:]]  # each block's first step: the switch
+            trial = AutotuneTrial(strategy=choice,
+                                  result=TrialResult(status="ok", iteration_times_s=timed,
+                                                     wall_s=float(sum(map(sum, blocks)))),
+                                  protocol=Protocol(warmup=1, iters=len(timed), fidelity_steps=0),
+                                  first_step=self._first_step.get(name, 0), round=self.round,
+                                  graph=self.model.graph, cluster=self.model.cluster)
+            self.trials.append(trial)
+            if dist.get_rank() == 0 and self.config.on_trial is not None:
                 try:
                     self.config.on_trial(trial)
                 except Exception as e:  # a failing recorder never stops training
                     log.warning("autotune: on_trial failed: %s: %s", type(e).__name__, e)
-        self._current = None
 
-    def _lock_in(self) -> None:
-        this_round = [t for t in self.trials if t.round == self.round]
-        box: list[Any] = [None]
+    def _lock(self, choice: Choice, *, comparison: dict[str, Any] | None = None,
+              reason: str = "") -> None:
+        self.locked = choice
+        self._switch_to(choice)
+        name = TORCH_DDP if isinstance(choice, str) else choice.id
+        steps = len(self._round_steps)
+        locked_median = None
+        if comparison is not None:
+            for c in comparison["candidates"]:
+                key = c["name"]
+                if (key == TORCH_DDP and isinstance(choice, str)) or \
+                        (not isinstance(choice, str) and key.endswith(f":{choice.id}")):
+                    locked_median = c["median_s"]
+        cost = 0.0
+        if locked_median is not None and math.isfinite(locked_median):
+            cost = max(0.0, sum(self._round_steps) - steps * locked_median)
+        self.tuning_s += cost
+        record = {"round": self.round, "locked": name, "steps": steps,
+                  "switches": self._switches, "propose_s": self.propose_s if self.round == 0
+                  else 0.0, "cost_s": cost, "comparison": comparison, "reason": reason}
+        self.records.append(record)
         if dist.get_rank() == 0:
-            best = min(this_round, key=lambda t: (t.median_s or float("inf"), t.first_step))
-            box[0] = best.strategy.to_json()
-        dist.broadcast_object_list(box, src=0)
-        best_strategy = Strategy.from_json(box[0])
-        best = next(t for t in this_round if t.strategy.fingerprint == best_strategy.fingerprint)
-        self.locked = best_strategy
-        best_s = best.median_s or 0.0
-        steps = sum(self.config.steps_per_candidate for _ in this_round)
-        self.tuning_s += max(0.0, self._t_round - steps * best_s)
-        if self.model.strategy is None or self.model.strategy.fingerprint != best_strategy.fingerprint:
-            self.model._install(best_strategy)
-        if dist.get_rank() == 0:
-            log.info("autotune: locked in strategy %s (%s), median step %.2f ms; %d strategies "
-                     "tried in %d steps, tuning cost %.2f s over running the winner throughout",
-                     best_strategy.id, best_strategy.kind, 1000 * best_s, len(this_round), steps,
-                     self.tuning_s)
+            if comparison is None:
+                log.info("autotune: %s; the job runs %s", reason, name)
+            else:
+                lines = "; ".join(
+                    f"{c['name']}: {c.get('speedup', 1.0):.3f}x "
+                    f"[{c.get('low', 1.0):.3f}, {c.get('high', 1.0):.3f}] {c['verdict']}"
+                    for c in comparison["candidates"] if c["name"] != TORCH_DDP)
+                log.info("autotune: locked in %s after %d steps (%d rounds, %d switches, "
+                         "%.2f s over running it throughout); vs torch DDP: %s", name, steps,
+                         comparison["rounds"], self._switches, cost, lines)
+
+    @property
+    def record(self) -> dict[str, Any] | None:
+        """The latest tuning round's record (``None`` while the first one runs)."""
+        return self.records[-1] if self.records else None
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The locked choice and what was tried (medians), for :meth:`sync_state_dict`."""
+        """The locked choice and the tuning records, for :meth:`sync_state_dict`."""
+        locked: Any = None
+        if self.locked is not None:
+            locked = TORCH_DDP if isinstance(self.locked, str) else self.locked.to_json()
         return {
-            "locked": self.locked.to_json() if self.locked is not None else None,
+            "locked": locked,
             "round": self.round,
             "tuning_s": self.tuning_s,
+            "records": list(self.records),
             "tried": [{"strategy": t.strategy.id, "fingerprint": t.strategy.fingerprint,
                        "median_s": t.median_s, "round": t.round} for t in self.trials],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: a locked choice is installed and tuning is over (until ``retune_every``);
-        a checkpoint written while tuning restarts the round."""
+        a checkpoint written while tuning starts the round again."""
         self.round = int(state.get("round", 0))
         self.tuning_s = float(state.get("tuning_s", 0.0))
-        if state.get("locked"):
-            self.locked = Strategy.from_json(state["locked"])
+        self.records = list(state.get("records") or [])
+        locked = state.get("locked")
+        if locked:
+            self.locked = TORCH_DDP if locked == TORCH_DDP else Strategy.from_json(locked)
+            self._cmp = None
             self._current = None
-            self._queue = []
-            if self.model.strategy is None or self.model.strategy.fingerprint != self.locked.fingerprint:
-                self.model._install(self.locked)
+            self._switch_to(self.locked)
         else:
             self._start_round()
+
+
+def steady_median(times: Sequence[float]) -> float:
+    """The median of ``times`` (seconds), for reports."""
+    return statistics.median(times) if times else math.nan

@@ -92,7 +92,7 @@ class TorchDdpBackend:
             kwargs["bucket_cap_mb_list"] = list(self.bucket_caps_mb)
         self.ddp = DistributedDataParallel(
             self.module, process_group=self.group, init_sync=False,
-            broadcast_buffers=self.broadcast_buffers,
+            forward_sync_buffers=self.broadcast_buffers,
             find_unused_parameters=self.find_unused_parameters,
             gradient_as_bucket_view=True, **kwargs)
         if self.compressor == "fp16":

@@ -1,6 +1,7 @@
-"""Autotuning inside the job: candidates tried a few steps each, rank-consistent switches,
-every tried strategy reported, the fastest locked in, training exact throughout (lossless
-candidates), the choice resumable from the sync state, re-tuning on a schedule."""
+"""Autotuning inside the job: candidates compared with torch DDP in interleaved rounds of a few
+steps each, rank-consistent switches, every tried strategy reported, a verdict locked in,
+training exact throughout (lossless candidates), the choice and its record resumable from the
+sync state, re-tuning on a schedule, a budget that can skip tuning."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from autosync_transfer.errors import ConfigError
 from autosync_transfer.runtime.launch import spawn_local
 from autosync_transfer.testing.models import TinyNet, tiny_batches
 
-STEPS, PER_CANDIDATE, LR = 20, 3, 0.5
+STEPS, PER_CANDIDATE, ROUNDS, LR = 60, 3, 3, 0.5
 
 
 def _cluster() -> Cluster:
@@ -31,24 +32,27 @@ def _candidates(graph, cluster):  # noqa: ANN001, ANN202 - a proposer: (graph, c
 
 
 def _worker(rank: int, world: int) -> dict:
-    from autosync_transfer.runtime.autotune import AutotuneConfig
+    from autosync_transfer.runtime.autotune import TORCH_DDP, AutotuneConfig
     from autosync_transfer.runtime.ddp import DistributedModel
 
     tried: list = []
     torch.manual_seed(0)
     net = TinyNet()
     cfg = AutotuneConfig(candidates=_candidates, steps_per_candidate=PER_CANDIDATE,
-                         on_trial=tried.append, retune_every=4)
+                         min_rounds=ROUNDS, max_rounds=ROUNDS, on_trial=tried.append,
+                         retune_every=4)
     model = DistributedModel(net, None, _cluster(), autotune=cfg)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
-    kinds = []
+    ran = []
     for step in tiny_batches(STEPS, world):
         opt.zero_grad()
         model(*step[rank]).backward()
         opt.step()
-        kinds.append(model.strategy.kind)
+        ran.append(TORCH_DDP if model.backend == TORCH_DDP else model.strategy.kind)
     state = model.sync_state_dict()
     tuner = model._tuner
+    first = tuner.records[0]
+    locked = tuner.records[0]["locked"]
 
     # a resumed job: the locked choice is installed, no tuning
     resumed = DistributedModel(TinyNet(), None, _cluster(),
@@ -57,13 +61,21 @@ def _worker(rank: int, world: int) -> dict:
     resumed.load_sync_state_dict(state)
     resumed.load_state_dict(model.state_dict())
     resumed(*tiny_batches(1, world)[0][rank]).backward()
+
+    # a budget too small for one candidate: no tuning, torch DDP
+    small = DistributedModel(TinyNet(), None, _cluster(),
+                             autotune=AutotuneConfig(candidates=_candidates, planned_steps=100))
+    small(*tiny_batches(1, world)[0][rank]).backward()
     return {
         "params": {k: v.detach().clone() for k, v in net.state_dict().items()},
-        "kinds": kinds,
+        "ran": ran,
         "tried": [(t.strategy.kind, len(t.result.iteration_times_s), t.round) for t in tried],
         "trial_times": [t.result.iteration_times_s for t in tuner.trials],
-        "locked": tuner.locked.fingerprint, "locked_state": state["autotune"]["locked"] is not None,
-        "resumed_strategy": resumed.strategy.fingerprint, "resumed_tuning": resumed._tuner.tuning,
+        "first": first, "locked": locked, "state_records": len(state["autotune"]["records"]),
+        "resumed_backend": resumed.backend, "resumed_kind": resumed.strategy.kind,
+        "resumed_tuning": resumed._tuner.tuning, "locked_kind": (
+            TORCH_DDP if first["locked"] == TORCH_DDP else None),
+        "small": (small.backend, small._tuner.tuning, small._tuner.record["reason"]),
     }
 
 
@@ -72,22 +84,33 @@ def runs() -> list[dict]:
     return spawn_local(_worker, 2, timeout_s=240)
 
 
-def test_every_candidate_is_tried_and_reported_on_rank_0(runs: list[dict]) -> None:
-    # round 0: the initial (DDP builder), ps, ps_lb (lossy and duplicate skipped); then locked for
-    # 4 steps, round 1 starts with the locked strategy
+def test_every_candidate_is_compared_with_ddp_and_reported_on_rank_0(runs: list[dict]) -> None:
+    # ps and ps_lb (the lossy candidate and the duplicate skipped), ROUNDS rounds each, the
+    # first step of each block dropped as the switch
     tried = runs[0]["tried"]
-    assert [k for k, _, r in tried if r == 0] == ["ddp", "ps", "ps_lb"]
-    assert all(n == PER_CANDIDATE - 1 for _, n, _ in tried)  # the first step is a warm-up
-    assert any(r == 1 for _, _, r in tried)
+    assert sorted(k for k, _, r in tried if r == 0) == ["ps", "ps_lb"]
+    assert all(n == ROUNDS * (PER_CANDIDATE - 1) for _, n, r in tried if r == 0)
+    assert any(r == 1 for _, _, r in tried)  # retune_every: a second round
     assert runs[1]["tried"] == []  # reported on rank 0 only
+    cmp = runs[0]["first"]["comparison"]
+    assert cmp["baseline"] == "torch_ddp" and cmp["rounds"] == ROUNDS
+    names = [c["name"] for c in cmp["candidates"]]
+    assert names[0] == "torch_ddp" and len(names) == 3
+    for c in cmp["candidates"][1:]:
+        assert c["low"] <= c["speedup"] <= c["high"]
+        assert c["verdict"] in ("faster", "slower", "equivalent", "undecided")
+    assert runs[0]["first"]["steps"] == ROUNDS * 3 * PER_CANDIDATE
+    assert runs[0]["state_records"] >= 1
 
 
-def test_ranks_switch_together_and_lock_the_same_strategy(runs: list[dict]) -> None:
-    assert runs[0]["kinds"] == runs[1]["kinds"]
-    # the kind each step ran with (switches at step boundaries), then the locked one
-    assert runs[0]["kinds"][:3 * PER_CANDIDATE] == \
-        ["ddp"] * PER_CANDIDATE + ["ps"] * PER_CANDIDATE + ["ps_lb"] * PER_CANDIDATE
-    assert runs[0]["locked"] == runs[1]["locked"]
+def test_rounds_are_interleaved_blocks_and_ranks_switch_together(runs: list[dict]) -> None:
+    assert runs[0]["ran"] == runs[1]["ran"]
+    ran = runs[0]["ran"]  # the first block starts at the first step
+    blocks = [ran[i:i + PER_CANDIDATE] for i in range(0, ROUNDS * 3 * PER_CANDIDATE, PER_CANDIDATE)]
+    assert all(len(set(b)) == 1 for b in blocks)
+    rounds = [[b[0] for b in blocks[i:i + 3]] for i in range(0, len(blocks), 3)]
+    assert all(sorted(r) == ["ps", "ps_lb", "torch_ddp"] for r in rounds)
+    assert runs[0]["first"]["locked"] == runs[1]["first"]["locked"]
     assert runs[0]["trial_times"] == runs[1]["trial_times"]  # max over ranks: identical
 
 
@@ -106,8 +129,15 @@ def test_training_is_exact_while_tuning(runs: list[dict]) -> None:
 
 def test_the_locked_choice_resumes_without_tuning(runs: list[dict]) -> None:
     for r in runs:
-        assert r["locked_state"]
-        assert r["resumed_strategy"] == r["locked"] and not r["resumed_tuning"]
+        assert not r["resumed_tuning"]
+        assert r["resumed_backend"] in ("torch_ddp", "executor", "ddp_reducer")
+
+
+def test_a_budget_too_small_keeps_torch_ddp(runs: list[dict]) -> None:
+    for r in runs:
+        backend, tuning, reason = r["small"]
+        assert backend == "torch_ddp" and not tuning
+        assert "budget of 5 steps cannot decide on one candidate" in reason
 
 
 def test_config_is_checked() -> None:
@@ -119,6 +149,10 @@ def test_config_is_checked() -> None:
 
     with pytest.raises(ValidationError, match="steps_per_candidate"):
         AutotuneConfig(steps_per_candidate=1)
+    with pytest.raises(ValidationError, match="budget_share"):
+        AutotuneConfig(budget_share=0.0)
+    assert AutotuneConfig(planned_steps=1000).budget_steps() == 50
+    assert AutotuneConfig(planned_steps=100_000).budget_steps() == 300
     cands = _candidates(tiny_net_graph(), _cluster())
     assert [is_lossless(s) for s in cands] == [True, False, True, True]
     with pytest.raises(ConfigError, match="sync_on must be one of"):
