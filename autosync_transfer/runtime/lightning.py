@@ -308,6 +308,10 @@ class AutoSyncStrategy(DDPStrategy):
             proposed = self.autotune_candidates(graph, cluster)
             if proposed is not None:
                 autotune = autotune.model_copy(update={"candidates": proposed})
+        if autotune is not None and autotune.planned_steps is None:
+            planned = _planned_steps(model)
+            if planned is not None:  # the tuning budget is a share of the fit's steps
+                autotune = autotune.model_copy(update={"planned_steps": planned})
         wrapped = DistributedModel(model, strategy, cluster, graph=graph,
                                    find_unused_parameters=self.find_unused_parameters,
                                    broadcast_buffers=self.broadcast_buffers, autotune=autotune,
@@ -357,6 +361,17 @@ class AutoSyncStrategy(DDPStrategy):
             self._finished = self.model
             self.model = self.lightning_module
         super().teardown()
+
+
+def _planned_steps(model: Any) -> int | None:
+    """The optimizer steps the Trainer plans for this fit (``None`` when unbounded or unknown)."""
+    import math
+
+    try:
+        planned = float(model.trainer.estimated_stepping_batches)
+    except Exception:  # no trainer attached, or no way to tell
+        return None
+    return int(planned) if math.isfinite(planned) and planned >= 1 else None
 
 
 def register(strategy_registry: Any = None) -> None:
