@@ -87,12 +87,20 @@ class TorchDdpBackend:
     def setup(self) -> TorchDdpBackend:
         from torch.nn.parallel import DistributedDataParallel
 
+        import inspect
+
         kwargs: dict[str, Any] = {}
         if self.bucket_caps_mb:
-            kwargs["bucket_cap_mb_list"] = list(self.bucket_caps_mb)
+            params = inspect.signature(DistributedDataParallel.__init__).parameters
+            if "bucket_cap_mb_list" in params:  # per-bucket limits (torch >= 2.13)
+                kwargs["bucket_cap_mb_list"] = list(self.bucket_caps_mb)
+            else:  # one limit: the plan's largest bucket
+                kwargs["bucket_cap_mb"] = max(self.bucket_caps_mb)
+        sync_buffers = "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(
+            DistributedDataParallel.__init__).parameters else "broadcast_buffers"
+        kwargs[sync_buffers] = self.broadcast_buffers
         self.ddp = DistributedDataParallel(
             self.module, process_group=self.group, init_sync=False,
-            forward_sync_buffers=self.broadcast_buffers,
             find_unused_parameters=self.find_unused_parameters,
             gradient_as_bucket_view=True, **kwargs)
         if self.compressor == "fp16":
