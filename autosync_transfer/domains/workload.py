@@ -28,6 +28,7 @@ import functools
 import hashlib
 import importlib
 import importlib.util
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -191,10 +192,22 @@ class Workload(BaseModel):
         module = self.build("cpu", seed=0)
         inputs, targets = self.batch(torch.Generator().manual_seed(0))
         loss = self.loss(module, inputs, targets)
+        value = float(loss.detach().float())
+        if not math.isfinite(value):
+            raise self._fail(f"the example step's loss is {value}: a workload must train on "
+                             f"finite values")
         try:
             loss.backward()
         except Exception as e:
             raise self._fail(f"backward raised {_line(e)}") from e
+        for pname, p in module.named_parameters():
+            g = p.grad
+            if g is None:
+                continue
+            vals = g.coalesce().values() if g.layout != torch.strided else g
+            if not bool(torch.isfinite(vals).all()):
+                raise self._fail(f"the example step's gradient of {pname!r} is not finite (nan "
+                                 f"or inf): a workload must train on finite values")
         tensors = _tensors(inputs)
         batch = int(tensors[0].shape[0]) if tensors[0].dim() >= 1 else 1
         tokens = [t for t in tensors if t.dim() >= 2 and not t.is_floating_point()

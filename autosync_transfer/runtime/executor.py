@@ -257,12 +257,13 @@ class StrategyExecutor:
         if unplanned:
             raise ConfigError(f"trainable parameter {unplanned[0]!r} is not in the strategy; it would "
                               f"silently train locally")
-        sparse = [n for n, m in self.module.named_modules()
-                  if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and m.sparse]
-        if sparse:
-            raise ConfigError(f"module {sparse[0]!r} has sparse=True: torch sparse gradients are not "
-                              f"synchronized; build it with sparse=False (a PS piece of an embedding "
-                              f"still sends only the rows a batch touched)")
+        #: parameters whose gradients torch makes sparse (``nn.Embedding(sparse=True)``): the
+        #: hook densifies the gradient (a PS piece still sends only the touched rows), the
+        #: synchronized average is handed back sparse, rows that were touched somewhere
+        self._sparse_grads = {
+            f"{path}.weight" if path else "weight"
+            for path, m in self.module.named_modules()
+            if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and m.sparse}
         self._broken: BaseException | None = None
         self._remaining_init: dict[tuple[str, int], int] = {}
         for b in self.plan.buckets:
@@ -332,6 +333,10 @@ class StrategyExecutor:
     def _on_grad(self, name: str) -> None:
         if not self._ready:
             return
+        if name in self._sparse_grads:
+            p = self.params[name]
+            if p.grad is not None and p.grad.layout != torch.strided:
+                p.grad = p.grad.to_dense()
         if self.deferred or not self.sync_enabled:
             self._used_since_sync.add(name)
             return
@@ -404,6 +409,7 @@ class StrategyExecutor:
                 raise it.error
             for fn in it.pending:
                 fn()
+            self._resparsify()
         except BaseException as e:
             self._broken = e
             raise
@@ -411,6 +417,18 @@ class StrategyExecutor:
             self._used_since_sync.clear()
             self.syncs += 1
             self._reset_iteration()
+
+    def _resparsify(self) -> None:
+        """Hand sparse-gradient parameters their averaged gradient back as a sparse tensor of
+        the rows that carry one (what ``SparseAdam`` and torch DDP's sparse all-reduce give)."""
+        for name in self._sparse_grads:
+            p = self.params.get(name)
+            if p is not None and p.grad is not None and p.grad.layout == torch.strided:
+                g = p.grad
+                rows = torch.nonzero(g.reshape(g.shape[0], -1).abs().sum(dim=1)).flatten()
+                p.grad = torch.sparse_coo_tensor(rows.unsqueeze(0), g.index_select(0, rows),
+                                                 g.shape, check_invariants=False,
+                                                 is_coalesced=True)
 
     def _agree_on_unused(self, absent: set[str]) -> frozenset[str]:
         """Parameters that got no gradient on any rank (one small all-reduce on ``ctl``)."""

@@ -53,6 +53,14 @@ BAD_SPECS = {
         "return nn.functional.cross_entropy(output, targets)",
         "return nn.functional.cross_entropy(output, targets, reduction='none')"), "",
         "loss_fn must return a scalar tensor"),
+    "non-finite loss": ("nanloss.py", GOOD.replace(
+        "return nn.functional.cross_entropy(output, targets)",
+        "return nn.functional.cross_entropy(output, targets) * float('nan')"), "",
+        "the example step's loss is nan"),
+    "non-finite gradient": ("infgrad.py", GOOD.replace(
+        "return nn.functional.cross_entropy(output, targets)",
+        "return nn.functional.cross_entropy(output, targets) + 0 * (output.abs().sum() * 0).sqrt()"),
+        "", "gradient of 'weight' is not finite"),
     "NAME not found": ("named.py", GOOD, ":MISSING", "has no attribute 'MISSING'"),
     "NAME not a Workload": ("notwl.py", GOOD + "\nTHING = 3\n", ":THING",
                             "THING must be a Workload or a factory"),
