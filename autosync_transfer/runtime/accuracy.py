@@ -21,7 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["GradientFidelity", "ConvergenceTolerance", "ConvergenceCheck", "is_lossless"]
+__all__ = ["GradientFidelity", "ConvergenceTolerance", "ConvergenceCheck", "is_lossless",
+           "over_seeds"]
 
 
 def is_lossless(strategy: Any) -> bool:
@@ -99,20 +100,88 @@ class ConvergenceCheck(BaseModel):
     tolerance: ConvergenceTolerance = Field(default_factory=ConvergenceTolerance)
     passed: bool
     seconds: float = Field(default=0.0, ge=0)
+    #: several seeds (:func:`over_seeds`): each seed's figures, and the one-sided upper bounds
+    #: (``confidence``) the verdict is taken on; empty / ``None`` for one seed
+    seeds: tuple[int, ...] = ()
+    step_ratios: tuple[float, ...] = ()
+    final_gaps: tuple[float, ...] = ()
+    step_ratio_high: float | None = None
+    final_gap_high: float | None = None
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
 
     def judged(self, tolerance: ConvergenceTolerance) -> ConvergenceCheck:
         """This check under ``tolerance`` (the same curves' figures, the verdict again)."""
         if tolerance == self.tolerance:
             return self
-        return self.model_copy(update={
-            "tolerance": tolerance, "passed": tolerance.accepts(self.step_ratio, self.final_gap)})
+        ratio, gap = self._decisive()
+        return self.model_copy(update={"tolerance": tolerance,
+                                       "passed": tolerance.accepts(ratio, gap)})
+
+    def _decisive(self) -> tuple[float, float]:
+        """The figures the verdict is taken on: the upper bounds over seeds (non-inferiority),
+        or the one seed's figures."""
+        if self.step_ratio_high is not None and self.final_gap_high is not None:
+            return self.step_ratio_high, self.final_gap_high
+        return self.step_ratio, self.final_gap
+
+    @property
+    def credited_step_ratio(self) -> float:
+        """The steps-to-target ratio time to loss may use: below 1 only when that is
+        significant (the upper bound over seeds below 1), otherwise at least 1."""
+        if self.step_ratio_high is not None and self.step_ratio_high < 1.0:
+            return self.step_ratio
+        return max(self.step_ratio, 1.0)
 
     def summary(self) -> str:
         """One line: the verdict and its figures."""
         reached = ("never reached" if self.steps_to_target is None
                    else f"reached in {self.steps_to_target} steps")
         verdict = "passed" if self.passed else "failed"
+        if self.seeds:
+            return (f"convergence check {verdict} over seeds {', '.join(map(str, self.seeds))}: "
+                    f"steps-to-target ratio {self.step_ratio:.2f} (upper "
+                    f"{100 * self.confidence:.0f} % bound {self.step_ratio_high:.2f}, tolerance "
+                    f"{self.tolerance.max_step_ratio:.2f}); final loss gap "
+                    f"{self.final_gap:+.1%} (upper bound {self.final_gap_high:+.1%}, tolerance "
+                    f"{self.tolerance.max_final_gap:.0%}) over {self.steps} steps")
         return (f"convergence check {verdict}: target loss {self.target_loss:.4g} {reached} vs "
                 f"{self.exact_steps_to_target} exact (ratio {self.step_ratio:.2f}, tolerance "
                 f"{self.tolerance.max_step_ratio:.2f}); final loss gap {self.final_gap:+.1%} "
                 f"(tolerance {self.tolerance.max_final_gap:.0%}) over {self.steps} steps")
+
+
+def over_seeds(checks: list[ConvergenceCheck], *, confidence: float = 0.95) -> ConvergenceCheck:
+    """One check from the same strategy's checks on several seeds (exact and strategy on the
+    same seeds and batches each): the steps-to-target ratio is their geometric mean and the
+    final-loss gap their mean, each with a one-sided upper ``confidence`` bound (Student's t over
+    the seeds, as MLPerf's convergence checker); it passes only when both bounds lie within the
+    tolerance (non-inferiority: "not shown worse" is not enough). A seed that never reaches the
+    target makes the ratio's bound infinite. One check is returned as it is."""
+    from autosync_transfer.measure import upper_bound
+
+    if not checks:
+        raise ValueError("over_seeds needs at least one check")
+    if len(checks) == 1:
+        return checks[0]
+    first = checks[0]
+    ratios = [c.step_ratio for c in checks]
+    gaps = [c.final_gap for c in checks]
+    finite = all(math.isfinite(r) and r > 0 for r in ratios)
+    ratio = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if finite else math.inf
+    gap = sum(gaps) / len(gaps) if all(math.isfinite(g) for g in gaps) else math.inf
+    ratio_high = upper_bound(ratios, confidence=confidence, log=True) if finite else math.inf
+    gap_high = upper_bound(gaps, confidence=confidence)
+    reached = [c.steps_to_target for c in checks]
+    return first.model_copy(update={
+        "steps_to_target": None if any(r is None for r in reached) else
+        round(sum(reached) / len(reached)),  # type: ignore[arg-type]
+        "exact_steps_to_target": round(sum(c.exact_steps_to_target for c in checks) / len(checks)),
+        "target_loss": sum(c.target_loss for c in checks) / len(checks),
+        "final_loss": sum(c.final_loss for c in checks) / len(checks),
+        "exact_final_loss": sum(c.exact_final_loss for c in checks) / len(checks),
+        "step_ratio": ratio, "final_gap": gap, "seeds": tuple(c.seed for c in checks),
+        "step_ratios": tuple(ratios), "final_gaps": tuple(gaps),
+        "step_ratio_high": ratio_high, "final_gap_high": gap_high, "confidence": confidence,
+        "passed": first.tolerance.accepts(ratio_high, gap_high),
+        "seconds": sum(c.seconds for c in checks),
+    })

@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from autosync_transfer.errors import ConfigError
-from autosync_transfer.runtime.accuracy import ConvergenceCheck, ConvergenceTolerance
+from autosync_transfer.runtime.accuracy import (ConvergenceCheck, ConvergenceTolerance,
+                                                over_seeds)
 
 if TYPE_CHECKING:
     from autosync_transfer.domains.domain import Domain
@@ -55,7 +56,9 @@ EXACT = "exact"
 class ConvergenceConfig(BaseModel):
     """How a convergence run trains: ``steps`` steps of ``optimizer`` at learning rate ``lr``
     (Adam by default; SGD with ``momentum``; ``lr=None``: the workload's own,
-    :func:`~autosync_transfer.domains.tasks.training_lr`), model and batches seeded by ``seed``;
+    :func:`~autosync_transfer.domains.tasks.training_lr`), model and batches seeded by ``seed``,
+    ``seed + 1``, ... (``seeds`` of them: the verdict is a one-sided bound over the seeds,
+    :func:`~autosync_transfer.runtime.accuracy.over_seeds`);
     the curves are compared as the module docstring says (``smoothing``, ``target_at``,
     ``tolerance``).
     ``max_world_size`` bounds the processes started on this host (one per worker of the
@@ -65,6 +68,7 @@ class ConvergenceConfig(BaseModel):
 
     steps: int = Field(default=150, ge=4)
     seed: int = 0
+    seeds: int = Field(default=3, ge=1)
     optimizer: Literal["adam", "sgd"] = "adam"
     lr: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     momentum: float = Field(default=0.9, ge=0, lt=1)
@@ -83,6 +87,8 @@ class ConvergenceRun:
     check: ConvergenceCheck
     losses: list[float] = field(default_factory=list)
     exact_losses: list[float] = field(default_factory=list)
+    #: each seed's check (the first seed's curves are ``losses`` / ``exact_losses``)
+    per_seed: list[ConvergenceCheck] = field(default_factory=list)
 
     def to_row(self) -> dict[str, Any]:
         """A JSON-able row: the check and both curves."""
@@ -161,16 +167,11 @@ def _step_seed(seed: int, step: int, rank: int) -> int:
 def _train(rank: int, world: int, payload: dict[str, Any]) -> dict[str, Any]:
     """Train every strategy of ``payload`` in turn (``None``: exact); rank 0 returns the loss
     curves (mean over ranks) and the seconds of each run."""
-    import torch
-    import torch.distributed as dist
-
     from autosync_transfer.domains.cluster import Cluster
     from autosync_transfer.domains.graph import ModelGraph
     from autosync_transfer.domains.tasks import learnable_batches
     from autosync_transfer.domains.workload import load_workload
-    from autosync_transfer.runtime.ddp import DistributedModel
     from autosync_transfer.runtime.executor import CommGroups
-    from autosync_transfer.strategies.types import Strategy
 
     cfg = ConvergenceConfig.model_validate_json(payload["config"])
     cluster = Cluster.model_validate_json(payload["cluster"])
@@ -181,6 +182,24 @@ def _train(rank: int, world: int, payload: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"losses": [], "seconds": []}
     # a convergence run is the check of its lossy strategy: no warning that it has none
     logging.getLogger("autosync_transfer.runtime.ddp").setLevel(logging.ERROR)
+    for seed in payload.get("seeds") or [cfg.seed]:
+        run = _train_seed(rank, world, payload, cfg.model_copy(update={"seed": seed}),
+                          cluster, graph, workload, batches, groups)
+        out["losses"].append(run["losses"])
+        out["seconds"].append(run["seconds"])
+    return out if rank == 0 else {}
+
+
+def _train_seed(rank: int, world: int, payload: dict[str, Any], cfg: ConvergenceConfig,
+                cluster: Any, graph: Any, workload: Any, batches: Any, groups: Any
+                ) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    from autosync_transfer.runtime.ddp import DistributedModel
+    from autosync_transfer.strategies.types import Strategy
+
+    out: dict[str, Any] = {"losses": [], "seconds": []}
     for text in payload["strategies"]:
         strategy = Strategy.from_json(text) if text is not None else None
         module = workload.build("cpu", seed=cfg.seed)
@@ -207,7 +226,7 @@ def _train(rank: int, world: int, payload: dict[str, Any]) -> dict[str, Any]:
         dist.all_gather_object(gathered, local)
         out["losses"].append([sum(v) / world for v in zip(*gathered)])
         out["seconds"].append(seconds)
-    return out if rank == 0 else {}
+    return out
 
 
 def check_convergence(domain: Domain, strategies: list[Strategy], *, workload: Any = None,
@@ -231,16 +250,23 @@ def check_convergence(domain: Domain, strategies: list[Strategy], *, workload: A
         return []
     for s in strategies:  # a strategy that does not fit the domain fails here, not in a worker
         make_plan(s, domain.model, domain.cluster)
+    seeds = [cfg.seed + k for k in range(cfg.seeds)]
     payload = {"config": cfg.model_dump_json(), "cluster": domain.cluster.model_dump_json(),
                "graph": domain.model.model_dump_json(),
-               "workload": spec,
+               "workload": spec, "seeds": seeds,
                "strategies": [None, *(s.to_json() for s in strategies)]}
     results = spawn_local(_train, world, payload, timeout_s=cfg.timeout_s)[0]
-    exact, exact_s = results["losses"][0], results["seconds"][0]
-    share = exact_s / len(strategies)
-    runs = []
-    for s, losses, secs in zip(strategies, results["losses"][1:], results["seconds"][1:]):
-        check = analyze(s.id, losses, exact, cfg, seconds=secs + share)
-        runs.append(ConvergenceRun(check, losses, exact))
-    return runs
+    per_seed: list[list[ConvergenceCheck]] = [[] for _ in strategies]
+    curves: list[tuple[list[float], list[float]]] = []
+    for k, seed in enumerate(seeds):
+        losses_k, seconds_k = results["losses"][k], results["seconds"][k]
+        exact, share = losses_k[0], seconds_k[0] / len(strategies)
+        seed_cfg = cfg.model_copy(update={"seed": seed})
+        for i, s in enumerate(strategies):
+            per_seed[i].append(analyze(s.id, losses_k[i + 1], exact, seed_cfg,
+                                       seconds=seconds_k[i + 1] + share))
+            if k == 0:
+                curves.append((losses_k[i + 1], exact))
+    return [ConvergenceRun(over_seeds(checks), curves[i][0], curves[i][1], checks)
+            for i, checks in enumerate(per_seed)]
 

@@ -292,7 +292,7 @@ def time_to_loss_figures(progress: SearchProgress, strategies: Mapping[str, Stra
         if is_lossless(s):
             ratio = 1.0
         elif s.id in by_id and by_id[s.id].passed:
-            ratio = by_id[s.id].step_ratio
+            ratio = by_id[s.id].credited_step_ratio
         else:
             unchecked += s.id not in by_id and s.id not in excluded
             continue
@@ -318,7 +318,7 @@ def time_to_loss_figures(progress: SearchProgress, strategies: Mapping[str, Stra
     if conf.get("best") is not None:
         if conf["best"] in by_id:
             c = by_id[conf["best"]]
-            conf_ratio = c.step_ratio if c.passed else None
+            conf_ratio = c.credited_step_ratio if c.passed else None
         elif any(s.id == conf["best"] and is_lossless(s) for s in strategies.values()):
             conf_ratio = 1.0
     if conf_ratio is not None and conf.get("best_s") and conf.get("builder_s"):
@@ -330,6 +330,6 @@ def time_to_loss_figures(progress: SearchProgress, strategies: Mapping[str, Stra
         if s is not None and s.id in by_id and by_id[s.id].passed and builder_s:
             out["ttl_fp16_reference"] = name
             out["ttl_speedup_of_fp16_reference_vs_builder"] = builder_s / (
-                fp16[name] * by_id[s.id].step_ratio)
+                fp16[name] * by_id[s.id].credited_step_ratio)
             break
     return out

@@ -13,7 +13,7 @@ import pytest
 from autosync_transfer.dataset.checks import CheckStore
 from autosync_transfer.domains.workload import workload_domain
 from autosync_transfer.errors import ConfigError
-from autosync_transfer.runtime.accuracy import ConvergenceTolerance
+from autosync_transfer.runtime.accuracy import ConvergenceCheck, ConvergenceTolerance
 from autosync_transfer.runtime.convergence import (ConvergenceConfig, analyze,
                                                    check_convergence, resolve_config, smooth,
                                                    steps_to)
@@ -134,3 +134,50 @@ def test_a_cluster_too_large_for_this_host_is_one_line(checked) -> None:  # noqa
     domain, strategies, _, _ = checked
     with pytest.raises(ConfigError, match="more than max_world_size=1"):
         check_convergence(domain, strategies[:1], config=ConvergenceConfig(max_world_size=1))
+
+
+def test_checks_run_on_three_seeds_by_default(checked) -> None:  # noqa: ANN001
+    _, _, runs, _ = checked
+    for run in runs:
+        assert [c.seed for c in run.per_seed] == [0, 1, 2]
+        assert run.check.seeds == (0, 1, 2) and len(run.check.step_ratios) == 3
+    c = runs[0].check
+    assert c.step_ratio_high is not None and c.step_ratio <= c.step_ratio_high <= 1.10
+    assert "over seeds 0, 1, 2" in c.summary()
+
+
+def _seed_check(seed: int, ratio: float, gap: float) -> ConvergenceCheck:
+    return ConvergenceCheck(strategy_id="s", steps=40, seed=seed, target_loss=1.0,
+                            steps_to_target=None if math.isinf(ratio) else round(20 * ratio),
+                            exact_steps_to_target=20, final_loss=1.0 + gap, exact_final_loss=1.0,
+                            step_ratio=ratio, final_gap=gap, passed=True)
+
+
+@pytest.mark.parametrize("ratios, gaps, passed, credited", [
+    ((1.0, 1.0, 1.0), (0.0, 0.001, -0.001), True, 1.0),
+    ((1.0, 1.05, 1.3), (0.0, 0.0, 0.0), False, None),  # the mean passes, its bound does not
+    ((1.0, 1.0, 1.0), (0.0, 0.01, 0.03), False, None),  # the final gap's bound is above 2 %
+    ((0.90, 0.92, 0.91), (0.0, 0.0, 0.0), True, "mean"),  # significantly fewer steps: credited
+    ((0.9, 1.1, 1.0), (0.0, 0.0, 0.0), False, None),
+    ((0.95, 1.0, 1.02), (0.0, 0.0, 0.0), True, 1.0),  # below 1 but not significantly: 1
+    ((1.0, math.inf, 1.0), (0.0, 0.0, 0.0), False, None),  # one seed never reaches the target
+])
+def test_over_seeds_is_a_non_inferiority_test(ratios, gaps, passed, credited) -> None:  # noqa: ANN001
+    from autosync_transfer.runtime.accuracy import over_seeds
+
+    c = over_seeds([_seed_check(i, r, g) for i, (r, g) in enumerate(zip(ratios, gaps))])
+    assert c.passed is passed
+    assert c.seeds == (0, 1, 2)
+    if credited == "mean":
+        assert c.credited_step_ratio == pytest.approx(c.step_ratio) and c.step_ratio < 1
+        assert c.step_ratio_high < 1
+    elif credited is not None:
+        assert c.credited_step_ratio == credited
+
+
+def test_one_seed_is_its_own_check_and_never_credited_below_1() -> None:
+    from autosync_transfer.runtime.accuracy import over_seeds
+
+    one = _seed_check(0, 0.9, 0.0)
+    assert over_seeds([one]) is one
+    assert one.credited_step_ratio == 1.0
