@@ -41,7 +41,7 @@ def search(
     ranker: RankerKind = typer.Option(RankerKind.rnn, "--ranker", help="Ranker trained by a cold autosync search (a learned one)."),
     epochs: int = typer.Option(30, "--epochs", min=1, help="Maximum training epochs per round."),
     diversity: float = typer.Option(0.3, "--diversity", min=0.0, help="Weight of novelty against score rank when picking a round."),
-    confirm: int = typer.Option(3, "--confirm", min=0, help="At the end, measure the best strategy found and the best builder this many times more each, interleaved, for the confirmed speed-up (0: no confirmation)."),
+    confirm: int = typer.Option(10, "--confirm", min=0, help="At the end, measure the best strategy found, the best builder, the best fp16 reference and torch DDP this many rounds, interleaved, for the confirmed speed-ups with their 95 % intervals (0: no confirmation)."),
     objective: Objective = typer.Option(Objective.time_to_loss, "--objective", help="time-to-loss: step time x steps to a target loss relative to exact synchronization (estimated during the search, measured by convergence runs of the lossy final candidates; a strategy that fails is excluded); step-time: seconds per step only."),
     lossless: bool = typer.Option(False, "--lossless", help="Propose lossless strategies only (no fp16 or PowerSGD compression)."),
     final_checks: int = typer.Option(3, "--final-checks", min=0, help="time-to-loss: lossy final candidates that get a convergence run (0: none, lossy strategies then never count)."),
@@ -229,22 +229,30 @@ def _print_search(result, domain: str, name: str, path, version, choice,  # noqa
               f"  ({result.best.id if result.best else '-'})")
     con.print(f"  best builder    {_fmt(s['best_builder_s'] and s['best_builder_s'] * 1000, '.1f', ' ms')}"
               f"  ({s['best_builder'] or '-'})  -> speed-up {_fmt(s['speedup_vs_builder'], '.2f', 'x')}")
+    from autosync_transfer.search.summary import format_speedup
+
     if s.get("confirmed"):
         c = s["confirmed"]
         con.print(f"  confirmed       {c['best_s'] * 1000:.1f} ms vs {c['builder_s'] * 1000:.1f} ms "
-                  f"(medians of {c['measurements']} interleaved re-measurements each)  -> "
-                  f"speed-up {c['speedup_vs_builder']:.2f}x")
+                  f"(medians of {c['measurements']} interleaved rounds)  -> speed-up "
+                  f"{format_speedup(c, 'speedup_vs_builder')} (95 % interval)")
         if c.get("fp16_builder_s"):
             con.print(f"  vs fp16 builder {c['fp16_builder_s'] * 1000:.1f} ms ({c['fp16_builder']}, "
-                      f"confirmed the same way)  -> speed-up {c['speedup_vs_fp16_builder']:.2f}x")
+                      f"confirmed the same way)  -> {format_speedup(c, 'speedup_vs_fp16_builder')}")
+        if c.get("lossless_s"):
+            con.print(f"  best lossless   {c['lossless_s'] * 1000:.1f} ms ({c['lossless']})  -> "
+                      f"{format_speedup(c, 'lossless_speedup_vs_builder')} vs the builder, "
+                      f"{format_speedup(c, 'lossless_speedup_vs_ddp')} vs torch DDP")
     for e in choice.excluded:
         con.print(f"  not chosen      {e.line()}", markup=False, highlight=False)
     if choice.strategy is not None:
         where = "the best found" if choice.source == "search" else f"reference {choice.source}"
         con.print(f"  chosen          {choice.strategy.id} ({where}{', exported' if exported else ''})",
                   markup=False, highlight=False)
-    con.print(f"  torch DDP       {_fmt(s['ddp_s'] and s['ddp_s'] * 1000, '.1f', ' ms')}"
-              f"  -> speed-up {_fmt(s['speedup_vs_ddp'], '.2f', 'x')}")
+    conf = s.get("confirmed") or {}
+    ddp_ms = conf.get("ddp_s") or s["ddp_s"]
+    con.print(f"  torch DDP       {_fmt(ddp_ms and ddp_ms * 1000, '.1f', ' ms')}"
+              f"  -> speed-up {format_speedup(conf, 'speedup_vs_ddp') if conf else '- (not confirmed)'}")
     if s.get("objective") == "time-to-loss":
         con.print(f"  time to loss    {_fmt(s.get('ttl_best_s') and s['ttl_best_s'] * 1000, '.1f', ' ms')}"
                   f" per exact-equivalent step ({s.get('ttl_best') or '-'})  -> speed-up "

@@ -49,7 +49,7 @@ class SearchConfig(BaseModel):
     max_epochs: int = Field(default=30, ge=1)
     neighbours: int = Field(default=200, ge=0)
     parents: int = Field(default=3, ge=1)
-    confirm: int = Field(default=3, ge=0)
+    confirm: int = Field(default=10, ge=0)
     # ranked methods: whole-model candidates per round decoded from uniform knob assignments
     # (default: DEFAULT_KNOB_CANDIDATES for the ranked methods, 0 for the others)
     knob_candidates: int = Field(default=0, ge=0)

@@ -15,10 +15,12 @@ A search spends a budget of real trials on one domain, in rounds of ``per_round`
    convergence run against exact synchronization (:mod:`autosync_transfer.search.timetoloss`);
    one that fails is excluded, and the best found is the best by time to the target loss (step
    time x measured steps-to-target ratio; lossless: 1.0);
-5. **confirm**: the best strategy found and the best builder are measured again ``confirm`` times
-   each, interleaved (A B B A ...), so that drift cancels and the speed-up reported does not rest
-   on the minimum of many noisy measurements against one of the builder (not counted in the
-   budget); the figures are :func:`~autosync_transfer.search.summary.summarize`'s.
+5. **confirm**: the best strategy found, the best lossless one, the best builder, the best fp16
+   reference and torch DDP are measured again together, ``confirm`` rounds of every member in an
+   order shuffled per round, so that drift hits all alike and the speed-ups reported do not rest
+   on the minimum of many noisy measurements (not counted in the budget); each speed-up is a
+   ratio paired by round with its 95 % interval
+   (:func:`~autosync_transfer.search.summary.summarize`): "vs torch DDP" comes only from it.
 
 The trial store is the state (:mod:`autosync_transfer.search.resume`): a search that is
 interrupted continues from it, never measuring a strategy twice (strategies are compared by
@@ -361,21 +363,27 @@ class Searcher:
 
     def _confirm(self, progress: SearchProgress, strategies: dict[str, Strategy],
                  measure: Measure) -> None:
-        """Measure the best strategy found, the best builder and the best fp16 reference
-        ``confirm`` times each, interleaved (A B C, C B A, A B C, ...), as
-        ``confirm/<trials>/<i>-best|builder|fp16``; those already stored are not measured
-        again."""
+        """Measure the confirmation group (the best strategy found, the best lossless one when
+        the best is lossy, the best builder, the best fp16 reference and torch DDP) ``confirm``
+        rounds, every member once a round in an order shuffled per round (randomized
+        interleaved trials), as ``confirm/<trials>/<round>-<who>``; those already stored are not
+        measured again (the shuffle is seeded: a resumed run keeps the order)."""
+        import random
+
         cfg = self.config
         if not cfg.confirm:
             return
         group = confirmation_group(progress, strategies, self.domain, self._prefix(),
                                    key=self._ttl(strategies))
         for i in range(cfg.confirm):
-            for who, s in (group if i % 2 == 0 else group[::-1]):
+            order = list(group)
+            random.Random(f"{cfg.seed}/{progress.done}/{i}").shuffle(order)
+            for who, s in order:
                 key = f"{progress.done}/{i}-{who}"
                 if key in progress.confirmations:
                     continue
-                self._emit(progress, f"confirming: {who} {s.id} ({i + 1}/{cfg.confirm})")
+                name = s.id if s is not None else TORCH_DDP
+                self._emit(progress, f"confirming: {who} {name} ({i + 1}/{cfg.confirm})")
                 rec = self._measure(measure, s, f"{self._prefix()}confirm/{key}")
                 progress.confirmations[key] = rec
 

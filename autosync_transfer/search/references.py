@@ -62,11 +62,15 @@ def reference_strategy(name: str, domain: Domain) -> Strategy | None:
 def confirmation_group(progress: SearchProgress, strategies: Mapping[str, Strategy],
                        domain: Domain, prefix: str,
                        key: Callable[[TrialRecord], float] | None = None
-                       ) -> list[tuple[str, Strategy]]:
-    """``(who, strategy)`` to confirm: the best strategy found (``best``: by ``key`` when given,
-    e.g. time to loss, where ``inf`` does not count; else by median step time), the best builder
-    (``builder``) and the best fp16 reference (``fp16``, when one was measured ok); empty when
-    nothing was measured ok. ``strategies``: by record id; ``prefix``: the run's record ids'."""
+                       ) -> list[tuple[str, Strategy | None]]:
+    """``(who, strategy)`` to confirm together, in one interleaved pool: the best strategy found
+    (``best``: by ``key`` when given, e.g. time to loss, where ``inf`` does not count; else by
+    median step time), the best lossless strategy found when the best is lossy (``lossless``),
+    the best builder (``builder``), the best fp16 reference (``fp16``, when one was measured ok)
+    and torch DDP itself (``ddp``, strategy ``None``); empty when nothing was measured ok.
+    ``strategies``: by record id; ``prefix``: the run's record ids'."""
+    from autosync_transfer.runtime.accuracy import is_lossless
+
     ok = [r for r in progress.trials if r.status == "ok" and r.median_s]
     if key is not None:
         ok = [r for r in ok if key(r) < float("inf")]
@@ -82,12 +86,18 @@ def confirmation_group(progress: SearchProgress, strategies: Mapping[str, Strate
     builder = strategies.get(f"{prefix}reference/{builder_name}") or build(builder_name, domain)
     if best is None:
         return []
-    group = [("best", best), ("builder", builder)]
+    group: list[tuple[str, Strategy | None]] = [("best", best), ("builder", builder)]
+    if not is_lossless(best):
+        lossless = [r for r in progress.trials if r.status == "ok" and r.median_s
+                    and r.id in strategies and is_lossless(strategies[r.id])]
+        if lossless:
+            group.append(("lossless", strategies[min(lossless, key=lambda r: r.median_s).id]))  # type: ignore[arg-type,return-value]
     if fp16_refs:
         fp16_name = min(fp16_refs, key=lambda k: fp16_refs[k])  # type: ignore[arg-type,return-value]
         fp16 = strategies.get(f"{prefix}reference/{fp16_name}")
         if fp16 is not None:
             group.append(("fp16", fp16))
+    group.append(("ddp", None))
     return group
 
 

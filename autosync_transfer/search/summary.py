@@ -127,7 +127,9 @@ def summarize(trials: Sequence[TrialRecord], references: dict[str, float | None]
         "speedup_vs_fp16_builder": (min(fp16.values()) / best_s if fp16 and best_s else None),
         "ddp_s": ddp,
         "speedup_vs_builder": best_builder / best_s if best_builder and best_s else None,
-        "speedup_vs_ddp": ddp / best_s if ddp and best_s else None,
+        # the search's own measurements (the minimum of many noisy trials against one of
+        # DDP): not a figure to report; "vs torch DDP" is the confirmation's
+        "unconfirmed_speedup_vs_ddp": ddp / best_s if ddp and best_s else None,
         "trials_to_1.1x": first_reaching(1.1),
         "trials_to_1.2x": first_reaching(1.2),
         "trials_to_1.3x": first_reaching(1.3),
@@ -136,6 +138,7 @@ def summarize(trials: Sequence[TrialRecord], references: dict[str, float | None]
         "confirmed": (confirmed := _confirmed(confirmations or {}, len(trials))),
         "confirmed_speedup_vs_builder": confirmed["speedup_vs_builder"] if confirmed else None,
         "confirmed_speedup_vs_fp16_builder": (confirmed or {}).get("speedup_vs_fp16_builder"),
+        "speedup_vs_ddp": (confirmed or {}).get("speedup_vs_ddp"),
     }
 
 
@@ -157,26 +160,65 @@ def _curve(trials: Sequence[TrialRecord], best_builder: float | None
 
 
 def _confirmed(confirmations: dict[str, TrialRecord], done: int) -> dict[str, Any] | None:
-    """The confirmation of the run at ``done`` trials: medians of the ok re-measurements of the
-    best strategy and of the best builder, and their ratio."""
-    times: dict[str, list[float]] = {"best": [], "builder": [], "fp16": []}
+    """The confirmation of the run at ``done`` trials: each member's median over its ok
+    re-measurements, and the best strategy's (and the best lossless one's) speed-ups over the
+    others paired by round, each with its 95 % interval, the rounds it rests on and its verdict
+    (:func:`autosync_transfer.measure.paired_speedup`; fewer than 3 paired rounds give no
+    interval)."""
+    from autosync_transfer.measure import paired_speedup
+    from autosync_transfer.measure.stats import verdict_for
+
+    members = ("best", "builder", "fp16", "ddp", "lossless")
+    times: dict[str, dict[int, float]] = {w: {} for w in members}
     names: dict[str, str] = {}
     for key, r in confirmations.items():
         at, _, rest = key.partition("/")
-        who = rest.rpartition("-")[2]
+        index, _, who = rest.rpartition("-")
         if at != str(done) or who not in times:
             continue
         names[who] = r.strategy_id
         if r.status == "ok" and r.median_s:
-            times[who].append(float(r.median_s))
+            times[who][int(index) if index.isdigit() else len(times[who])] = float(r.median_s)
     if not times["best"] or not times["builder"]:
         return None
-    best, builder = float(np.median(times["best"])), float(np.median(times["builder"]))
-    out = {"best": names.get("best"), "builder": names.get("builder"), "best_s": best,
-           "builder_s": builder, "speedup_vs_builder": builder / best,
-           "measurements": min(len(times["best"]), len(times["builder"]))}
+
+    def med(who: str) -> float:
+        return float(np.median(list(times[who].values())))
+
+    def versus(who: str, other: str, label: str, out: dict[str, Any]) -> None:
+        rounds = sorted(set(times[who]) & set(times[other]))
+        if not rounds:
+            return
+        est = paired_speedup([times[who][i] for i in rounds], [times[other][i] for i in rounds])
+        out[label] = est.speedup
+        out[f"{label}_low"] = est.low if math.isfinite(est.low) else None
+        out[f"{label}_high"] = est.high if math.isfinite(est.high) else None
+        out[f"{label}_rounds"] = est.n
+        out[f"{label}_verdict"] = verdict_for(est, 0.02).value
+
+    out: dict[str, Any] = {"best": names.get("best"), "builder": names.get("builder"),
+                           "best_s": med("best"), "builder_s": med("builder"),
+                           "measurements": min(len(times["best"]), len(times["builder"]))}
+    versus("best", "builder", "speedup_vs_builder", out)
     if times["fp16"]:
-        fp16 = float(np.median(times["fp16"]))
-        out.update(fp16_builder=names.get("fp16"), fp16_builder_s=fp16,
-                   speedup_vs_fp16_builder=fp16 / best)
+        out.update(fp16_builder=names.get("fp16"), fp16_builder_s=med("fp16"))
+        versus("best", "fp16", "speedup_vs_fp16_builder", out)
+    if times["ddp"]:
+        out["ddp_s"] = med("ddp")
+        versus("best", "ddp", "speedup_vs_ddp", out)
+    if times["lossless"]:
+        out.update(lossless=names.get("lossless"), lossless_s=med("lossless"))
+        versus("lossless", "builder", "lossless_speedup_vs_builder", out)
+        if times["ddp"]:
+            versus("lossless", "ddp", "lossless_speedup_vs_ddp", out)
     return out
+
+
+def format_speedup(c: dict[str, Any], label: str) -> str:
+    """``1.23x [1.10, 1.37], 10 rounds`` from a confirmation's figures (``-`` when absent)."""
+    v = c.get(label)
+    if v is None:
+        return "-"
+    lo, hi, n = c.get(f"{label}_low"), c.get(f"{label}_high"), c.get(f"{label}_rounds")
+    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else " [no interval]"
+    return f"{v:.2f}x{ci}, {n} rounds"

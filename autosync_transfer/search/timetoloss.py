@@ -305,7 +305,7 @@ def time_to_loss_figures(progress: SearchProgress, strategies: Mapping[str, Stra
         "ttl_best_s": best[0] if best else None,
         "ttl_best_ratio": best[2] if best else None,
         "ttl_speedup_vs_builder": builder_s / best[0] if best and builder_s else None,
-        "ttl_speedup_vs_ddp": ddp_s / best[0] if best and ddp_s else None,
+        "ttl_speedup_vs_ddp": None,  # from the confirmation only (below)
         "confirmed_ttl_speedup_vs_builder": None,
         "convergence": {sid: c.model_dump(mode="python") for sid, c in by_id.items()},
         "excluded": excluded,
@@ -323,6 +323,8 @@ def time_to_loss_figures(progress: SearchProgress, strategies: Mapping[str, Stra
             conf_ratio = 1.0
     if conf_ratio is not None and conf.get("best_s") and conf.get("builder_s"):
         out["confirmed_ttl_speedup_vs_builder"] = conf["builder_s"] / (conf["best_s"] * conf_ratio)
+    if conf_ratio is not None and conf.get("speedup_vs_ddp"):
+        out["ttl_speedup_vs_ddp"] = conf["speedup_vs_ddp"] / conf_ratio
     # the best fp16 reference, by time to loss when it was checked
     fp16 = {k: v for k, v in progress.references.items() if k in FP16_REFERENCES and v}
     for name in sorted(fp16, key=lambda k: fp16[k]):  # type: ignore[arg-type,return-value]

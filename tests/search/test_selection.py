@@ -29,7 +29,9 @@ def test_summary_by_hand() -> None:
     assert s["trials_to_1.1x"] == 3 and s["trials_to_1.2x"] == 3 and s["trials_to_1.3x"] == 5
     assert s["hit_rate"] == [0.0, 1.0, 1.0]  # rounds: (1.3, fail), (1.0, 1.1), (0.9)
     assert s["speedup_vs_builder"] == pytest.approx(1.2 / 0.9)
-    assert s["speedup_vs_ddp"] == pytest.approx(1.5 / 0.9)
+    # vs torch DDP only from a confirmation; the search's own figure is kept apart
+    assert s["speedup_vs_ddp"] is None
+    assert s["unconfirmed_speedup_vs_ddp"] == pytest.approx(1.5 / 0.9)
     assert s["failed"] == 1 and s["trials"] == 5
 
 
@@ -60,9 +62,15 @@ def test_hits_need_the_margin_and_confirmations_give_the_confirmed_speedup() -> 
     c = s["confirmed"]
     assert (c["best"], c["builder"], c["measurements"]) == ("s2", "ps", 2)
     assert c["best_s"] == pytest.approx(0.98) and c["builder_s"] == pytest.approx(1.02)
-    assert s["confirmed_speedup_vs_builder"] == pytest.approx(1.02 / 0.98)
+    # paired by round (rounds 0 and 2: round 1's best failed): the geometric mean of the ratios
+    paired = ((1.02 / 0.96) * (1.04 / 1.00)) ** 0.5
+    assert s["confirmed_speedup_vs_builder"] == pytest.approx(paired)
+    assert c["speedup_vs_builder_rounds"] == 2 and c["speedup_vs_builder_low"] == 0.0
+    assert c["speedup_vs_builder_high"] is None  # 2 rounds: no interval
+    assert c["speedup_vs_builder_verdict"] == "undecided"
     assert c["fp16_builder"] == "ar+fp16" and c["fp16_builder_s"] == pytest.approx(0.98)
-    assert s["confirmed_speedup_vs_fp16_builder"] == pytest.approx(1.0)
+    assert s["confirmed_speedup_vs_fp16_builder"] == pytest.approx(0.97 / 0.96)  # round 0 only
+    assert s["speedup_vs_ddp"] is None  # DDP was not in this confirmation
 
 
 def test_summary_without_successes() -> None:
@@ -112,3 +120,28 @@ def test_the_simulator_learns_failures_as_slow_and_each_strategy_once(tmp_path) 
     data = searcher.proposer.training_data(strategies)
     got = dict(zip((x.id for x in data.strategies), data.runtimes_s))
     assert got == {s[0].id: 0.2, s[1].id: 0.5, s[2].id: 1.0}
+
+
+def test_confirmation_gives_intervals_and_the_speedup_vs_ddp() -> None:
+    refs = {"ps": 1.0, "torch_ddp": 1.2}
+    trials = [_rec(0, 0.8)]
+
+    def conf(key: str, median: float, sid: str) -> TrialRecord:
+        return _rec(0, median).model_copy(update={"id": f"d/confirm/{key}", "strategy_id": sid})
+
+    confirmations = {}
+    for i in range(10):
+        drift = 1.0 + 0.03 * i  # the machine slows down: paired rounds cancel it
+        confirmations[f"1/{i}-best"] = conf(f"1/{i}-best", 0.80 * drift * (1 + 0.01 * (i % 3)), "s")
+        confirmations[f"1/{i}-builder"] = conf(f"1/{i}-builder", 1.00 * drift, "ps")
+        confirmations[f"1/{i}-ddp"] = conf(f"1/{i}-ddp", 1.20 * drift, "torch_ddp")
+    s = summarize(trials, refs, per_round=1, confirmations=confirmations)
+    c = s["confirmed"]
+    assert c["speedup_vs_builder_rounds"] == 10
+    assert c["speedup_vs_builder_low"] < 1.25 / 1.01 < c["speedup_vs_builder_high"]
+    assert c["speedup_vs_builder_verdict"] == "faster"
+    assert s["speedup_vs_ddp"] == pytest.approx(c["speedup_vs_ddp"])
+    assert 1.45 < c["speedup_vs_ddp_low"] <= s["speedup_vs_ddp"] <= c["speedup_vs_ddp_high"] < 1.52
+    from autosync_transfer.search.summary import format_speedup
+
+    assert format_speedup(c, "speedup_vs_ddp").endswith(", 10 rounds")
