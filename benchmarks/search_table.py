@@ -209,6 +209,15 @@ def main() -> int:
               f"{_fmt(s.get('ttl_speedup_vs_builder'), '5.2f')}x "
               f"{_fmt(s.get('confirmed_ttl_speedup_vs_builder'), '5.2f')}x "
               f"{_fmt(s.get('ttl_speedup_vs_ddp'), '6.2f')}x {len(s.get('excluded') or {}):4d}")
+    # the confirmed speed-ups with their 95 % intervals (paired by round, interleaved pool)
+    from autosync_transfer.search.summary import format_speedup
+
+    print("confirmed (best found vs): the best builder | torch DDP | the best fp16 reference")
+    for dname, label, s, _ in rows:
+        c = s.get("confirmed") or {}
+        print(f"{dname:11s} {label:28s} {format_speedup(c, 'speedup_vs_builder')} | "
+              f"{format_speedup(c, 'speedup_vs_ddp')} | "
+              f"{format_speedup(c, 'speedup_vs_fp16_builder')}")
     seconds: dict[str, dict[str, float]] = {}
     for dname, label, s, _ in rows:
         for sid, why in (s.get("excluded") or {}).items():
