@@ -167,7 +167,10 @@ class Autotuner:
         self._switches = 0
         self._round_steps: list[float] = []
         t0 = time.perf_counter()
-        self._candidates = self._propose()
+        # a budget that cannot decide on one candidate proposes none (a simulator's ranking
+        # costs time the job would not win back)
+        affordable = config.budget_steps() // (config.steps_per_candidate * config.min_rounds)
+        self._candidates = self._propose() if affordable >= 1 else []
         self.propose_s = time.perf_counter() - t0
         state = model._autotune_state
         if state is not None and state.get("locked"):
@@ -239,9 +242,9 @@ class Autotuner:
         per_round = cfg.steps_per_candidate * cfg.min_rounds
         fit = min(len(self._candidates), cfg.max_candidates, budget // per_round)
         if fit < 1:
-            reason = "no candidate besides torch DDP" if not self._candidates else \
-                (f"a budget of {budget} steps cannot decide on one candidate "
-                 f"({cfg.min_rounds} rounds x {cfg.steps_per_candidate} steps)")
+            reason = (f"a budget of {budget} steps cannot decide on one candidate "
+                      f"({cfg.min_rounds} rounds x {cfg.steps_per_candidate} steps)"
+                      if budget < per_round else "no candidate besides torch DDP")
             self._lock(TORCH_DDP if self.locked is None else self.locked, reason=reason)
             return
         cands = self._candidates[:fit]

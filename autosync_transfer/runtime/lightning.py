@@ -295,14 +295,20 @@ class AutoSyncStrategy(DDPStrategy):
         graph = self.model_graph(model)
         cluster = self._cluster()
         resume, self._resume = self._resume, None
+        strategy: Strategy | None
         if resume is not None and resume.get("world_size") == dist.get_world_size():
             strategy = Strategy.from_json(resume["strategy"])
+        elif self.autotune is not None and self._given is None:
+            strategy = None  # torch DDP starts; a simulator's picks are the candidates
         else:
             strategy = self._resolve(model, graph)
         self._sync_strategy = strategy
         if self.global_rank == 0:
-            log.info("AutoSyncStrategy: strategy %s (%s, %d variables) on cluster %s",
-                     strategy.id, strategy.kind, len(strategy.nodes), cluster.name)
+            if strategy is None:
+                log.info("AutoSyncStrategy: torch DDP on cluster %s, autotuning", cluster.name)
+            else:
+                log.info("AutoSyncStrategy: strategy %s (%s, %d variables) on cluster %s",
+                         strategy.id, strategy.kind, len(strategy.nodes), cluster.name)
         autotune = self.autotune
         if autotune is not None and autotune.candidates is None:
             proposed = self.autotune_candidates(graph, cluster)
