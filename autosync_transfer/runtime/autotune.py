@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -435,8 +434,3 @@ class Autotuner:
             self._switch_to(self.locked)
         else:
             self._start_round()
-
-
-def steady_median(times: Sequence[float]) -> float:
-    """The median of ``times`` (seconds), for reports."""
-    return statistics.median(times) if times else math.nan
