@@ -229,8 +229,11 @@ def run_checks(domain: Domain, candidates: Sequence[Strategy], checks_file: str 
     checks: dict[str, ConvergenceCheck] = {}
     missing: list[Strategy] = []
     recipe = _recipe(domain, workload)
+    seeds = ConvergenceConfig().seeds
     for s in candidates:
         c = known.get(store.key(domain.name, s, steps, seed, **recipe))
+        if c is not None and len(c.seeds or (c.seed,)) != seeds:
+            c = None  # checked on another number of seeds (an earlier version's one): again
         if c is not None:
             checks[s.id] = c.judged(tolerance) if tolerance is not None else c
         else:
