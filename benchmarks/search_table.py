@@ -215,9 +215,13 @@ def main() -> int:
     print("confirmed (best found vs): the best builder | torch DDP | the best fp16 reference")
     for dname, label, s, _ in rows:
         c = s.get("confirmed") or {}
+        ttl = s.get("confirmed_ttl_speedup_vs_builder")
+        ttl_low = s.get("confirmed_ttl_speedup_vs_builder_low")
         print(f"{dname:11s} {label:28s} {format_speedup(c, 'speedup_vs_builder')} | "
               f"{format_speedup(c, 'speedup_vs_ddp')} | "
-              f"{format_speedup(c, 'speedup_vs_fp16_builder')}")
+              f"{format_speedup(c, 'speedup_vs_fp16_builder')}"
+              + (f" | time to loss {ttl:.2f}x (lower bound {ttl_low:.2f}x)"
+                 if ttl is not None and ttl_low is not None else ""))
     seconds: dict[str, dict[str, float]] = {}
     for dname, label, s, _ in rows:
         for sid, why in (s.get("excluded") or {}).items():

@@ -318,14 +318,22 @@ def time_to_loss_figures(progress: SearchProgress, strategies: Mapping[str, Stra
     # the confirmed strategy's time to loss, when it counts (lossless, or checked and passed)
     conf = summary.get("confirmed") or {}
     conf_ratio = None
+    ratio_high = None  # the ratio's upper bound over seeds: the interval's conservative end
     if conf.get("best") is not None:
         if conf["best"] in by_id:
             c = by_id[conf["best"]]
             conf_ratio = c.credited_step_ratio if c.passed else None
+            ratio_high = c.step_ratio_high
         elif any(s.id == conf["best"] and is_lossless(s) for s in strategies.values()):
-            conf_ratio = 1.0
+            conf_ratio = ratio_high = 1.0
     if conf_ratio is not None and conf.get("best_s") and conf.get("builder_s"):
         out["confirmed_ttl_speedup_vs_builder"] = conf["builder_s"] / (conf["best_s"] * conf_ratio)
+        # a lower bound: the per-step interval's low end over the ratio's upper bound (at
+        # least 1: a ratio below 1 that is not significant is not credited)
+        low = conf.get("speedup_vs_builder_low")
+        if low is not None and ratio_high is not None and math.isfinite(ratio_high):
+            out["confirmed_ttl_speedup_vs_builder_low"] = low / max(1.0, ratio_high) \
+                if conf_ratio >= 1.0 else low / ratio_high
     if conf_ratio is not None and conf.get("speedup_vs_ddp"):
         out["ttl_speedup_vs_ddp"] = conf["speedup_vs_ddp"] / conf_ratio
     # the best fp16 reference, by time to loss when it was checked
