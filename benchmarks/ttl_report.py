@@ -112,11 +112,23 @@ def main() -> int:
     print(f"time to target loss: best that counts {best} (ratio "
           f"{ttl['ttl_best_ratio'] if ttl['ttl_best_ratio'] is not None else '-'}), "
           f"{x(ttl['ttl_speedup_vs_builder'])} vs the builder (confirmed "
-          f"{x(ttl['confirmed_ttl_speedup_vs_builder'])}), {x(ttl['ttl_speedup_vs_ddp'])} vs DDP")
+          f"{x(ttl['confirmed_ttl_speedup_vs_builder'])}, lower bound "
+          f"{x(ttl.get('confirmed_ttl_speedup_vs_builder_low'))}), "
+          f"{x(ttl['ttl_speedup_vs_ddp'])} vs DDP")
+    conf = summary.get("confirmed") or {}
+    if conf:
+        from autosync_transfer.search.summary import format_speedup
+
+        print(f"confirmed per step: {conf.get('best')} vs the builder "
+              f"{format_speedup(conf, 'speedup_vs_builder')}")
     for sid, c in ttl["convergence"].items():
         verdict = "passed" if c["passed"] else "failed"
+        seeds = c.get("seeds") or ()
+        bounds = (f" (upper bounds over seeds {', '.join(map(str, seeds))}: ratio "
+                  f"{c['step_ratio_high']:.2f}, gap {100 * c['final_gap_high']:+.1f}%)"
+                  if seeds else " (one seed)")
         print(f"  check {sid}: {verdict}, steps ratio {c['step_ratio']:.2f}, final gap "
-              f"{100 * c['final_gap']:+.1f}% over {c['steps']} steps")
+              f"{100 * c['final_gap']:+.1f}% over {c['steps']} steps{bounds}")
     for sid, why in ttl["excluded"].items():
         if sid not in ttl["convergence"]:
             print(f"  excluded {sid}: {why}")

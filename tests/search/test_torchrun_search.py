@@ -40,10 +40,15 @@ def test_search_through_torchrun_workers(tmp_path: Path) -> None:
     summary = json.loads(s.stdout)
     assert summary["trials"] == 3 and summary["best_s"] > 0
     records = [json.loads(line) for line in store.read_text().splitlines()]
-    # references (builders, DDP, fp16 variants), 3 trials, then the best, the best builder and
-    # the best fp16 variant once more
-    assert len(records) == len(BUILDERS) + 1 + len(FP16_REFERENCES) + 3 + 3
+    # references (builders, DDP, fp16 variants), 3 trials, then one confirmation round: the
+    # best, the best builder, the best fp16 variant, torch DDP (and the best lossless strategy
+    # when the best is lossy)
+    confirm = {r["id"].rsplit("-", 1)[1] for r in records if "/confirm/" in r["id"]}
+    assert {"best", "builder", "fp16", "ddp"} <= confirm <= {"best", "builder", "fp16", "ddp",
+                                                            "lossless"}
+    assert len(records) == len(BUILDERS) + 1 + len(FP16_REFERENCES) + 3 + len(confirm)
     assert summary["confirmed"]["measurements"] == 1
+    assert summary["confirmed"]["ddp_s"] > 0
     assert all(r["launcher"] == "torchrun" and r["status"] == "ok" for r in records)
     assert all(len(r["iteration_times_s"]) == 2 for r in records)
     # the torchrun workers probe the lossy references' gradient fidelity (job queue -> results
