@@ -371,6 +371,7 @@ class Autotuner:
               reason: str = "") -> None:
         self.locked = choice
         self._switch_to(choice)
+        self.model.release_parked()
         name = TORCH_DDP if isinstance(choice, str) else choice.id
         steps = len(self._round_steps)
         locked_median = None

@@ -228,6 +228,9 @@ class DistributedModel(torch.nn.Module):
         self.backend: str | None = None
         self._tuner: Any = None
         self._executor: StrategyExecutor | TorchDdpBackend | None = None
+        #: DDP wrappers set aside while autotuning switches back and forth (their reducers'
+        #: hooks do nothing without their own forward): a switch back costs no new reducer
+        self._parked: dict[str, TorchDdpBackend] = {}
         self._restore: dict[str, Any] | None = None
         self._autotune_state: dict[str, Any] | None = None
         self._require_backward_grad_sync = True
@@ -320,11 +323,12 @@ class DistributedModel(torch.nn.Module):
                 raise ConfigError('torch DDP synchronizes every backward: it cannot run with '
                                   'sync_on="step"; pass a strategy')
             old, self._executor = self._executor, None
-            if old is not None:
-                old.close()
-            ex: StrategyExecutor | TorchDdpBackend = TorchDdpBackend(
-                self.module, self.groups.ar, find_unused_parameters=self.find_unused_parameters,
-                broadcast_buffers=self.broadcast_buffers).setup()
+            self._retire(old)
+            ex: StrategyExecutor | TorchDdpBackend = self._parked.pop(TORCH_DDP, None) or \
+                TorchDdpBackend(self.module, self.groups.ar,
+                                find_unused_parameters=self.find_unused_parameters,
+                                broadcast_buffers=self.broadcast_buffers, key=TORCH_DDP).setup()
+            ex.sync_enabled = True
             self._executor = ex
             self.backend = TORCH_DDP
             assert self.graph is not None and self.cluster is not None
@@ -335,14 +339,15 @@ class DistributedModel(torch.nn.Module):
         fit = ddp_bucket_caps(plan) if self.use_ddp_reducer and self.sync_on == "backward" \
             else None
         old, self._executor = self._executor, None
-        if old is not None:
-            old.close()
+        self._retire(old)
         if fit is not None:
             caps, compressor = fit
-            ex = TorchDdpBackend(self.module, self.groups.ar, plan=plan, bucket_caps_mb=caps,
-                                 compressor=compressor,
-                                 find_unused_parameters=self.find_unused_parameters,
-                                 broadcast_buffers=self.broadcast_buffers).setup()
+            key = f"plan:{strategy.fingerprint}"
+            ex = self._parked.pop(key, None) or TorchDdpBackend(
+                self.module, self.groups.ar, plan=plan, bucket_caps_mb=caps,
+                compressor=compressor, find_unused_parameters=self.find_unused_parameters,
+                broadcast_buffers=self.broadcast_buffers, key=key).setup()
+            ex.sync_enabled = True
             self.backend = "ddp_reducer"
         else:
             ex = StrategyExecutor(self.module, plan, self.groups, seed=self.seed, auto_finish=True,
@@ -357,6 +362,24 @@ class DistributedModel(torch.nn.Module):
             states = state.get("compressor") or []
             if len(states) == dist.get_world_size():
                 ex.load_compressor_state(states[dist.get_rank()])
+
+    def _retire(self, old: StrategyExecutor | TorchDdpBackend | None) -> None:
+        """The backend switched away from: a DDP wrapper is set aside while autotuning (at most
+        a few), anything else closed."""
+        if old is None:
+            return
+        if isinstance(old, TorchDdpBackend) and self.autotune is not None and old.key \
+                and len(self._parked) < 4:
+            old.begin_forward()  # its last synchronization is done: counted before it rests
+            self._parked[old.key] = old
+            return
+        old.close()
+
+    def release_parked(self) -> None:
+        """Close the DDP wrappers set aside while autotuning (the tuner calls it at lock-in)."""
+        parked, self._parked = self._parked, {}
+        for b in parked.values():
+            b.close()
 
     def switch(self, strategy: Strategy | str) -> None:
         """Synchronize with ``strategy`` from the next step on (collective; call it on every
@@ -517,6 +540,7 @@ class DistributedModel(torch.nn.Module):
             self._closed = (self._executor.plan, self._executor.compressor_state())
             self._executor.close()
             self._executor = None
+        self.release_parked()
         if self._step_hook is not None:
             self._step_hook.remove()
             self._step_hook = None

@@ -63,7 +63,7 @@ class TorchDdpBackend:
     def __init__(self, module: torch.nn.Module, group: Any, *,
                  plan: SyncPlan | None = None, bucket_caps_mb: list[float] | None = None,
                  compressor: str = "none", find_unused_parameters: bool = False,
-                 broadcast_buffers: bool = True) -> None:
+                 broadcast_buffers: bool = True, key: str | None = None) -> None:
         self.module = module
         self.group = group
         #: the strategy's plan (``None`` for torch DDP itself)
@@ -72,6 +72,8 @@ class TorchDdpBackend:
         self.compressor = compressor
         self.find_unused_parameters = find_unused_parameters
         self.broadcast_buffers = broadcast_buffers
+        #: what this wrapper runs (TORCH_DDP or a plan's key), for setting it aside
+        self.key = key
         self.sync_enabled = True
         self.deferred = False
         self.ddp: Any = None
