@@ -32,7 +32,9 @@ BACKENDS = ("torch_ddp", "ddp_reducer", "none", "executor")
 
 def _parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="bert", help="a zoo model (bert, bert-3l, ncf, vgg16-s, ...)")
+    ap.add_argument("--model", default="bert", help="a zoo model (bert, bert-3l, ncf, vgg16-s, ...) "
+                    "or 'classifier' (the examples' text classifier: the short step of "
+                    "benchmarks/autotune_lightning.py)")
     ap.add_argument("--cluster", default="A", help="catalog cluster (CPU runs)")
     ap.add_argument("--launcher", choices=["emulated", "local"], default="emulated")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
@@ -42,6 +44,28 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--min-rounds", type=int, default=6)
     ap.add_argument("--max-rounds", type=int, default=16)
     return ap.parse_args()
+
+
+class _Classifier:
+    """The examples' text classifier (``examples/_common.py``), 32 samples per worker, as the
+    little of a workload this benchmark uses."""
+
+    def build(self, device: str, *, seed: int = 0):  # noqa: ANN201
+        import torch
+        from _common import TextClassifier
+
+        torch.manual_seed(seed)
+        return TextClassifier().to(device)
+
+    def batch(self, gen):  # noqa: ANN001, ANN201
+        from _common import batch
+
+        return batch(gen, 32)
+
+    def loss(self, model, inputs, targets):  # noqa: ANN001, ANN201
+        import torch.nn.functional as F
+
+        return F.cross_entropy(model(inputs), targets)
 
 
 def _bench(args: argparse.Namespace) -> None:
@@ -68,7 +92,7 @@ def _bench(args: argparse.Namespace) -> None:
     if dev.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     ctl = dist.new_group(backend="gloo")
-    wl = zoo_workload(args.model)
+    wl = _Classifier() if args.model == "classifier" else zoo_workload(args.model)
     base = wl.build("cpu", seed=0).to(dev)
     cluster = cluster_from_process_group()
     graph = ModelGraph.from_torch(base, name=args.model, sparse=())  # every variable dense
