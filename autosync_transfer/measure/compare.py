@@ -261,8 +261,10 @@ class Interleaved:
             return 0
         return min(round_of[warm - 1] + 1, self._round // 3)
 
-    def _evaluate(self, confidence: float) -> dict[str, CandidateResult]:
-        levels, warm, skip = self._levels()
+    def _evaluate(self, confidence: float,
+                  lv: tuple[dict[str, dict[int, float]], dict[str, int], int] | None = None
+                  ) -> dict[str, CandidateResult]:
+        levels, warm, skip = lv if lv is not None else self._levels()
         b = self.design.baseline
         out: dict[str, CandidateResult] = {}
         for n in self.names:
@@ -305,10 +307,11 @@ class Interleaved:
         the first), and its speed-up with the reported ``confidence`` interval over all its
         rounds."""
         d = self.design
-        report = self._evaluate(d.confidence) if self._round >= 1 else {}
+        lv = self._levels() if self._round >= 1 else None  # once: both evaluations share it
+        report = self._evaluate(d.confidence, lv) if lv is not None else {}
         verdicts: dict[str, Verdict] = {}
         if self._round >= d.min_rounds:
-            last_look = self._evaluate(d.look_confidence)
+            last_look = self._evaluate(d.look_confidence, lv)
             verdicts = {n: c.verdict for n, c in last_look.items()}
         out: dict[str, CandidateResult] = {}
         for n in self.names:
@@ -322,8 +325,7 @@ class Interleaved:
                 out[n] = CandidateResult(n, c.median_s, c.rounds,
                                          verdicts.get(n, Verdict.UNDECIDED), c.speedup,
                                          c.warmup_steps, c.steps)
-        _, _, skip = self._levels() if self._round else ({}, {}, 0)
-        return Comparison(d.baseline, out, self._round, skip, d)
+        return Comparison(d.baseline, out, self._round, lv[2] if lv is not None else 0, d)
 
 
 def compare(candidates: Sequence[str], time_block: Callable[[str], Sequence[float]],

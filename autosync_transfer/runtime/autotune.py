@@ -346,7 +346,7 @@ class Autotuner:
         self._report_trials()
         self._cmp = None
         self._current = None
-        self._lock(self._choices[best], comparison=comparison)
+        self._lock(self._choices[best], comparison=comparison, name=best)
 
     def _report_trials(self) -> None:
         for name, choice in self._choices.items():
@@ -368,19 +368,16 @@ class Autotuner:
                     log.warning("autotune: on_trial failed: %s: %s", type(e).__name__, e)
 
     def _lock(self, choice: Choice, *, comparison: dict[str, Any] | None = None,
-              reason: str = "") -> None:
+              reason: str = "", name: str | None = None) -> None:
         self.locked = choice
         self._switch_to(choice)
         self.model.release_parked()
-        name = TORCH_DDP if isinstance(choice, str) else choice.id
         steps = len(self._round_steps)
         locked_median = None
-        if comparison is not None:
-            for c in comparison["candidates"]:
-                key = c["name"]
-                if (key == TORCH_DDP and isinstance(choice, str)) or \
-                        (not isinstance(choice, str) and key.endswith(f":{choice.id}")):
-                    locked_median = c["median_s"]
+        if comparison is not None:  # the locked choice's median in the comparison
+            locked_median = next((c["median_s"] for c in comparison["candidates"]
+                                  if c["name"] == name), None)
+        name = TORCH_DDP if isinstance(choice, str) else choice.id
         cost = 0.0
         if locked_median is not None and math.isfinite(locked_median):
             cost = max(0.0, sum(self._round_steps) - steps * locked_median)
