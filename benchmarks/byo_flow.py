@@ -133,7 +133,7 @@ def run_flow(args: argparse.Namespace, flow: Flow, env: dict[str, str]) -> None:
     strategy = flow.out / "strategy.json"
     params = {"warm": warm, "budget": args.budget, "launcher": args.launcher}
     if not flow.done("search", params):
-        res, wall = _cli(["search", *target, "--budget", str(args.budget), "--warm-start", warm,
+        res, wall = _cli(["search", *target, "--budget", str(args.budget), "--simulator", warm,
                           "--launcher", args.launcher, "--store", str(flow.out / "search.jsonl"),
                           "--export-json", str(strategy), *quick, *epochs], env)
         flow.save("search", params, res, wall)

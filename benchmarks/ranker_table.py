@@ -17,7 +17,12 @@ The rankers train and are scored on drift-normalized runtimes, so ``ceil_n`` is 
 those labels (``dataset.loader.normalized_reference_noise``: every re-measurement normalized by
 the others, as a trial is by the re-measurements around it) and ``gap`` is the best learned
 ranker's distance to it (negative: above it).
-``--out FILE`` appends the table, headed by the command line, to FILE.
+A second table covers the domains whose store has repeat runs (``benchmarks/repeatability.py``):
+each kind is trained on the domain's strategies *other than* the re-measured ones and scores the
+re-measured ones; ``pw`` = pairwise accuracy on all their pairs against the runs' consensus labels,
+``res`` = on the pairs the runs resolve (count in the header), ``rg`` = top-1 regret of its pick
+against the consensus-fastest (``dataset.repeat.ranking_figures``), means over seeds.
+``--out FILE`` appends the tables, headed by the command line, to FILE.
 
     python benchmarks/ranker_table.py [--seeds 3] [--epochs 60] [--min-trials 40]
         [--kinds analytical,stepsim,linear,rnn,gat,transformer] [--out FILE]
@@ -118,12 +123,56 @@ def main() -> int:
             f"{statistics.median(norm_ceilings) if norm_ceilings else float('nan'):.3f} "
             f"(normalized labels); best learned within 0.02 of ceil_n (goal) on "
             f"{sum(g <= 0.02 for g in gaps)} of {len(gaps)} domains")
+    resolved_table(df, kinds, args, out)
     if args.out:
         stamp = datetime.date.today().isoformat()
         with open(args.out, "a", encoding="utf-8") as fh:
             fh.write(f"\n# {stamp}: python {' '.join(shlex.quote(a) for a in sys.argv)}\n"
                      + "\n".join(lines) + "\n")
     return 0
+
+
+def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
+    """The kinds on the re-measured strategies of every store with complete repeat runs."""
+    from pathlib import Path
+
+    from autosync_transfer.dataset.loader import dataset_files, find_domain, strategy_table
+    from autosync_transfer.dataset.repeat import load_repeatability, ranking_figures
+    from autosync_transfer.rankers.simulator import train_simulator
+
+    rows = []
+    for f in dataset_files(args.stores):
+        if f.suffix != ".jsonl":
+            continue
+        name = Path(f).stem
+        rep = load_repeatability(f, name)
+        if rep is None or not rep.complete_runs() or name not in set(df["domain"]):
+            continue
+        rows.append((name, f, rep))
+    if not rows:
+        return
+    out("\non the re-measured strategies (trained without them): pw / res / rg")
+    out(f"{'domain':14s} {'n':>4s} {'resolved':>8s} " + " ".join(f"{k:>22s}" for k in kinds))
+    for name, f, rep in rows:
+        sub = df[df["domain"] == name]
+        table = strategy_table(sub)
+        held = set(rep.strategy_ids(rep.complete_runs()))
+        train = table[~table["strategy_id"].isin(held)]
+        test = table[table["strategy_id"].isin(held)]
+        domain = find_domain(name, [f])
+        cells = []
+        n_res = 0
+        for kind in kinds:
+            figs = []
+            for seed in range(args.seeds):
+                sim, _ = train_simulator(kind, train, seed=seed, max_epochs=args.epochs)
+                pred = sim.score(list(test["strategy"]), domain)
+                figs.append(ranking_figures(dict(zip(test["strategy_id"], map(float, pred))), rep))
+            n_res = figs[0]["resolved_pairs"]
+            cells.append(f"{statistics.mean(x['pairwise'] for x in figs):.3f} / "
+                         f"{statistics.mean(x['pairwise_resolved'] for x in figs):.3f} / "
+                         f"{statistics.mean(x['top1_regret'] for x in figs):.3f}")
+        out(f"{name:14s} {len(test):4d} {n_res:8d} " + " ".join(f"{c:>22s}" for c in cells))
 
 
 if __name__ == "__main__":

@@ -8,16 +8,17 @@ with each strategy's measured runtime (median of its trials' medians):
 * ``pw``: pairwise accuracy of the simulator's ranking (pairs of strategies of one domain)
   against the drift-normalized labels the rankers train on (``dataset.loader.drift_normalized``);
 * ``pw_an``: pairwise accuracy of the analytical sync-only model (the old baseline), beside it;
-* with ``--compare``, ``ring mape`` / ``ring pw``: the profile columns again with
-  ``StepSimConfig.ring_shares_cores`` (the older model that slowed all-reduce rings by the
-  host's compute slowdown), measured side by side in the same run;
+* ``pw_res`` / ``regret``: where the store has repeat runs (``benchmarks/repeatability.py``),
+  the profile simulator's pairwise accuracy on the pairs those runs resolve (their count in
+  brackets) and the top-1 regret of its pick among the re-measured strategies against the
+  fastest by the runs' consensus;
 * with ``--linear-fit``, ``lin pw``: what simple structure explains, as a yardstick: the pairwise
   accuracy of a linear fit of the log normalized runtime on eight numbers of each strategy
   (:func:`strategy_numbers`), 5-fold cross-validated within the domain (it uses the domain's
   trials; the simulator uses none);
 * with ``--builders``, a second table: every hand-optimized builder's strategy (``kind`` other
   than ``sampled``) of every domain, its measured step (raw and drift-normalized) beside the
-  simulator's prediction (and, with ``--compare``, the older model's); and every calibration's
+  simulator's prediction; and every calibration's
   measured all-reduce (``ClusterCalibration.allreduce_s``, taken with no worker computing)
   against the ring the simulator charges at the calibrated rates (:func:`ring_seconds`).
 
@@ -31,7 +32,7 @@ is told so (``StepSimConfig.host_processes`` = world size, ``host_cores`` = the 
 records' ``machine`` field reports); this is a property of the launcher, not a fitted number.
 
     python benchmarks/stepsim_accuracy.py [--heldout DIR] [--profiles DIR] [--calibrations DIR]
-        [--compare] [--linear-fit] [--builders] [--out benchmarks/results/stepsim_accuracy.txt]
+        [--linear-fit] [--builders] [--out benchmarks/results/stepsim_accuracy.txt]
 """
 
 from __future__ import annotations
@@ -49,34 +50,6 @@ def pairwise(pred: np.ndarray, y: np.ndarray) -> float:
     i, j = np.triu_indices(len(y), 1)
     m = y[i] != y[j]
     return float(np.mean(np.sign(pred[i] - pred[j])[m] == np.sign(y[i] - y[j])[m]))
-
-
-def sim_options(pairs: list[str], ap: argparse.ArgumentParser) -> dict:
-    """``--sim-option NAME=VALUE`` arguments -> StepSimConfig overrides (true/false, numbers);
-    a bad one is refused in one line by ``ap.error`` (exit 2)."""
-    from autosync_transfer.rankers.stepsim import StepSimConfig
-
-    out: dict = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        field = StepSimConfig.model_fields.get(name)
-        if not sep or field is None or name in ("host_processes", "host_cores"):
-            ap.error(f"--sim-option: {pair!r}: expected NAME=VALUE with NAME a StepSimConfig "
-                     "field other than host_processes / host_cores")
-        if field.annotation is bool:
-            if value.lower() not in ("true", "false"):
-                ap.error(f"--sim-option: {pair!r}: {name} takes true or false")
-            out[name] = value.lower() == "true"
-        else:
-            try:
-                out[name] = float(value)
-            except ValueError:
-                ap.error(f"--sim-option: {pair!r}: {name} takes a number")
-    try:
-        StepSimConfig(**out)
-    except ValueError as e:
-        ap.error(f"--sim-option: {' '.join(str(e).split())[:200]}")
-    return out
 
 
 def strategy_numbers(strategy, domain) -> list[float]:
@@ -165,13 +138,9 @@ def main() -> int:
                     help="also a cross-validated linear fit on eight strategy numbers (lin pw)")
     ap.add_argument("--builders", action="store_true",
                     help="also list every builder strategy: measured against predicted seconds")
-    ap.add_argument("--compare", action="store_true",
-                    help="also the profile columns with ring_shares_cores (the older model)")
-    ap.add_argument("--sim-option", action="append", default=[], metavar="NAME=VALUE",
-                    help="predict with this StepSimConfig setting (repeatable)")
     args = ap.parse_args()
-    options = sim_options(args.sim_option, ap)
 
+    from autosync_transfer.dataset.repeat import load_repeatability, ranking_figures
     from autosync_transfer.dataset.loader import (file_meta, find_domain, load_trials,
                                                   normalized_noise_ceiling, reference_noise,
                                                   strategy_table)
@@ -193,14 +162,14 @@ def main() -> int:
               f"accuracy; pw_an = the analytical sync-only model's pairwise accuracy\n")
     lines = [f"{'domain':16s} {'n':>4s} {'fallback mape':>13s} {'pw':>6s} "
              f"{'profile mape':>13s} {'pw':>6s} {'pw_an':>6s} {'ceil_raw':>8s} "
-             f"{'ceil_norm':>9s}" + (f" {'ring mape':>9s} {'ring pw':>7s}" if args.compare
-                                     else "") + (f" {'lin pw':>6s}" if args.linear_fit else "")]
+             f"{'ceil_norm':>9s} {'pw_res':>12s} {'regret':>6s}"
+             + (f" {'lin pw':>6s}" if args.linear_fit else "")]
     summary: dict[str, list[float]] = {"fb_mape": [], "fb_pw": [], "pr_mape": [], "pr_pw": [],
                                        "an_pw": [], "ceil_raw": [], "ceil_norm": [],
-                                       "ring_mape": [], "ring_pw": [], "lin_pw": []}
+                                       "pw_res": [], "regret": [], "lin_pw": []}
     ring_lines: dict[str, str] = {}
     builder_lines = [f"{'domain':16s} {'builder':24s} {'measured':>8s} {'norm':>7s} "
-                     f"{'pred':>7s}" + (f" {'ring':>7s}" if args.compare else "")]
+                     f"{'pred':>7s}"]
     for f in files:
         df = load_trials(f)
         if not len(df):
@@ -225,7 +194,7 @@ def main() -> int:
             cpus = [json.loads(m).get("cpus") for m in df["machine"] if m]
             cores = int(np.median([c for c in cpus if c])) if any(cpus) else None
             host = {"host_processes": world, **({"host_cores": cores} if cores else {})}
-        config = StepSimConfig(**{"sparse_call_s": args.sparse_call_s, **options}, **host)
+        config = StepSimConfig(sparse_call_s=args.sparse_call_s, **host)
         fb = StepSimulator(domain, config=config).simulate(strategies)["step_s"]
         prof = next((p for p in profiles if p.fingerprint == domain.model.fingerprint), None)
         cal = next((c for c in calibrations if c.fingerprint == domain.cluster.fingerprint),
@@ -257,16 +226,14 @@ def main() -> int:
         summary["ceil_raw"].append(c_raw)
         summary["ceil_norm"].append(c_norm)
         pr_or_fb = pr if (prof is not None or cal is not None) else fb
-        rp = None
-        if args.compare and (prof is not None or cal is not None):
-            old = config.model_copy(update={"ring_shares_cores": True})
-            rp = StepSimulator(domain, prof, cal, old).simulate(strategies)["step_s"]
-            r_mape, r_pw = float(np.median(np.abs(rp - y) / y)), pairwise(rp, yn)
-            row += f" {r_mape:9.3f} {r_pw:7.3f}"
-            summary["ring_mape"].append(r_mape)
-            summary["ring_pw"].append(r_pw)
-        elif args.compare:
-            row += f" {'-':>9s} {'-':>7s}"
+        rep = load_repeatability(f, name)
+        if rep is not None and rep.complete_runs():
+            fig = ranking_figures(dict(zip(raw["strategy_id"], (float(v) for v in pr_or_fb))), rep)
+            row += f" {fig['pairwise_resolved']:6.3f} ({fig['resolved_pairs']:3d}) {fig['top1_regret']:6.1%}"
+            summary["pw_res"].append(fig["pairwise_resolved"])
+            summary["regret"].append(fig["top1_regret"])
+        else:
+            row += f" {'-':>12s} {'-':>6s}"
         if args.linear_fit:
             lin = linear_fit_pairwise(np.array([strategy_numbers(s, domain)
                                                 for s in strategies]), yn)
@@ -284,20 +251,16 @@ def main() -> int:
             for i, st in enumerate(strategies):
                 if st.kind != "sampled":
                     builder_lines.append(
-                        f"{name:16s} {st.kind:24s} {y[i]:8.3f} {yn[i]:7.3f} {pr_or_fb[i]:7.3f}"
-                        + (f" {rp[i]:7.3f}" if args.compare and rp is not None else
-                           (f" {'-':>7s}" if args.compare else "")))
+                        f"{name:16s} {st.kind:24s} {y[i]:8.3f} {yn[i]:7.3f} {pr_or_fb[i]:7.3f}")
     med = {k: (f"{np.nanmedian(v):.3f}" if v else "-") for k, v in summary.items()}
     lines.append(f"{'median':16s} {'':4s} {med['fb_mape']:>13s} {med['fb_pw']:>6s} "
                  f"{med['pr_mape']:>13s} {med['pr_pw']:>6s} {med['an_pw']:>6s} "
-                 f"{med['ceil_raw']:>8s} {med['ceil_norm']:>9s}"
-                 + (f" {med['ring_mape']:>9s} {med['ring_pw']:>7s}" if args.compare else "")
+                 f"{med['ceil_raw']:>8s} {med['ceil_norm']:>9s} {med['pw_res']:>12s} {med['regret']:>6s}"
                  + (f" {med['lin_pw']:>6s}" if args.linear_fit else ""))
     text = header + "\n".join(lines) + "\n"
     if args.builders:
         text += ("\n# builders: measured = median step seconds, norm = drift-normalized, pred = "
-                 "the simulator (profile + calibration, else fallback)"
-                 + (", ring = the older model (rings slowed)" if args.compare else "") + "\n"
+                 "the simulator (profile + calibration, else fallback)\n"
                  + "\n".join(builder_lines) + "\n"
                  + "\n# calibrations: measured all-reduce / the simulator's ring at the "
                  "calibrated rates (no worker computing)\n" + "\n".join(ring_lines.values())

@@ -27,6 +27,12 @@ Two tables:
   cluster calibration, found by fingerprint, ``rankers.physics``) and the analytical sync-only
   cost model (``Simulator("analytical")``).
 
+A third table, for the targets whose store has repeat runs (``benchmarks/repeatability.py``):
+the re-measured strategies are the evaluation set (the shots come from the others), judged
+against the runs' consensus labels (``dataset.repeat.ranking_figures``): pairwise accuracy on all
+their pairs, on the pairs the runs resolve (their count), and the top-1 regret, zero-shot and
+with 20 target trials (means over seeds), beside the step-time simulator.
+
 ``--heldout DIR``: the trial stores of a held-out cluster (``<model>-heldout.jsonl``, e.g.
 ``benchmarks/results/heldout``; cluster ``examples/clusters/heldout.yml``, which nothing shipped
 is trained or tuned on); its domains are found from the stores' metadata and the settings
@@ -170,7 +176,7 @@ def main() -> int:
                                     for p in PHYSICS))
     if args.physics_only:
         return _physics_only(args, settings, df, domain_of)
-    rows, pick_rows = [], []
+    rows, pick_rows, res_rows = [], [], []
     for kind, src, tgt in settings:
         t0 = time.monotonic()
         sdom, tdom = domain_of(src), domain_of(tgt)
@@ -225,6 +231,12 @@ def main() -> int:
                                for p in PHYSICS))
         print(rows[-1], file=sys.stderr, flush=True)
         print(pick_rows[-1], file=sys.stderr, flush=True)
+        store = next((f for f in [Path("datasets/trials") / f"{tgt}.jsonl", *heldout_files]
+                      if f.stem == tgt and f.exists()), None)
+        row = resolved_row(args, kind, name, tdom, tgt_data, source, store, df, training)
+        if row:
+            res_rows.append(row)
+            print(row, file=sys.stderr, flush=True)
     lines = [
         head, *rows,
         f"held-out pairwise accuracy (mean over {args.seeds} seeds); ft = {args.method} from the "
@@ -242,8 +254,54 @@ def main() -> int:
         "analytical: the step-time simulator (measured physics: shipped profile + calibration) and the analytical sync-only "
         "model, zero target trials (pw = their pairwise accuracy)",
     ]
+    if res_rows:
+        lines += ["", f"{'setting':9s} {'source -> target':28s} {'eval':>4s} {'resolved':>8s} "
+                      f"{'zero pw/res/rg':>20s} {'ft@20 pw/res/rg':>20s} {'stepsim pw/res/rg':>20s}",
+                  *res_rows,
+                  "on the target's re-measured strategies (benchmarks/repeatability.py), against the "
+                  "repeat runs' consensus labels: pw = pairwise accuracy on all pairs, res = on the "
+                  "pairs the runs resolve, rg = top-1 regret of the pick against the consensus-"
+                  f"fastest; ft@20: {args.method} on 20 other target trials, mean over "
+                  f"{args.seeds} seeds"]
     _emit("\n".join(lines), args.out)
     return 0
+
+
+def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df,  # noqa: ANN001
+                 training) -> str | None:  # noqa: ANN001
+    """The setting's row on the target's re-measured strategies, or None without repeat runs."""
+    import statistics
+
+    from autosync_transfer.adapt.core import make_adapter, resolve_method
+    from autosync_transfer.adapt.data import TargetSplit
+    from autosync_transfer.dataset.repeat import load_repeatability, ranking_figures
+    from autosync_transfer.rankers.simulator import Simulator
+
+    rep = load_repeatability(store, tdom.name) if store is not None else None
+    if rep is None or not rep.complete_runs():
+        return None
+    held = sorted(set(rep.strategy_ids(rep.complete_runs())) & set(tgt_data.strategy_ids))
+    pool = tuple(s for s in tgt_data.strategy_ids if s not in set(held))
+    if len(held) < 2 or len(pool) < 20:
+        return None
+    split = TargetSplit(tgt_data, tuple(held), pool, 0, len(held) / len(tgt_data))
+    holdout = split.holdout()
+
+    def figures(sim) -> dict:  # noqa: ANN001
+        scores = sim.score(list(holdout.strategies), tdom)
+        return ranking_figures(dict(zip(holdout.strategy_ids, map(float, scores))), rep)
+
+    def cell(figs: list[dict]) -> str:
+        return "/".join(_f(statistics.mean(f[k] for f in figs))
+                        for k in ("pairwise", "pairwise_resolved", "top1_regret"))
+
+    adapter = make_adapter(resolve_method(args.method, 1), training=training, pretrain_trials=df)
+    zero = figures(source)
+    ft = [figures(adapter.fit(source, split.shots(20, seed), seed=seed).simulator)
+          for seed in range(args.seeds)]
+    phys = figures(Simulator("stepsim"))
+    return (f"{kind:9s} {name:28s} {len(held):4d} {zero['resolved_pairs']:8d} "
+            f"{cell([zero]):>20s} {cell(ft):>20s} {cell([phys]):>20s}")
 
 
 def _emit(text: str, out: str | None) -> None:

@@ -127,14 +127,15 @@ def test_own_model_and_cluster_measure_adapt_search_export_train(cli, registry, 
     assert info.tags["workload"] == str(model) and info.tags["domain"] == DOMAIN
 
     # the store's description is enough: evaluate by the domain's name, no --model
-    scored = _json(cli("evaluate", f"models:/autosync-{DOMAIN}/{adapted['version']}", "--on",
-                       DOMAIN, "--data", str(trials), "--json"))
+    scored = _json(cli("evaluate", DOMAIN, "--simulator",
+                       f"models:/autosync-{DOMAIN}/{adapted['version']}", "--data", str(trials),
+                       "--json"))
     assert scored["on"] == DOMAIN and scored["metrics"]["strategies"] >= 10
 
     # 3. search warm-started from the adapted version; it registers without the catalog
     best = tmp_path / "best.json"
     searched = _json(cli("search", *target, "--budget", "6", "--per-round", "3",
-                         "--warm-start", f"models:/autosync-{DOMAIN}/{adapted['version']}",
+                         "--simulator", f"models:/autosync-{DOMAIN}/{adapted['version']}",
                          "--candidates", "40", "--neighbours", "10", "--knob-candidates", "10",
                          "--epochs", "2", "--confirm", "1", "--check-steps", "30", "--store",
                          str(tmp_path / "search.jsonl"), "--export-json", str(best), *quick,

@@ -70,6 +70,10 @@ class AdaptReport:
     collected: tuple[str, ...]
     tracking_uri: str
     experiment: str
+    #: the source (``zero_shot``) and the adapted simulator (``adapted``) on the target's
+    #: re-measured strategies outside the shots, against its repeat runs (None without them):
+    #: :func:`~autosync_transfer.dataset.repeat.ranking_figures`
+    repeat: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data (``nan`` as None)."""
@@ -79,6 +83,7 @@ class AdaptReport:
                 "promoted": self.promoted, "champion": self.champion,
                 "collected": list(self.collected), "tracking_uri": self.tracking_uri,
                 "experiment": self.experiment, "result": self.result.to_dict(),
+                "repeat": self.repeat,
                 "curve": self.curve.to_dict() if self.curve is not None else None})
 
 
@@ -282,18 +287,34 @@ def adapt_and_register(
     result = adapt(source_sim, tgt_dom, split, method=resolved, shots=n, seed=seed,
                    shot_ids=shot_ids, pretrain_trials=df, training=training,
                    source_name=f"{src_name}/{src_version}")
+    repeat = _repeat_figures(result, source_sim, tgt_dom, trials)
     lc, info = _register(result, source_sim, split, tgt_df, df, resolved=resolved, n=n,
                          seed=seed, curve=curve, curve_shots=curve_shots,
                          curve_seeds=curve_seeds, training=training, collected=collected,
                          source_domain=src_dom.name,
                          lineage={"source_model": src_name, "source_version": src_version,
                                   "source_uri": source},
-                         trials=trials, say=say)
+                         trials=trials, say=say, repeat=repeat)
     promoted = _promote(info, tgt_name, split)
     return AdaptReport(result=result, source_model=src_name, source_version=str(src_version),
                        source_trained=src.trained, version=info, promoted=promoted,
                        champion=champion(tgt_name), curve=lc, collected=collected,
-                       tracking_uri=store.tracking_uri(), experiment=store.EXPERIMENT_NAME)
+                       tracking_uri=store.tracking_uri(), experiment=store.EXPERIMENT_NAME,
+                       repeat=repeat)
+
+
+def _repeat_figures(result: AdaptResult, source_sim: Simulator, domain: Domain,
+                    trials: str | Path | None) -> dict[str, Any] | None:
+    """The source and the adapted simulator on the target's re-measured strategies outside the
+    shots (:func:`~autosync_transfer.dataset.repeat.repeat_evaluation`), or None."""
+    from autosync_transfer.dataset.repeat import repeat_evaluation
+
+    sources = _sources(trials)
+    adapted = repeat_evaluation(result.simulator, domain, sources, exclude=result.shot_ids)
+    if adapted is None:
+        return None
+    return {"adapted": adapted,
+            "zero_shot": repeat_evaluation(source_sim, domain, sources, exclude=result.shot_ids)}
 
 
 def _target_split(tgt_dom: Domain, tgt_df: pandas.DataFrame, trials: str | Path | None,
@@ -480,7 +501,8 @@ def _register(result: AdaptResult, source_sim: Simulator, split: TargetSplit,
               tgt_df: pandas.DataFrame, df: pandas.DataFrame, *, resolved: str, n: int,
               seed: int, curve: bool, curve_shots: Iterable[int], curve_seeds: int,
               training: ShotTraining | None, collected: tuple[str, ...], source_domain: str,
-              lineage: dict[str, Any], trials: str | Path | None, say: Callable[[str], None]
+              lineage: dict[str, Any], trials: str | Path | None, say: Callable[[str], None],
+              repeat: dict[str, Any] | None = None
               ) -> tuple[LearningCurve | None, ModelVersionInfo]:
     """Log the adapted simulator (held-out scatter plot, learning curve when ``curve``) as a new
     version of the target's model, with its metrics, tags and lineage."""
@@ -521,20 +543,30 @@ def _register(result: AdaptResult, source_sim: Simulator, split: TargetSplit,
             tags["pretrain_domains"] = ",".join(details["pretrain_domains"])
         say(f"registering a version of {registered_name(tgt_dom.name)}")
         info = log_simulator(
-            result.simulator, domain=tgt_dom, metrics=_metrics(result, lc), tags=tags,
+            result.simulator, domain=tgt_dom, metrics=_metrics(result, lc, repeat), tags=tags,
             lineage={**lineage, "method": resolved, "shots": n,
                      "dataset_fingerprint": result.dataset_fingerprint},
             plots=plots, run_name=f"adapt-{src_dom}-to-{tgt_dom.name}-{resolved}-{n}-seed{seed}")
     return lc, info
 
 
-def _metrics(result: AdaptResult, lc: LearningCurve | None) -> dict[str, Any]:
+def _metrics(result: AdaptResult, lc: LearningCurve | None,
+             repeat: dict[str, Any] | None = None) -> dict[str, Any]:
     """The metrics logged with an adapted simulator: held-out ``test_*``, the zero-shot and
-    from-scratch comparisons and the learning curve's means."""
+    from-scratch comparisons, the learning curve's means and, where the target has repeat runs,
+    the figures on its re-measured strategies (``repeat_*``: all pairs, resolved pairs and their
+    counts, top-1 regret)."""
     metrics: dict[str, Any] = {
         f"test_{k}": v for k, v in _finite(result.metrics["adapted"]).items()}
     metrics["zero_shot"] = _finite(result.metrics["zero-shot"])
     metrics["from_scratch"] = _finite(result.metrics["from-scratch"])
+    if repeat is not None:
+        for who, figs in repeat.items():
+            if figs:
+                metrics[f"repeat_{who}"] = {
+                    k: float(figs[k]) for k in ("pairs", "pairwise", "resolved_pairs",
+                                                "pairwise_resolved", "top1_regret")
+                    if isinstance(figs.get(k), (int, float)) and math.isfinite(figs[k])}
     if lc is not None:
         metrics["curve"] = {
             f"{key}_n{r['shots']}": r[f"{key}_mean"] for r in lc.table()

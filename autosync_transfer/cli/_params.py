@@ -1,6 +1,10 @@
-"""The option vocabulary shared by the commands, and old option names kept for one release.
+"""The option vocabulary shared by the commands.
 
 One word, one meaning, in every command:
+
+- ``DOMAIN`` (the positional argument): a catalog or stored domain, e.g. ``bert-B`` (or
+  ``--model`` with ``--cluster-file``); ``--simulator``: a simulator, as a registered model
+  (``models:/NAME@ALIAS``) or a domain whose registry champion it is;
 
 - ``--store PATH``: the trial store (JSON Lines) a command writes or continues;
 - ``--data PATH``: trial data a command only reads (a store, a parquet file or a folder);
@@ -12,31 +16,25 @@ One word, one meaning, in every command:
 - ``--json``: print the report as JSON; ``--cluster-file``: a resource-spec YAML as the cluster;
 - ``--model SPEC`` (with ``--cluster-file``): the user's workload in place of a catalog domain.
 
-A command that renamed an option declares the old name with :func:`renamed`; :class:`Command`
-(the ``cls`` of every command) then accepts it, hidden from ``--help``, and prints a one-line
-deprecation note on stderr.
+:class:`Command` (the ``cls`` of every command) states library errors in these words and keeps
+every numeric value within :data:`NUMERIC_BOUNDS`.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import typer
 from typer.core import TyperCommand
 
 __all__ = [
-    "click_exceptions", "Command", "renamed", "deprecated_aliases", "data_option", "store_option", "json_option",
+    "click_exceptions", "Command", "data_option", "store_option", "json_option",
     "cluster_file_option", "model_option", "MODEL_HELP", "warmup_option", "iters_option",
     "timeout_option", "protocol",
     "PROTOCOL_HELP_DEFAULTS", "LIBRARY_PARAMETERS", "in_flags", "NumericBounds",
     "NUMERIC_BOUNDS",
 ]
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-_ALIASES_ATTR = "__deprecated_options__"
 
 #: the library's Protocol() defaults as the help texts state them (a test keeps them equal)
 PROTOCOL_HELP_DEFAULTS: dict[str, float] = {"warmup": 10, "iters": 40, "timeout_s": 300.0}
@@ -98,23 +96,6 @@ def click_exceptions() -> Any:
     return exceptions
 
 
-def renamed(aliases: dict[str, str]) -> Callable[[F], F]:
-    """Declare old option names of a command: ``{"--trials": "--data"}``. The old names keep
-    working for one release (hidden; a note on stderr when used)."""
-
-    def mark(fn: F) -> F:
-        setattr(fn, _ALIASES_ATTR, dict(aliases))
-        return fn
-
-    return mark
-
-
-def deprecated_aliases(command: Any) -> dict[str, str]:
-    """``{old: new}`` option names a command (a click command or its function) still accepts."""
-    fn = getattr(command, "callback", command)
-    return dict(getattr(fn, _ALIASES_ATTR, {}))
-
-
 #: library parameter names whose CLI option has another name (in every command that has it)
 LIBRARY_PARAMETERS: dict[str, str] = {
     "max_epochs": "epochs", "trials": "data", "n": "count", "warm_start": "warm_start",
@@ -144,8 +125,8 @@ def in_flags(message: str, flags: dict[str, str]) -> str:
 
 
 class Command(TyperCommand):
-    """A Typer command that accepts the old option names declared with :func:`renamed`, and
-    states library errors in its own option names (:func:`in_flags`)."""
+    """A Typer command that states library errors in its own option names (:func:`in_flags`)
+    and checks every numeric value (:data:`NUMERIC_BOUNDS`)."""
 
     def invoke(self, ctx: Any) -> Any:
         from autosync_transfer.errors import AutosyncError
@@ -167,9 +148,6 @@ class Command(TyperCommand):
         return found
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        aliases = deprecated_aliases(self)
-        if aliases and not ctx.resilient_parsing:
-            args = self._rename(aliases, args, ctx)
         rest = super().parse_args(ctx, args)
         if not ctx.resilient_parsing:
             self._check_numbers(ctx)
@@ -184,39 +162,6 @@ class Command(TyperCommand):
                 name = max(p.opts, key=len) if p.param_type_name == "option" and p.opts \
                     else str(p.name).upper()
                 raise click_exceptions().UsageError(f"{name} {rule}, got {_shown(value)}", ctx)
-
-    def _rename(self, aliases: dict[str, str], args: list[str], ctx: Any = None) -> list[str]:
-        """``args`` with old option names replaced by the new ones (values left alone)."""
-        takes_value = {o for p in self.params if p.param_type_name == "option"
-                       and not getattr(p, "is_flag", False) and not getattr(p, "count", False)
-                       for o in (*p.opts, *p.secondary_opts)}
-        out: list[str] = []
-        given: dict[str, str] = {}  # new name -> the spelling used
-        it = iter(args)
-        for tok in it:
-            if tok == "--":
-                out.append(tok)
-                out.extend(it)
-                break
-            name, eq, value = tok.partition("=") if tok.startswith("--") else (tok, "", "")
-            spelled = name
-            if name in aliases:
-                name = aliases[name]
-                sys.stderr.write(f"note: {spelled} is deprecated and goes in the next release; "
-                                 f"use {name}\n")
-                tok = f"{name}{eq}{value}"
-            if name in aliases.values():
-                if name in given and given[name] != spelled:
-                    raise click_exceptions().UsageError(
-                        f"{given[name]} and {spelled} are the same option; give it once, as "
-                        f"{name}", ctx)
-                given[name] = spelled
-            out.append(tok)
-            if name in takes_value and not eq:
-                nxt = next(it, None)
-                if nxt is not None:
-                    out.append(nxt)
-        return out
 
 
 # -- options used by several commands ------------------------------------------------------------

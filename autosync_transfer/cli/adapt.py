@@ -8,12 +8,11 @@ import typer
 
 from autosync_transfer.cli._choices import AdaptMethod, RankerKind
 from autosync_transfer.cli._params import (cluster_file_option, data_option, json_option,
-                                           model_option, renamed)
+                                           model_option)
 
 _ROW_LABELS = {"zero-shot": "zero-shot", "adapted": "adapted", "from-scratch": "from scratch"}
 
 
-@renamed({"--trials": "--data"})
 def adapt(
     source: str = typer.Option(..., "--source", metavar="DOMAIN|MODEL_URI", help="Source domain, e.g. bert-A (its registry champion is the starting point), or a registered simulator: models:/NAME@ALIAS or models:/NAME/VERSION."),
     target: Optional[str] = typer.Option(None, "--target", metavar="DOMAIN", help="Target domain, e.g. bert-B (or --model with --cluster-file)."),
@@ -26,7 +25,7 @@ def adapt(
     curve: bool = typer.Option(False, "--curve", help="Also run the learning curve (N = 0..200, 3 seeds), log its plot and print it."),
     data: Optional[str] = data_option("Trial data: a trial store (.jsonl), a parquet file or a folder of them; default: the shipped datasets ($AUTOSYNC_DATASETS overrides). With --collect the new target trials are appended to it (a .jsonl store, or DOMAIN.jsonl in the folder)."),
     epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="Maximum training epochs (adaptation, and the source when it must be trained)."),
-    ranker: RankerKind = typer.Option(RankerKind.rnn, "--ranker", help="Ranker trained for the source when it has no champion."),
+    ranker: RankerKind = typer.Option(RankerKind.rnn, "--kind", help="Ranker trained for the source when it has no champion."),
     json_out: bool = json_option(),
 ) -> None:
     """Adapt the source's champion simulator to the target, compare it with zero-shot and
@@ -47,6 +46,8 @@ def adapt(
         print_json(report.to_dict())
         return
     _print_result(report.result)
+    if report.repeat:
+        _print_repeat(report.repeat)
     if report.curve is not None:
         _print_curve(report.curve)
     _print_registration(report)
@@ -80,6 +81,21 @@ def _print_result(res: Any) -> None:
                      "physics")
         out().print(f"guarded: {what} (pairwise accuracy on the shots' validation: source "
                     f"{fmt_float(judged.get('source'))}, physics {fmt_float(judged.get('physics'))})")
+
+
+def _print_repeat(repeat: dict) -> None:
+    """Both simulators on the target's re-measured strategies (outside the shots)."""
+    from autosync_transfer.cli._common import out
+    from autosync_transfer.cli._output import fmt_float
+
+    for who, label in (("zero_shot", "zero-shot"), ("adapted", "adapted")):
+        f = repeat.get(who)
+        if f:
+            out().print(f"{label} on {f['strategies']} re-measured strategies: pairwise "
+                        f"{fmt_float(f['pairwise'])} on {f['pairs']} pairs, "
+                        f"{fmt_float(f['pairwise_resolved'])} on the {f['resolved_pairs']} "
+                        f"pairs the repeat runs resolve; top-1 regret "
+                        f"{fmt_float(f['top1_regret'])}", markup=False, highlight=False)
 
 
 def _print_curve(lc: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from autosync_transfer.cli._params import Command, data_option, json_option, renamed
+from autosync_transfer.cli._params import Command, data_option, json_option
 
 app = typer.Typer(help="Trial datasets: what was measured, on which domains, and how.",
                   no_args_is_help=True)
@@ -38,7 +38,6 @@ def _nan_to_none(row: dict) -> dict:
 
 
 @app.command("list", cls=Command)
-@renamed({"--path": "--data"})
 def list_cmd(
     path: Optional[str] = data_option(),
     json_out: bool = json_option(),
@@ -75,7 +74,6 @@ def list_cmd(
 
 
 @app.command("show", cls=Command)
-@renamed({"--path": "--data"})
 def show(
     domain: str = typer.Argument(..., metavar="DOMAIN", help="Domain name as in `datasets list`."),
     path: Optional[str] = data_option(),
@@ -93,6 +91,7 @@ def show(
 
     info = describe_domain(domain, path, top=top)
     info["pairwise_ceiling"] = pairwise_ceiling(info)
+    info["repeatability"] = _repeatability(domain, path)
     if json_out:
         print_json(info)
         return
@@ -139,10 +138,38 @@ def show(
                       "simulator can expect against these measurements)", highlight=False)
     else:
         con.print("reference noise: no reference re-measurements", highlight=False)
+    rep = info["repeatability"]
+    if rep is None:
+        con.print("repeatability: no repeat runs (benchmarks/repeatability.py measures them)",
+                  highlight=False)
+        return
+    con.print(f"repeatability: runs {', '.join(rep['runs'])} ({len(rep['complete_runs'])} "
+              f"complete; protocol {json.dumps(rep['protocol'], sort_keys=True)}; "
+              f"{rep['machine_s'] / 60:.0f} min of machine time); {rep['strategies']} strategies "
+              f"x {rep['rounds']} rounds", markup=False, highlight=False)
+    if "pairs" in rep:
+        con.print(f"  {rep['resolved_pairs']} of {rep['pairs']} pairs resolved (95 % interval "
+                  f"of the per-round ratio excludes 1)", markup=False, highlight=False)
+    if rep.get("agreement") is not None:
+        con.print(f"  two runs order alike {rep['agreement']:.3f} of the {rep['both_resolved']} "
+                  f"pairs both resolve; noise ceiling (all {rep['ceiling_pairs']} pairs, run "
+                  f"against run) {rep['noise_ceiling']:.3f}", markup=False, highlight=False)
+
+
+def _repeatability(domain: str, path: str | None) -> dict | None:
+    """The summary of the repeat runs beside ``domain``'s store in ``path``, or None."""
+    from autosync_transfer.dataset.loader import dataset_files
+    from autosync_transfer.dataset.repeat import load_repeatability
+
+    for f in dataset_files(path):
+        if f.suffix == ".jsonl" and f.stem == domain:
+            rep = load_repeatability(f, domain)
+            if rep is not None:
+                return rep.summary()
+    return None
 
 
 @app.command("import-autosync", cls=Command)
-@renamed({"--out": "--store"})
 def import_autosync_cmd(
     root: str = typer.Argument(..., metavar="ROOT", help="AutoSync dataset folder."),
     out_path: str = typer.Option(..., "--store", metavar="PATH", help="Trial store (.jsonl) to append to."),
@@ -170,7 +197,6 @@ def import_autosync_cmd(
 
 
 @app.command("compact", cls=Command)
-@renamed({"--path": "--data"})
 def compact_cmd(
     path: Optional[str] = typer.Option(None, "--data", metavar="PATH", help="Folder of trial stores (*.jsonl) to read; default: the checkout's datasets/trials, or ./autosync-runs/trials when installed ($AUTOSYNC_DATASETS/trials when set)."),
     out: Optional[str] = typer.Option(None, "--out", metavar="PATH", help="Folder for one parquet file per store; default: parquet/ beside the default --data folder."),

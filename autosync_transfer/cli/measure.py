@@ -10,7 +10,7 @@ import typer
 
 from autosync_transfer.cli._choices import CollectSampler, Launcher, SamplerPreset, SearchLauncher
 from autosync_transfer.cli._params import (cluster_file_option, iters_option, json_option,
-                                           model_option, renamed, store_option, timeout_option,
+                                           model_option, store_option, timeout_option,
                                            warmup_option)
 
 #: where collect writes by default (autosync_transfer.paths.trials_dir)
@@ -18,7 +18,6 @@ DEFAULT_STORE_HELP = ("default: DOMAIN.jsonl in the checkout's datasets/trials, 
                       "./autosync-runs/trials when installed ($AUTOSYNC_DATASETS/trials when set)")
 
 
-@renamed({"--trials": "--count"})
 def collect(
     domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="e.g. bert-A (or --model with --cluster-file)."),
     count: Optional[int] = typer.Option(None, "--count", "-n", min=1, help="Collect until the store holds this many trials of DOMAIN (required unless --remeasure)."),

@@ -10,7 +10,7 @@ import typer
 from autosync_transfer.cli._choices import (Objective, RankerKind, SamplerPreset, SearchLauncher,
                                             SearchMethod)
 from autosync_transfer.cli._params import (cluster_file_option, data_option, iters_option,
-                                           json_option, model_option, renamed, store_option,
+                                           json_option, model_option, store_option,
                                            timeout_option, warmup_option)
 
 _CONTINUED = ", or the stored run's when continuing one"
@@ -25,55 +25,68 @@ def _fmt(v: Any, spec: str = ".2f", suffix: str = "") -> str:
     return f"{v:{spec}}{suffix}"
 
 
-@renamed({"--trials": "--data"})
+def _hidden(option: Any) -> Any:
+    """``option`` (a typer.Option) hidden from ``--help``: an expert setting of ``search``."""
+    option.hidden = True
+    return option
+
+
 def search(
+    ctx: typer.Context,
     domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="e.g. bert-B (or --model with --cluster-file)."),
     budget: int = typer.Option(200, "--budget", min=1, help="Real trials to spend (the builders and DDP measured as the reference come on top)."),
     method: SearchMethod = typer.Option(SearchMethod.autosync, "--method", help="autosync (simulator-guided, re-trained every round), random, tpe (Optuna TPE over a knob encoding), stepsim (step-time simulator ranking) or analytical (cost-model ranking)."),
-    warm_start: Optional[str] = typer.Option(None, "--warm-start", metavar="SOURCE_DOMAIN|MODEL_URI", help="Start from this simulator (a domain's registry champion, trained first if absent, or models:/NAME@ALIAS) and fine-tune it every round."),
-    per_round: int = typer.Option(10, "--per-round", "-k", min=1, help="Trials per round (the simulator is re-trained between rounds)."),
-    candidates: int = typer.Option(1000, "--candidates", min=1, help="Sampled candidates scored per round."),
-    neighbours: int = typer.Option(200, "--neighbours", min=0, help="Candidates per round near the 3 fastest strategies measured so far, builders included (ranked methods only; 0: none)."),
-    knob_candidates: Optional[int] = typer.Option(None, "--knob-candidates", min=0, help="Whole-model candidates per round decoded from uniform knob assignments, ranked with the rest (e.g. one compressor on every dense variable); default 200 for the ranked methods (autosync, analytical), 0: the per-variable sampler only."),
+    warm_start: Optional[str] = typer.Option(None, "--simulator", metavar="DOMAIN|MODEL_URI", help="Start from this simulator (a domain's registry champion, trained first if absent, or models:/NAME@ALIAS) and fine-tune it every round."),
+    per_round: int = typer.Option(10, "--per-round", "-k", min=1, help="Trials per round (the simulator is re-trained between rounds).", hidden=True),
+    candidates: int = typer.Option(1000, "--candidates", min=1, help="Sampled candidates scored per round.", hidden=True),
+    neighbours: int = typer.Option(200, "--neighbours", min=0, help="Candidates per round near the 3 fastest strategies measured so far, builders included (ranked methods only; 0: none).", hidden=True),
+    knob_candidates: Optional[int] = typer.Option(None, "--knob-candidates", min=0, help="Whole-model candidates per round decoded from uniform knob assignments, ranked with the rest (e.g. one compressor on every dense variable); default 200 for the ranked methods (autosync, analytical), 0: the per-variable sampler only.", hidden=True),
     launcher: SearchLauncher = typer.Option(SearchLauncher.emulated, "--launcher", help="emulated (network namespaces, needs root), local, or torchrun (real cluster: torchrun workers you start on every node follow the search's job queue; the command is printed)."),
-    seed: int = typer.Option(0, "--seed"),
-    preset: SamplerPreset = typer.Option(SamplerPreset.mixture, "--preset", help="Sampler preset of the candidates (see strategies sample --preset); default: the space the dataset and its simulators were sampled from, each candidate with its own knob probabilities (dataset: AutoSync's uniform choices)."),
-    ranker: RankerKind = typer.Option(RankerKind.rnn, "--ranker", help="Ranker trained by a cold autosync search (a learned one)."),
-    epochs: int = typer.Option(30, "--epochs", min=1, help="Maximum training epochs per round."),
-    diversity: float = typer.Option(0.3, "--diversity", min=0.0, help="Weight of novelty against score rank when picking a round."),
+    seed: int = typer.Option(0, "--seed", hidden=True),
+    preset: SamplerPreset = typer.Option(SamplerPreset.mixture, "--preset", help="Sampler preset of the candidates (see strategies sample --preset); default: the space the dataset and its simulators were sampled from, each candidate with its own knob probabilities (dataset: AutoSync's uniform choices).", hidden=True),
+    ranker: RankerKind = typer.Option(RankerKind.rnn, "--kind", help="Ranker trained by a cold autosync search (a learned one).", hidden=True),
+    epochs: int = typer.Option(30, "--epochs", min=1, help="Maximum training epochs per round.", hidden=True),
+    diversity: float = typer.Option(0.3, "--diversity", min=0.0, help="Weight of novelty against score rank when picking a round.", hidden=True),
     confirm: int = typer.Option(10, "--confirm", min=0, help="At the end, measure the best strategy found, the best builder, the best fp16 reference and torch DDP this many rounds, interleaved, for the confirmed speed-ups with their 95 % intervals (0: no confirmation)."),
     objective: Objective = typer.Option(Objective.time_to_loss, "--objective", help="time-to-loss: step time x steps to a target loss relative to exact synchronization (estimated during the search, measured by convergence runs of the lossy final candidates; a strategy that fails is excluded); step-time: seconds per step only."),
     lossless: bool = typer.Option(False, "--lossless", help="Propose lossless strategies only (no fp16 or PowerSGD compression)."),
-    final_checks: int = typer.Option(3, "--final-checks", min=0, help="time-to-loss: lossy final candidates that get a convergence run (0: none, lossy strategies then never count)."),
-    final_rounds: int = typer.Option(3, "--final-rounds", min=1, help="time-to-loss: rounds of final checks; after a round whose candidates all failed, the next best that compress less are checked."),
-    max_step_ratio: float = typer.Option(1.10, "--max-step-ratio", min=1.0, help="time-to-loss: a lossy strategy passes its convergence check when it needs at most this many times exact synchronization's steps to the target loss (and ends within 2 % of its loss); its time to loss is charged the measured ratio."),
-    check_steps: int = typer.Option(150, "--check-steps", min=4, help="time-to-loss: training steps of each convergence run."),
+    final_checks: int = typer.Option(3, "--final-checks", min=0, help="time-to-loss: lossy final candidates that get a convergence run (0: none, lossy strategies then never count).", hidden=True),
+    final_rounds: int = typer.Option(3, "--final-rounds", min=1, help="time-to-loss: rounds of final checks; after a round whose candidates all failed, the next best that compress less are checked.", hidden=True),
+    max_step_ratio: float = typer.Option(1.10, "--max-step-ratio", min=1.0, help="time-to-loss: a lossy strategy passes its convergence check when it needs at most this many times exact synchronization's steps to the target loss (and ends within 2 % of its loss); its time to loss is charged the measured ratio.", hidden=True),
+    check_steps: int = typer.Option(150, "--check-steps", min=4, help="time-to-loss: training steps of each convergence run.", hidden=True),
     store: Optional[str] = store_option("The run's trial store (default runs/search/DOMAIN/RUN.jsonl; any trial store, e.g. one under datasets/); the search continues it."),
-    data: Optional[str] = data_option("Trial data to train a --warm-start domain's simulator on when it has no champion: a trial store (.jsonl), a parquet file or a folder; default: the shipped datasets."),
-    warmup: Optional[int] = warmup_option(_CONTINUED),
-    iters: Optional[int] = iters_option(_CONTINUED),
-    timeout_s: Optional[float] = timeout_option(),
-    max_foreign_cpu: float = typer.Option(0.05, "--max-foreign-cpu", min=0.01, max=1.0, help="Measure a trial again when other processes took more than this share of the CPU (1 disables)."),
-    log: bool = typer.Option(True, "--log/--no-log", help="Log the run to MLflow and register the final simulator."),
+    data: Optional[str] = _hidden(data_option("Trial data to train a --simulator domain's simulator on when it has no champion: a trial store (.jsonl), a parquet file or a folder; default: the shipped datasets.")),
+    warmup: Optional[int] = _hidden(warmup_option(_CONTINUED)),
+    iters: Optional[int] = _hidden(iters_option(_CONTINUED)),
+    timeout_s: Optional[float] = _hidden(timeout_option()),
+    max_foreign_cpu: float = typer.Option(0.05, "--max-foreign-cpu", min=0.01, max=1.0, help="Measure a trial again when other processes took more than this share of the CPU (1 disables).", hidden=True),
+    log: bool = typer.Option(True, "--log/--no-log", help="Log the run to MLflow and register the final simulator.", hidden=True),
     export_json: Optional[str] = typer.Option(None, "--export-json", metavar="PATH", help="Write the strategy to use as JSON: the fastest of the best found, the best builder and the best fp16 reference (by the confirmation when there is one)."),
     export_autodist: Optional[str] = typer.Option(None, "--export-autodist", metavar="PATH", help="Write the strategy to use (as --export-json) as an AutoDist strategy file."),
     allow_lossy: bool = typer.Option(False, "--allow-lossy", help=_ALLOW_LOSSY_HELP),
     cluster_file: Optional[str] = cluster_file_option(),
     model: Optional[str] = model_option(),
     json_out: bool = json_option("Print the summary as JSON."),
+    config_file: Optional[str] = typer.Option(None, "--config", metavar="YAML", help="Expert settings from a YAML mapping of search settings (see below); options given on the command line win."),
 ) -> None:
     """Search DOMAIN's strategies (or your --model's on --cluster-file) with real trials:
-    propose, rank, run, re-train, repeat."""
+    propose, rank, run, re-train, repeat.
+
+    Expert settings, in a --config YAML file (or as options of the same names): per_round,
+    candidates, neighbours, knob_candidates, seed, preset, ranker, max_epochs (--epochs),
+    diversity, final_checks, final_rounds, max_step_ratio, check_steps; the measurement
+    protocol --warmup, --iters, --timeout, --max-foreign-cpu; --data (trial data for the
+    simulator's first training); --no-log (no MLflow run)."""
     from pathlib import Path
 
     from autosync_transfer.cli._common import err, resolve_target
     from autosync_transfer.cli._output import check_out, export_strategy
     from autosync_transfer.errors import AutosyncError, ConfigError
-    from autosync_transfer.search.loop import SearchConfig, Searcher, default_store_path, run_name
+    from autosync_transfer.search.loop import Searcher, default_store_path, run_name
     from autosync_transfer.search.warm import warm_version
 
     if warm_start is not None and method != SearchMethod.autosync:
-        raise ConfigError(f"--warm-start needs --method autosync, got {method.value!r}")
+        raise ConfigError(f"--simulator needs --method autosync, got {method.value!r}")
     check_out(export_json, "--export-json")
     check_out(export_autodist, "--export-autodist")
     domain, workload = resolve_target(domain_name, cluster_file, model)
@@ -81,13 +94,15 @@ def search(
         from autosync_transfer.adapt.workflow import check_collect
 
         check_collect(launcher.value)
-    config = SearchConfig(method=method.value, budget=budget, per_round=per_round,  # type: ignore[arg-type]
-                          candidates=candidates, seed=seed, preset=preset.value,
-                          diversity=diversity, ranker=ranker.value, max_epochs=epochs,
-                          neighbours=neighbours, confirm=confirm, knob_candidates=knob_candidates,
-                          objective=objective.value, lossless=lossless, final_checks=final_checks,
-                          final_rounds=final_rounds, check_steps=check_steps,
-                          max_step_ratio=max_step_ratio)
+    given = {"method": method.value, "budget": budget, "per_round": per_round,
+             "candidates": candidates, "seed": seed, "preset": preset.value,
+             "diversity": diversity, "ranker": ranker.value, "max_epochs": epochs,
+             "neighbours": neighbours, "confirm": confirm, "knob_candidates": knob_candidates,
+             "objective": objective.value, "lossless": lossless, "final_checks": final_checks,
+             "final_rounds": final_rounds, "check_steps": check_steps,
+             "max_step_ratio": max_step_ratio}
+    config = _search_config(ctx, given, config_file)
+    per_round, seed, epochs = config.per_round, config.seed, config.max_epochs
     warm = lineage = None
     if warm_start is not None:
         from autosync_transfer.search.warm import warm_simulator
@@ -129,6 +144,54 @@ def search(
     if choice.strategy is None and (export_json or export_autodist):
         raise ConfigError(f"{choice.error}; nothing exported"
                           + ("; pass --allow-lossy to export it anyway" if choice.excluded else ""))
+
+
+#: option parameter -> SearchConfig field, where they differ
+_CONFIG_FIELD = {"epochs": "max_epochs"}
+
+
+def _search_config(ctx: Any, given: dict[str, Any], config_file: str | None):  # noqa: ANN202
+    """The SearchConfig of the options ``given``, over the settings of ``--config`` where the
+    option was left at its default; a bad file or setting is one line naming it."""
+    from click.core import ParameterSource
+    from pydantic import ValidationError
+
+    from autosync_transfer.errors import ConfigError
+    from autosync_transfer.search.loop import SearchConfig
+
+    values = dict(given)
+    if config_file is not None:
+        import yaml
+
+        try:
+            data = yaml.safe_load(open(config_file, encoding="utf-8"))
+        except OSError as e:
+            raise ConfigError(f"--config: cannot read {config_file!r}: {e.strerror}") from e
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--config: {config_file!r} is not YAML: "
+                              f"{' '.join(str(e).split())[:200]}") from e
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"--config: {config_file!r} must be a mapping of settings, got "
+                              f"{type(data).__name__}")
+        fields = set(SearchConfig.model_fields)
+        for key, value in data.items():
+            if key not in fields:
+                raise ConfigError(f"--config: unknown setting {key!r} in {config_file!r} "
+                                  f"(settings: {', '.join(sorted(fields))})")
+        params = {_CONFIG_FIELD.get(k, k): k for k in ctx.params}
+        for key, value in data.items():
+            param = params.get(key)
+            if param is None or ctx.get_parameter_source(param) in (
+                    ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
+                values[key] = value
+    try:
+        return SearchConfig(**values)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise ConfigError(f"--config: {where}={values.get(where)!r}: {err['msg']}") from e
 
 
 def _search_protocol(path, domain: str, name: str, warmup: int | None,  # noqa: ANN001, ANN202
@@ -269,7 +332,6 @@ def _print_search(result, domain: str, name: str, path, version, choice,  # noqa
                   f"(promote it with `autosync-transfer registry promote {version.name} {version.version}`)")
 
 
-@renamed({"--out": "--export-json"})
 def recommend(
     domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="e.g. bert-B (or --model with --cluster-file; default with --simulator: the simulator's own domain)."),
     simulator: Optional[str] = typer.Option(None, "--simulator", metavar="MODEL_URI", help="models:/NAME@ALIAS or a registered name (its champion); default: the step-time simulator."),

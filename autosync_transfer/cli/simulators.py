@@ -9,7 +9,7 @@ import typer
 from autosync_transfer.cli._choices import Metric, RankerKind
 from autosync_transfer.cli._output import fmt_float as _fmt
 from autosync_transfer.cli._params import (Command, cluster_file_option, data_option,
-                                           json_option, model_option, renamed)
+                                           json_option, model_option)
 
 #: metrics shown in tables, in this order (regret: lower is better; others: higher)
 TABLE_METRICS: tuple[str, ...] = tuple(m.value for m in Metric)
@@ -43,10 +43,9 @@ def _domain_trials(domain_name: str | None, trials: str | None, model: str | Non
     return domain, sub.reset_index(drop=True)
 
 
-@renamed({"--trials": "--data"})
 def train(
     domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="e.g. bert-3l-A, a workload domain measured into --data, or --model with --cluster-file."),
-    ranker: RankerKind = typer.Option(RankerKind.rnn, "--ranker", help="Simulator kind to train."),
+    ranker: RankerKind = typer.Option(RankerKind.rnn, "--kind", help="Simulator kind to train."),
     seeds: int = typer.Option(3, "--seeds", min=1, help="Train one simulator per seed 0..N-1."),
     epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="Maximum epochs (default: the trainer's, with early stopping)."),
     data: Optional[str] = data_option(),
@@ -102,24 +101,31 @@ def train(
               markup=False, highlight=False)
 
 
-@renamed({"--trials": "--data"})
 def evaluate(
-    model_uri: str = typer.Argument(..., metavar="MODEL_URI",
-                                    help="models:/autosync-bert-B@champion, models:/NAME/3, a "
-                                         "registered name or a domain name (its champion)."),
-    on: Optional[str] = typer.Option(None, "--on", metavar="DOMAIN", help="Domain whose trials to score (or --model with --cluster-file)."),
+    on: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="Domain whose trials to score (or --model with --cluster-file)."),
+    model_uri: str = typer.Option(..., "--simulator", metavar="MODEL_URI",
+                                  help="models:/autosync-bert-B@champion, models:/NAME/3, a "
+                                       "registered name or a domain name (its champion)."),
     data: Optional[str] = data_option(),
     cluster_file: Optional[str] = cluster_file_option(),
     model: Optional[str] = model_option(),
     json_out: bool = json_option(),
 ) -> None:
-    """Ranking metrics of a registered simulator on every measured strategy of a domain."""
+    """Ranking metrics of a registered --simulator on every measured strategy of DOMAIN."""
     from autosync_transfer.cli._common import out, print_json
     from autosync_transfer.registry import models
 
-    domain, df = _domain_trials(on, data, model, cluster_file, argument="--on")
+    domain, df = _domain_trials(on, data, model, cluster_file)
     info = models.resolve(model_uri)
     metrics = models.evaluate_registered(info.model_uri, domain, df)
+    from autosync_transfer.dataset.repeat import repeat_evaluation
+    from autosync_transfer.registry.flavor import load_simulator
+
+    repeat = repeat_evaluation(load_simulator(info.model_uri), domain, data)
+    if repeat is not None:
+        metrics.update({f"repeat_{k}": float(repeat[k]) for k in
+                        ("pairs", "pairwise", "resolved_pairs", "pairwise_resolved",
+                         "top1_regret")})
     if json_out:
         print_json({"model": info.model_uri, "on": domain.name, "metrics": metrics})
         return
@@ -133,7 +139,15 @@ def evaluate(
     table.add_column("value", justify="right")
     for key in TABLE_METRICS:
         table.add_row(key, _fmt(metrics.get(key)))
+    for key in ("repeat_pairwise", "repeat_pairwise_resolved", "repeat_top1_regret"):
+        if key in metrics:
+            table.add_row(key, _fmt(metrics[key]))
     out().print(table)
+    if repeat is not None:
+        out().print(f"repeat_*: on {repeat['strategies']} re-measured strategies of "
+                    f"{domain.name} ({int(metrics['repeat_resolved_pairs'])} of "
+                    f"{int(metrics['repeat_pairs'])} pairs resolved by the repeat runs)",
+                    markup=False, highlight=False)
 
 
 def ui(

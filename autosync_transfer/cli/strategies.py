@@ -8,14 +8,13 @@ import typer
 
 from autosync_transfer.cli._choices import Builder, Optimizer, SamplerPreset
 from autosync_transfer.cli._params import (Command, cluster_file_option, json_option,
-                                           model_option, renamed, store_option)
+                                           model_option, store_option)
 
 app = typer.Typer(help="Strategies: sample the space, build hand-optimized ones, validate files.",
                   no_args_is_help=True)
 
 
 @app.command("sample", cls=Command)
-@renamed({"--num": "--count"})
 def sample(
     domain_name: str = typer.Argument(..., metavar="DOMAIN", help="e.g. bert-large-B"),
     n: int = typer.Option(10, "--count", "-n", min=1, help="How many strategies."),
@@ -58,7 +57,6 @@ def sample(
 
 
 @app.command("baseline", cls=Command)
-@renamed({"--out": "--export-json", "--autodist-out": "--export-autodist"})
 def baseline(
     domain_name: str = typer.Argument(..., metavar="DOMAIN"),
     builder: Optional[Builder] = typer.Argument(None, metavar="BUILDER", help="Builder name; omit to compare all builders."),
@@ -132,11 +130,11 @@ def validate_cmd(
 @app.command("show", cls=Command)
 def show(
     path: str = typer.Argument(..., metavar="FILE", help="Strategy JSON or AutoDist protobuf file."),
-    domain_name: Optional[str] = typer.Option(None, "--domain", metavar="DOMAIN", help="Validate and estimate on this domain."),
+    domain_name: Optional[str] = typer.Argument(None, metavar="[DOMAIN]", help="Validate and estimate on this domain."),
     json_out: bool = json_option("Print the strategy as JSON."),
     cluster_file: Optional[str] = cluster_file_option(),
 ) -> None:
-    """Summarize a strategy file (and its analytical cost on a domain)."""
+    """Summarize a strategy FILE (and its analytical cost on DOMAIN)."""
     import sys
 
     from autosync_transfer.cli._common import load_strategy, out, resolve_domain

@@ -62,7 +62,7 @@ Combining
 
 Implementation
     One implementation, vectorized over a batch of candidates: :func:`terms` evaluates the model
-    on the rows the step-time simulator's :class:`~autosync_transfer.rankers.stepsim.RowDecoder`
+    on the rows the step-time simulator's :class:`~autosync_transfer.rankers.rows.RowDecoder`
     decodes (the same validity rules) with the simulator's byte formulas
     (:func:`~autosync_transfer.rankers.stepsim.wire_bytes`). :func:`estimate` (one strategy, per
     row), :class:`AnalyticalRanker` and the featurizer's ``pre_*`` columns and aggregates all read
@@ -80,8 +80,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from autosync_transfer.domains.domain import Domain
-from autosync_transfer.rankers.stepsim import (_MAX_POWERSGD_RANK, RowDecoder, Rows,
-                                              ps_byte_table, wire_bytes)
+from autosync_transfer.rankers.rows import (MAX_POWERSGD_RANK, RowDecoder, Rows, ps_byte_table,
+                                           wire_bytes)
 from autosync_transfer.strategies.types import Strategy
 
 __all__ = [
@@ -219,7 +219,7 @@ class _Context:
 
 
 class Terms(NamedTuple):
-    """The model's terms of a batch of decoded rows (:class:`~autosync_transfer.rankers.stepsim.Rows`),
+    """The model's terms of a batch of decoded rows (:class:`~autosync_transfer.rankers.rows.Rows`),
     seconds unless said otherwise. ``[R]`` per row, ``[B]`` per strategy, ``[B, N]`` per node."""
 
     wire: np.ndarray  # [R] bytes one worker puts on the wire (after compression; sparse: rows)
@@ -316,7 +316,7 @@ def terms(ctx: _Context, rows: Rows, *, totals_only: bool = False) -> Terms | np
     grp_bytes = np.bincount(g_key, weights=wire[ar_idx], minlength=KG)
     ar_comp = comp[ar_idx]
     grp_coll, grp_two = _buckets(
-        g_key, np.where(ar_comp == 3, 3 + np.minimum(rank[ar_idx], _MAX_POWERSGD_RANK), ar_comp),
+        g_key, np.where(ar_comp == 3, 3 + np.minimum(rank[ar_idx], MAX_POWERSGD_RANK), ar_comp),
         psgd[ar_idx], KG)
     grp_time = np.where(grp_coll > 0, grp_bytes * ctx.ring_s_per_byte
                         + grp_coll * ctx.ar_latency_per_collective_s, 0.0)
@@ -338,7 +338,7 @@ def terms(ctx: _Context, rows: Rows, *, totals_only: bool = False) -> Terms | np
     )
 
 
-_BUCKET_KINDS = 4 + _MAX_POWERSGD_RANK  # none, fp16, fp16_ef, then PowerSGD ranks 0..64
+_BUCKET_KINDS = 4 + MAX_POWERSGD_RANK  # none, fp16, fp16_ef, then PowerSGD ranks 0..64
 
 
 def _buckets(g_key: np.ndarray, kind: np.ndarray, two: np.ndarray, num_groups: int

@@ -36,7 +36,7 @@ Transfer across models and clusters
 
 Decoding
     Strategies are decoded and validated by the simulator's
-    :class:`~autosync_transfer.rankers.stepsim.RowDecoder` (one implementation of the vectorized
+    :class:`~autosync_transfer.rankers.rows.RowDecoder` (one implementation of the vectorized
     validity rules and of reading a sampler's batch), shared by the featurizer and the simulator.
 
 Performance
@@ -68,7 +68,8 @@ import numpy as np
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.rankers.costmodel import CostModelConfig, Terms, _Context, terms
-from autosync_transfer.rankers.stepsim import Columns, RowDecoder, StepSimulator
+from autosync_transfer.rankers.rows import Columns, RowDecoder
+from autosync_transfer.rankers.stepsim import StepSimulator
 from autosync_transfer.strategies.sampler import SampledBatch
 from autosync_transfer.strategies.types import Strategy
 

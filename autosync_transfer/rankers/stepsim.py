@@ -67,7 +67,7 @@ One iteration (every worker alike, times from the start of the step)
       (``ps_chain_shares_nic``). Spreading the pieces over more
       servers therefore helps far less than the NICs' sum suggests (emulated cluster A,
       VGG16-s: one server 3.35 s per step, two 3.23 s, four 3.07 s, balanced by bytes 3.01 s;
-      ``benchmarks/ps_layouts.py``).
+      ``research/probes/ps_layouts.py``).
     * Row-sparse PS pieces are replayed as the executor runs them, a chain of dependent steps
       per piece in launch order (:meth:`StepSimulator._sparse_chain`): every rank's PS
       thread finds the touched rows of its gradient and pushes them (a header with the row
@@ -87,7 +87,7 @@ One iteration (every worker alike, times from the start of the step)
       ended, one piece after another (the payload's round trip, one hop, then the zero-filled
       result and its copy into the gradient). So a table cut into more pieces costs their
       chain, and spreading the pieces over servers does not shorten it
-      (``benchmarks/sparse_pieces.py``). The chain's CPU (all ranks) also counts in a shared
+      (``research/probes/sparse_pieces.py``). The chain's CPU (all ranks) also counts in a shared
       host's CPU bound.
     * Flows sharing a NIC share its bandwidth: every node's NIC also carries its share of every
       all-reduce (``2 (W - 1) / W`` of the bucket); the synchronization ends at the latest of the
@@ -113,7 +113,7 @@ One iteration (every worker alike, times from the start of the step)
       the cores: ``ring_slowed_while_computing`` serves its queue ``processes / cores`` times
       slower until the backward pass ends (:func:`_queue_end_slowed`). On an Intel host, 16
       buckets overlapping BERT-3's backward pass go from log measured / predicted +0.17 to
-      +0.06 with it (``benchmarks/layout_probe.py``), and the stores' figures stay as they
+      +0.06 with it (``research/probes/layout_probe.py``), and the stores' figures stay as they
       are; off by default, as it changes the learned rankers' ``sim_*`` features.
     * The step ends ``optimizer`` after both the backward pass and the last synchronization end.
 
@@ -134,10 +134,9 @@ from __future__ import annotations
 import math
 import os
 from collections import deque
-from collections.abc import Iterator, Sequence
-from itertools import chain, compress, repeat
-from operator import attrgetter, is_not, not_
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from itertools import chain
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -145,31 +144,26 @@ from pydantic import BaseModel, ConfigDict, Field
 from autosync_transfer._heap import heap_slack
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.domains.profile import ActionCost, ClusterCalibration, WorkloadProfile
-from autosync_transfer.errors import ConfigError, StrategyValidationError
-from autosync_transfer.strategies.sampler import SampledBatch, StrategyBatch
-from autosync_transfer.strategies.types import COMPRESSORS, PS, AllReduce, Partition, Strategy
-from autosync_transfer.strategies.validate import validate
+from autosync_transfer.errors import ConfigError
+from autosync_transfer.strategies.sampler import SampledBatch
+from autosync_transfer.strategies.types import Strategy
+from autosync_transfer.rankers.rows import (MAX_POWERSGD_RANK, RowDecoder, Rows, ps_byte_table,
+                                           wire_bytes)
 
 __all__ = [
     "StepSimConfig",
+    "StepSimVariant",
     "TERMS",
-    "RowDecoder",
-    "Rows",
     "StepSimulator",
     "simulate",
 ]
 
-_FP16_BYTES = 2
-_POWERSGD_FACTOR_BYTES = 4  # P and Q are float32
-_MAX_POWERSGD_RANK = 64  # AllReduce.powersgd_rank's upper bound
 #: bucket kinds of one group: none, fp16, fp16_ef, then PowerSGD ranks 1..64
-_BUCKET_KINDS = 4 + _MAX_POWERSGD_RANK
-_ID_CACHE_LIMIT = 100_000  # synchronizer objects remembered by identity
+_BUCKET_KINDS = 4 + MAX_POWERSGD_RANK
 _ROWS_PER_BATCH = 1 << 16  # work arrays stay in cache; the sparse chain's loop is per batch
 #: threads that decode (a sampler's batches) and simulate batches (``benchmarks/scoring_throughput.py``)
 _THREADS = max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                       else (os.cpu_count() or 1)))
-_MAX_STRATEGIES_PER_BATCH = 4096
 #: freed memory the allocator keeps while batches are simulated (:func:`heap_slack`): a batch's
 #: temporaries are reused instead of faulted in again (``benchmarks/scoring_throughput.py``)
 _HEAP_SLACK = 64 << 20
@@ -177,12 +171,6 @@ _HEAP_SLACK = 64 << 20
 #: the header, then the payload's round trip once its receive is posted
 _SPARSE_HOPS = 1.5
 
-_var_name = attrgetter("var_name")
-_partition = attrgetter("partition")
-_synchronizer = attrgetter("synchronizer")
-_synchronizers = attrgetter("synchronizers")
-_axis = attrgetter("axis")
-_shards = attrgetter("shards")
 
 #: the simulator's output record, seconds per step
 TERMS: tuple[tuple[str, str], ...] = (
@@ -205,8 +193,11 @@ _TERM_DTYPE = np.dtype([(name, np.float64) for name, _ in TERMS])
 
 
 class StepSimConfig(BaseModel):
-    """Constants of the simulator; the ``fallback_*`` ones are used only where no profile or
-    calibration gives the number (documented physics, not fitted per domain)."""
+    """Physical constants of the simulator and the host it models; the ``fallback_*`` ones are
+    used only where no profile or calibration gives the number (documented physics, not fitted
+    per domain). How the simulator models the runtime is not configurable here: that is its
+    behaviour, versioned with the feature schema (``features.FEATURE_SCHEMA_VERSION``; a test
+    keeps the simulator's output on reference strategies fixed per schema version)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -223,7 +214,7 @@ class StepSimConfig(BaseModel):
     sparse_call_s: float = Field(default=0.0, ge=0, description=(
         "cost of one row-sparse PS push or pull beyond its bytes and latency (its header is a "
         "dependent hop: the payload's receives wait for it); 0: not modelled. "
-        "benchmarks/sparse_exchange.py measures it between two nodes"))
+        "research/probes/sparse_exchange.py measures it between two nodes"))
     host_processes: int | None = Field(default=None, ge=1, description=(
         "compute processes sharing one host (an emulated cluster: all workers); None: each "
         "node's workers share that node"))
@@ -242,6 +233,21 @@ class StepSimConfig(BaseModel):
     fallback_memory_bytes_per_s: float = Field(default=8e9, gt=0, description=(
         "bytes/s one worker moves in compression, copies and the optimizer without a profile; "
         "fitted on the 15 shipped source domains (benchmarks/results/stepsim_accuracy.txt)"))
+    default_ps_piece_s: float | None = Field(default=None, ge=0, description=(
+        "seconds one parameter-server piece costs the executor beyond its bytes where the "
+        "calibration has no ps_piece_s; None: two message latencies plus the collective "
+        "latency"))
+    step_overhead_s: float = Field(default=0.0, ge=0, description=(
+        "fixed per-step cost (framework, synchronization call)"))
+
+
+class StepSimVariant(BaseModel):
+    """Alternative models of the runtime, for research only (``research/probes`` ablate them);
+    the defaults are the shipped behaviour, and the product never sets another. Changing a
+    default changes every learned ranker's ``sim_*`` features: it is a new feature schema."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     network_shares_cores: bool = Field(default=True, description=(
         "on a host with more compute processes than cores (slowdown > 1) the parameter-server "
         "threads get the same share of a core as compute: the per-piece work of every PS "
@@ -275,17 +281,13 @@ class StepSimConfig(BaseModel):
     ps_push_after_gather: float = Field(default=1.0, ge=0, le=1, description=(
         "with ps_chain, the share of a piece's pushes that cross into its server only once the "
         "piece before it is gathered (1: all of them, as traced on emulated cluster A by "
-        "benchmarks/ps_layouts.py --trace; 0: they arrive early, only the previous server's "
+        "research/probes/ps_layouts.py --trace; 0: they arrive early, only the previous server's "
         "push waits)"))
     ps_sender_overlaps: bool = Field(default=True, description=(
         "a node's PS thread hands a piece it only sends to the network and goes on, so its "
         "per-piece work for such pieces overlaps its NIC's bytes (max of the two); a server "
         "waits for the bytes, then does its per-piece work (their sum). False: the sum on "
         "every node"))
-    default_ps_piece_s: float | None = Field(default=None, ge=0, description=(
-        "seconds one parameter-server piece costs the executor beyond its bytes where the "
-        "calibration has no ps_piece_s; None: two message latencies plus the collective "
-        "latency"))
     ring_shares_cores: bool = Field(default=False, description=(
         "slow all-reduce buckets by the same slowdown (the older model); by default a ring "
         "streams at the links' rate, as the calibration's all-reduce measurement shows"))
@@ -295,302 +297,15 @@ class StepSimConfig(BaseModel):
         "thread while the backward pass runs: it progresses processes / cores times slower "
         "until the backward pass ends, then at full rate (a time change of its queue, exact "
         "for one work-conserving queue); False: rings stream at the links' rate throughout"))
-    step_overhead_s: float = Field(default=0.0, ge=0, description=(
-        "fixed per-step cost (framework, synchronization call)"))
-
-
-class Columns(NamedTuple):
-    """A batch's strategies as columns: per variable config (all strategies, in their config
-    order) and per partition row (configs' rows in order)."""
-
-    counts: np.ndarray  # [B] configs per strategy
-    cfg_var: np.ndarray  # [C] variable index (-1: unknown name)
-    cfg_axis: np.ndarray  # [C] partition axis, -1 when not partitioned
-    cfg_shards: np.ndarray  # [C] Partition.shards (1 when not partitioned)
-    cfg_n: np.ndarray  # [C] rows of the config (synchronizers)
-    codes: np.ndarray  # [R] synchronizer code of every row
-    ctab: np.ndarray  # [6, codes] per code: is_ar, server node, replication, group,
-    #                   compressor (index into COMPRESSORS), PowerSGD rank
-
-
-class Rows(NamedTuple):
-    """A batch's strategies decoded into rows (one per synchronized piece), in the strategies'
-    config order (forward order for sampled batches): everything per row is ``[R]``."""
-
-    num_strategies: int
-    strat: np.ndarray  # strategy index
-    var: np.ndarray  # variable index (forward order)
-    shard: np.ndarray  # shard index (0 when not partitioned)
-    shards: np.ndarray  # rows of the row's variable (1 when not partitioned)
-    partitioned: np.ndarray  # bool
-    codes: np.ndarray  # synchronizer code
-    ctab: np.ndarray  # [6, codes]: is_ar, server node, replication, group, compressor, rank
-    is_ar: np.ndarray
-    server: np.ndarray  # PS server node (-1 for AR)
-    replication: np.ndarray  # bool
-    sparse: np.ndarray  # bool
-    numel: np.ndarray  # elements of the piece
-    d0: np.ndarray  # first dimension of the piece
-    rows_total: np.ndarray  # rows of the piece (float)
-    tensor_bytes: np.ndarray
-    ordered: bool  # rows already in (strategy, variable, shard) order
-
-
-class RowDecoder:
-    """Strategies of one domain -> :class:`Rows`, validating them (the one place of the
-    vectorized validity rules; a failure is explained by the validator's full report)."""
-
-    def __init__(self, domain: Domain):
-        self.domain = domain
-        model = domain.model
-        variables = model.variables
-        self.num_vars = len(variables)
-        self.var_index = {v.name: i for i, v in enumerate(variables)}
-        self.node_index = {n.name: i for i, n in enumerate(domain.cluster.nodes)}
-        self.ndim = np.array([len(v.shape) for v in variables], dtype=np.int64)
-        maxdim = max(1, int(self.ndim.max()))
-        self.dims = np.ones((self.num_vars, maxdim), dtype=np.int64)
-        for i, v in enumerate(variables):
-            self.dims[i, : len(v.shape)] = v.shape
-        self.shape0 = self.dims[:, 0].copy()  # 1 for scalars
-        self.num_el = np.array([v.num_elements for v in variables], dtype=np.int64)
-        self.itemsize = np.array([v.itemsize for v in variables], dtype=np.float64)
-        self.sparse = np.array([v.sparse for v in variables], dtype=bool)
-        self._code_of_value: dict[tuple[Any, ...], int] = {}
-        self._code_rows: list[tuple[int, int, int, int, int, int]] = []
-        self._known_ids = np.zeros(0, dtype=np.int64)
-        self._known_codes = np.zeros(0, dtype=np.int64)
-        self._cache_keep: list[PS | AllReduce] = []
-
-    # -- batching ---------------------------------------------------------------------------------
-    def batches(self, strategies: Sequence[Strategy], rows_per_batch: int = _ROWS_PER_BATCH
-                ) -> Iterator[Sequence[Strategy]]:
-        n = len(strategies)
-        if n == 0:
-            return
-        if isinstance(strategies, SampledBatch):
-            est_rows = max(1, int(strategies.arrays.pieces[0].sum()))
-        else:
-            est_rows = max(1, sum(1 if c.partition is None else c.partition.shards
-                                  for c in strategies[0].nodes))
-        per_batch = min(_MAX_STRATEGIES_PER_BATCH, max(1, rows_per_batch // est_rows))
-        for start in range(0, n, per_batch):
-            yield strategies[start : start + per_batch]
-
-    # -- synchronizer codes -----------------------------------------------------------------------
-    def _sync_codes(self, syncs: list[PS | AllReduce]) -> np.ndarray:
-        """The code of every synchronizer (an index into ``self._code_rows``), looked up by
-        identity (frozen objects a sampler shares between rows), by value on a miss."""
-        ids = np.fromiter(map(id, syncs), dtype=np.int64, count=len(syncs))
-        codes = _lookup(self._known_ids, self._known_codes, ids)
-        miss = np.flatnonzero(codes < 0)
-        if miss.size == 0:
-            return codes
-        uniq, first = np.unique(ids[miss], return_index=True)
-        objs = [syncs[i] for i in miss[first].tolist()]
-        new_codes = np.fromiter(map(self._value_code, objs), dtype=np.int64, count=len(objs))
-        codes[miss] = _lookup(uniq, new_codes, ids[miss])
-        if len(objs) <= _ID_CACHE_LIMIT:
-            if len(self._cache_keep) + len(objs) > _ID_CACHE_LIMIT:
-                self._cache_keep.clear()
-                self._known_ids = np.zeros(0, dtype=np.int64)
-                self._known_codes = np.zeros(0, dtype=np.int64)
-            self._cache_keep.extend(objs)
-            all_ids = np.concatenate((self._known_ids, uniq))
-            order = np.argsort(all_ids, kind="stable")
-            self._known_ids = all_ids[order]
-            self._known_codes = np.concatenate((self._known_codes, new_codes))[order]
-        return codes
-
-    def _value_code(self, s: PS | AllReduce) -> int:
-        if isinstance(s, PS):
-            key: tuple[Any, ...] = ("ps", s.destination, s.local_replication)
-        else:
-            key = ("ar", s.group, s.compressor, s.powersgd_rank)
-        code = self._code_of_value.get(key)
-        if code is None:
-            code = len(self._code_rows)
-            self._code_of_value[key] = code
-            if isinstance(s, PS):
-                self._code_rows.append((0, self.node_index.get(s.destination, -1),
-                                        int(s.local_replication), -1, -1, 0))
-            else:
-                self._code_rows.append((1, -1, 0, s.group, COMPRESSORS.index(s.compressor),
-                                        s.powersgd_rank))
-        return code
-
-    def _columns_of_objects(self, strategies: Sequence[Strategy]) -> Columns:
-        """Walk the strategy objects once (C-level maps; no per-row Python code)."""
-        names: list[str] = []
-        parts_all: list[Partition | None] = []
-        syncs_all: list[PS | AllReduce | None] = []
-        counts: list[int] = []
-        for s in strategies:
-            nodes = s.nodes
-            counts.append(len(nodes))
-            names.extend(map(_var_name, nodes))
-            parts_all.extend(map(_partition, nodes))
-            syncs_all.extend(map(_synchronizer, nodes))
-        C = len(names)
-        is_part_l = list(map(is_not, parts_all, repeat(None)))
-        cfg_part = np.fromiter(is_part_l, dtype=bool, count=C)
-        parts: list[Partition] = list(compress(parts_all, is_part_l))
-        part_syncs = list(map(_synchronizers, parts))
-        whole_syncs = list(compress(syncs_all, map(not_, is_part_l)))
-        cfg_var = np.fromiter(map(self.var_index.get, names, repeat(-1)), dtype=np.int64, count=C)
-        cfg_axis = np.full(C, -1, dtype=np.int64)
-        cfg_axis[cfg_part] = np.fromiter(map(_axis, parts), dtype=np.int64, count=len(parts))
-        cfg_shards = np.ones(C, dtype=np.int64)
-        cfg_shards[cfg_part] = np.fromiter(map(_shards, parts), dtype=np.int64, count=len(parts))
-        cfg_n = np.ones(C, dtype=np.int64)
-        cfg_n[cfg_part] = np.fromiter(map(len, part_syncs), dtype=np.int64, count=len(parts))
-        row_whole = np.repeat(~cfg_part, cfg_n)
-        codes = np.empty(row_whole.size, dtype=np.int64)
-        codes[row_whole] = self._sync_codes(whole_syncs)  # type: ignore[arg-type]
-        codes[~row_whole] = self._sync_codes(list(chain.from_iterable(part_syncs)))
-        ctab = np.array(self._code_rows, dtype=np.int64).reshape(-1, 6).T.copy()
-        return Columns(np.array(counts, dtype=np.int64), cfg_var, cfg_axis, cfg_shards, cfg_n,
-                       codes, ctab)
-
-    def _columns_of_sampled(self, batch: SampledBatch) -> Columns:
-        arrays: StrategyBatch = batch.arrays
-        B, V = arrays.pieces.shape
-        part = arrays.partitioned.reshape(-1)
-        pieces = arrays.pieces.reshape(-1)
-        sc = arrays.synchronizers
-        ctab = np.stack([col.astype(np.int64) for col in (
-            sc.is_ar, sc.node, sc.replication, sc.group, sc.compressor, sc.powersgd_rank)])
-        return Columns(np.full(B, V, dtype=np.int64), np.tile(np.arange(V, dtype=np.int64), B),
-                       np.where(part, arrays.axis.reshape(-1), -1), np.where(part, pieces, 1),
-                       pieces.astype(np.int64), arrays.codes, ctab)
-
-    def reads_arrays(self, strategies: Sequence[Strategy]) -> bool:
-        """Whether :meth:`rows` decodes ``strategies`` from a sampler's arrays of this domain
-        (no caches: safe on any thread) rather than walking objects (the identity cache)."""
-        return isinstance(strategies, SampledBatch) and (
-            strategies.domain is self.domain
-            or strategies.domain.fingerprint == self.domain.fingerprint)
-
-    def invalid(self, strategy: Strategy, why: str) -> StrategyValidationError:
-        validate(strategy, self.domain)  # raises the full report when the validator finds it
-        return StrategyValidationError([why])
-
-    # -- decoding ---------------------------------------------------------------------------------
-    def rows(self, strategies: Sequence[Strategy], order: bool = True) -> Rows:
-        """Decode and validate one batch; with ``order`` the rows are sorted into (strategy,
-        variable, shard) order when the configs are not already."""
-        if self.reads_arrays(strategies):
-            cols = self._columns_of_sampled(strategies)  # type: ignore[arg-type]
-        else:
-            cols = self._columns_of_objects(strategies)
-        counts, cfg_var, cfg_axis, cfg_shards, cfg_n, codes, ctab = cols
-        B, V = len(strategies), self.num_vars
-        cfg_strat = np.repeat(np.arange(B), counts)
-
-        bad = np.zeros(B, dtype=bool)
-        bad[cfg_strat[cfg_var < 0]] = True
-        var_ok = np.where(cfg_var < 0, 0, cfg_var)
-        part = cfg_axis >= 0
-        ndim = self.ndim[var_ok]
-        axis_ok = np.where(part, cfg_axis, 0)
-        axis_in = np.minimum(axis_ok, self.dims.shape[1] - 1)
-        dim = np.where(part & (axis_ok < ndim), self.dims[var_ok, axis_in], 0)
-        bad_part = part & (
-            (cfg_axis >= ndim) | (self.sparse[var_ok] & (cfg_axis != 0)) | (cfg_shards > dim)
-            | (cfg_n != cfg_shards)
-        )
-        bad[cfg_strat[bad_part]] = True
-        seen = np.bincount(cfg_strat * V + var_ok, minlength=B * V).reshape(B, V)
-        bad |= (seen != 1).any(axis=1) | (counts != V)
-        row_cfg = np.repeat(np.arange(cfg_var.size), cfg_n)
-        R = row_cfg.size
-        row_strat = cfg_strat[row_cfg]
-        row_var = var_ok[row_cfg]
-        cfg_start = np.cumsum(cfg_n) - cfg_n
-        shard_i = np.arange(R) - cfg_start[row_cfg]
-        is_ar = (ctab[0] == 1)[codes]
-        srv = ctab[1][codes]
-        row_sparse = self.sparse[row_var]
-        bad[row_strat[(~is_ar) & (srv < 0)]] = True
-        bad[row_strat[is_ar & row_sparse]] = True
-        if bad.any():
-            k = int(np.flatnonzero(bad)[0])
-            raise self.invalid(strategies[k], "the strategy does not fit the domain")
-
-        ordered = not (np.diff(cfg_strat * V + var_ok) < 0).any()
-        if order and not ordered:
-            perm = np.lexsort((shard_i, row_var, row_strat))
-            row_cfg, row_strat, row_var, shard_i = (
-                row_cfg[perm], row_strat[perm], row_var[perm], shard_i[perm])
-            codes, is_ar, srv, row_sparse = codes[perm], is_ar[perm], srv[perm], row_sparse[perm]
-            ordered = True
-
-        r_axis = cfg_axis[row_cfg]
-        r_part = r_axis >= 0
-        r_shards = cfg_n[row_cfg]
-        r_dim = dim[row_cfg]
-        safe_dim = np.where(r_part, r_dim, 1)
-        base, rem = np.divmod(safe_dim, r_shards)
-        size = base + (shard_i < rem)
-        num_el_var = self.num_el[row_var]
-        shape0 = self.shape0[row_var]
-        n_el = np.where(r_part, (num_el_var // safe_dim) * size, num_el_var)
-        d0 = np.where(r_part & (r_axis == 0), size, shape0)
-        rows_total = np.where(r_part & (r_axis == 0), size, shape0).astype(np.float64)
-        return Rows(
-            num_strategies=B, strat=row_strat, var=row_var, shard=shard_i, shards=r_shards,
-            partitioned=r_part, codes=codes, ctab=ctab, is_ar=is_ar, server=srv,
-            replication=(ctab[2] == 1)[codes], sparse=row_sparse, numel=n_el, d0=d0,
-            rows_total=rows_total, tensor_bytes=n_el * self.itemsize[row_var], ordered=ordered,
-        )
-
-
-def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """For every ``q`` of ``query``: ``values[i]`` where ``keys[i] == q`` (sorted keys), else -1."""
-    if keys.size == 0:
-        return np.full(query.size, -1, dtype=np.int64)
-    pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
-    return np.where(keys[pos] == query, values[pos], -1)
-
-
-def wire_bytes(rows: Rows, tokens: float, sparse_row_bytes: np.ndarray,
-               var_rows: np.ndarray) -> tuple[
-        np.ndarray, np.ndarray, np.ndarray]:
-    """Bytes one worker puts on the wire for every row, the rows a sparse piece touches per
-    worker, and whether the row is a PowerSGD matrix (two collectives).
-
-    AR: ``none`` dtype bytes, ``fp16``/``fp16_ef`` 2 bytes per element, PowerSGD on a >= 2-D
-    piece ``4 r' (d0 + rest)`` with ``r' = min(r, d0, rest)`` (1-D pieces uncompressed). PS:
-    dense bytes, or a sparse piece's touched rows (``min(tokens x rows / R, rows)``) with their
-    indices."""
-    ctab, codes = rows.ctab, rows.codes
-    comp = ctab[4][codes]
-    half = rows.is_ar & ((comp == 1) | (comp == 2))
-    wire = np.where(half, float(_FP16_BYTES) * rows.numel, rows.tensor_bytes)
-    psgd = np.zeros(wire.size, dtype=bool)
-    maybe = np.flatnonzero(rows.is_ar & (comp == 3))
-    if maybe.size:
-        d0 = np.maximum(rows.d0[maybe], 1)
-        rest = rows.numel[maybe] // d0
-        ok = (d0 > 1) & (rest > 1)
-        rank_eff = np.minimum(np.minimum(ctab[5][codes[maybe]], d0), rest)
-        psgd[maybe[ok]] = True
-        wire[maybe[ok]] = (float(_POWERSGD_FACTOR_BYTES) * rank_eff * (d0 + rest))[ok]
-    touched = rows.rows_total
-    sp = np.flatnonzero(rows.sparse)  # PS rows only (the decoder refuses sparse all-reduce)
-    if sp.size:
-        touched = touched.copy()
-        total = rows.rows_total[sp]
-        touched[sp] = np.minimum(tokens * total / var_rows[rows.var[sp]], total)
-        wire[sp] = touched[sp] * sparse_row_bytes[rows.var[sp]]
-    return wire, touched, psgd
 
 
 class _Physics:
     """The per-domain numbers of the simulation (profile, calibration or the fallback)."""
 
     def __init__(self, domain: Domain, profile: WorkloadProfile | None,
-                 calibration: ClusterCalibration | None, config: StepSimConfig):
+                 calibration: ClusterCalibration | None, config: StepSimConfig,
+                 variant: StepSimVariant | None = None):
+        variant = variant or StepSimVariant()
         model, cluster = domain.model, domain.cluster
         variables = model.variables
         V = len(variables)
@@ -667,12 +382,12 @@ class _Physics:
         self.backward_end = self.forward_s + self.backward_s
         self.cpu_share = 1.0 if s > 1.0 else 0.0
         slicing = max(1.0, procs / float(cores))
-        self.comm_scale = ((slicing if config.comm_time_slicing else s)
-                           if (config.network_shares_cores and s > 1.0) else 1.0)
-        self.ring_scale = s if (config.ring_shares_cores and s > 1.0) else 1.0
-        self.ar_busy_scale = (slicing if (config.ring_slowed_while_computing and s > 1.0
-                                          and not config.ring_shares_cores) else 1.0)
-        self.wire_scale = self.comm_scale if config.wire_shares_cores else 1.0
+        self.comm_scale = ((slicing if variant.comm_time_slicing else s)
+                           if (variant.network_shares_cores and s > 1.0) else 1.0)
+        self.ring_scale = s if (variant.ring_shares_cores and s > 1.0) else 1.0
+        self.ar_busy_scale = (slicing if (variant.ring_slowed_while_computing and s > 1.0
+                                          and not variant.ring_shares_cores) else 1.0)
+        self.wire_scale = self.comm_scale if variant.wire_shares_cores else 1.0
         release = self.forward_s + s * np.minimum(ready, bwd)
         # the executor's launch order (``runtime.plan``): reverse forward order, each
         # communication thread waiting for its tasks one after another, so a slot is released
@@ -734,7 +449,7 @@ class _Physics:
         # a piece's pushes into (or out of) each node; with ps_results_block_gathers its answers
         # cross the same NIC after them
         self.ps_gamma_in = gamma.reshape(2 * N, N)
-        self.ps_gamma = self.ps_gamma_in * (2.0 if config.ps_results_block_gathers else 1.0)
+        self.ps_gamma = self.ps_gamma_in * (2.0 if variant.ps_results_block_gathers else 1.0)
         self.ps_gamma_in_flat = self.ps_gamma_in.ravel()
         self.ps_gamma_out_flat = (self.ps_gamma - self.ps_gamma_in).ravel()
         self.ps_lat = lat.reshape(2 * N, N)
@@ -749,29 +464,6 @@ class _Physics:
         # the pushes crossing the server's NIC (at least one: a divisor)
         mates = np.repeat(w - 1.0, 2)
         self.ps_remote_sources = np.maximum(self.ps_sources - mates, 1.0)
-
-
-def ps_byte_table(workers: np.ndarray, nic: np.ndarray, intra: float
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """A parameter-server piece on server node ``p`` with local replication ``r`` (0 or 1):
-    ``gamma[p, r, k]``, the seconds node ``k`` spends per byte of the piece (its NIC carrying
-    the pushes and pulls, ``nic`` bytes/s, plus the intra-node fan-in at ``intra`` bytes/s), and
-    ``sources[p, r]``, the pushes the server gathers (remote workers, or remote nodes with
-    replication, plus its node-mates)."""
-    N = len(workers)
-    W = float(workers.sum())
-    eye = np.eye(N, dtype=bool)
-    gamma = np.empty((N, 2, N))
-    sources = np.empty((N, 2))
-    for r in (0, 1):
-        sent = np.ones(N) if r else workers.copy()  # bytes a remote node sends per piece byte
-        remote_s = sent / nic + (r * (workers - 1.0)) / intra
-        for p in range(N):
-            server_s = (sent.sum() - sent[p]) / nic[p] + (workers[p] - 1.0) / intra
-            gamma[p, r] = np.where(eye[p], server_s, remote_s)
-            remote = (N - 1.0) if r else (W - workers[p])
-            sources[p, r] = remote + workers[p] - 1.0
-    return gamma, sources
 
 
 def _fallback_ready(dense: np.ndarray, backward_s: float) -> np.ndarray:
@@ -800,11 +492,13 @@ class StepSimulator:
 
     def __init__(self, domain: Domain, profile: WorkloadProfile | None = None,
                  calibration: ClusterCalibration | None = None,
-                 config: StepSimConfig | None = None, decoder: RowDecoder | None = None):
+                 config: StepSimConfig | None = None, decoder: RowDecoder | None = None,
+                 variant: StepSimVariant | None = None):
         self.domain = domain
         self.profile = profile
         self.calibration = calibration
         self.config = config or StepSimConfig()
+        self.variant = variant or StepSimVariant()
         self._decoder = decoder
         self._physics: _Physics | None = None
 
@@ -817,7 +511,8 @@ class StepSimulator:
     @property
     def physics(self) -> _Physics:
         if self._physics is None:
-            self._physics = _Physics(self.domain, self.profile, self.calibration, self.config)
+            self._physics = _Physics(self.domain, self.profile, self.calibration, self.config,
+                                     self.variant)
         return self._physics
 
     def simulate(self, strategies: Sequence[Strategy]) -> np.ndarray:
@@ -883,7 +578,7 @@ class StepSimulator:
         if ar.size:
             ctab, codes = rows.ctab, rows.codes[ar]
             comp = ctab[4][codes]
-            kind = np.where(comp == 3, 3 + np.minimum(ctab[5][codes], _MAX_POWERSGD_RANK), comp)
+            kind = np.where(comp == 3, 3 + np.minimum(ctab[5][codes], MAX_POWERSGD_RANK), comp)
             bucket_local, NB = _bucket_index(ctab, codes, kind)
             bkey = rows.strat[ar] * NB + bucket_local.reshape(-1)
             KB = B * NB
@@ -965,9 +660,9 @@ class StepSimulator:
                 keys = (slot[rows_nl, None] * N + np.arange(N)[None, :]).ravel()
                 ps_wire += np.bincount(keys, weights=node_time.ravel(),
                                        minlength=B * V * N).reshape(B * V, N)
-            if self.config.ps_chain and ph.world > 1 and dense_ps.any():
+            if self.variant.ps_chain and ph.world > 1 and dense_ps.any():
                 ar_slot = None
-                if self.config.ps_chain_shares_nic and ar.size and ph.num_nodes > 1:
+                if self.variant.ps_chain_shares_nic and ar.size and ph.num_nodes > 1:
                     # the busiest NIC's share of the all-reduces launched in each slot
                     ar_slot = (np.bincount(rel, weights=b_bytes[present], minlength=B * V)
                                * (ph.ring_scale * float(ph.ar_nic.max())))
@@ -975,7 +670,7 @@ class StepSimulator:
         ps_work *= ph.comm_scale
         ps_work += ph.wire_scale * ps_wire
         if send_wire is not None:
-            both = np.maximum if self.config.ps_sender_overlaps else np.add
+            both = np.maximum if self.variant.ps_sender_overlaps else np.add
             ps_work += both(ph.comm_scale * send_work, ph.wire_scale * send_wire)
         nic_work += ps_work
 
@@ -1057,7 +752,7 @@ class StepSimulator:
         behind the data already queued to that peer, so a server gathers piece ``i`` only once
         its answers of the piece before are out (``ps_results_block_gathers``), and the server
         of the piece before pushes piece ``i`` only after those answers. Traced on an
-        emulated cluster (``benchmarks/ps_layouts.py --trace``), the other pushes of a piece
+        emulated cluster (``research/probes/ps_layouts.py --trace``), the other pushes of a piece
         do not reach its server early either: they cross its NIC after the piece before is
         gathered (``ps_push_after_gather``, the share that does). So, with ``in_i`` every push
         of piece ``i`` into its server, ``out_i`` its answers and ``k`` the per-piece cost,
@@ -1099,7 +794,7 @@ class StepSimulator:
         prev_p = np.r_[0, p[:-1]]
         prev_out = np.r_[0.0, t_out[:-1]]
         push = b * ph.ps_gamma_in_flat[pl_n + prev_p]  # the previous server's push of it
-        c = np.maximum(self.config.ps_push_after_gather * t_in, prev_out + push)
+        c = np.maximum(self.variant.ps_push_after_gather * t_in, prev_out + push)
         c = np.where(p == prev_p, prev_out + t_in, c)
         if ar_slot is not None:
             # the all-reduces launched since the piece before share the NICs with this piece,
@@ -1233,7 +928,7 @@ def _bucket_index(ctab: np.ndarray, codes: np.ndarray, kind: np.ndarray
     if ctab.shape[1] <= 4 * codes.size:
         is_ar = ctab[0] == 1
         tab_comp = ctab[4]
-        tab_kind = np.where(tab_comp == 3, 3 + np.minimum(ctab[5], _MAX_POWERSGD_RANK), tab_comp)
+        tab_kind = np.where(tab_comp == 3, 3 + np.minimum(ctab[5], MAX_POWERSGD_RANK), tab_comp)
         tab_key = np.where(is_ar, ctab[3] * _BUCKET_KINDS + tab_kind, -1)
         uniq, inv = np.unique(tab_key[is_ar], return_inverse=True)
         local = np.full(ctab.shape[1], -1, dtype=np.int64)

@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SOURCE, TARGET = "ncf-A", "ncf-B"
-FAST = ("--epochs", "2", "--ranker", "linear")
+FAST = ("--epochs", "2", "--kind", "linear")
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_command_surface() -> None:
     cmd = get_command(app).commands["adapt"]  # type: ignore[attr-defined]
     opts = {o for p in cmd.params for o in p.opts}
     assert {"--source", "--target", "--method", "--shots", "--collect", "--seed", "--curve",
-            "--data", "--epochs", "--ranker", "--json"} <= opts
+            "--data", "--epochs", "--kind", "--json"} <= opts
 
 
 def test_finetune_trains_the_source_registers_with_lineage_and_promotes(
@@ -146,7 +146,7 @@ def test_guarded_judges_the_source_on_the_shots_and_registers_the_method(
 def test_curve_prints_the_table_and_logs_the_plot(cli: Any, registry: Path,
                                                   trials_dir: Path) -> None:
     res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--shots", "5", "--curve",
-              "--data", str(trials_dir), "--epochs", "1", "--ranker", "linear")
+              "--data", str(trials_dir), "--epochs", "1", "--kind", "linear")
     assert res.code == 0, res.err
     assert "learning curve on ncf-B" in res.out and "±" in res.out
     assert "skipped N = 50, 100, 200" in res.out

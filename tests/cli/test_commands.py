@@ -89,7 +89,7 @@ def test_baseline_and_show(cli, tmp_path):
     res = cli("strategies", "baseline", "bert-3l-A", "ddp", "--export-json", str(out),
               "--export-autodist", str(pb))
     assert res.code == 0, res.err
-    assert cli("strategies", "show", str(out), "--domain", "bert-3l-A").code == 0
+    assert cli("strategies", "show", str(out), "bert-3l-A").code == 0
     assert cli("strategies", "validate", "bert-3l-A", str(pb)).code == 0
 
 
@@ -106,7 +106,7 @@ def test_a_stores_compact_strategy_is_a_strategy_file(cli, tmp_path):
     res = cli("strategies", "validate", "ncf-C", str(path), "--json")
     assert res.code == 0, res.err
     assert json.loads(res.out)["strategy"] == record["strategy_id"]
-    assert cli("strategies", "show", str(path), "--domain", "ncf-C").code == 0
+    assert cli("strategies", "show", str(path), "ncf-C").code == 0
     other = cli("strategies", "validate", "bert-3l-A", str(path))
     assert other.code == 2 and "compact strategy" in other.err and "variables" in other.err
     alone = cli("strategies", "show", str(path))
@@ -120,4 +120,4 @@ def test_a_strategy_file_with_a_byte_order_mark_is_json_with_a_domain_too(cli, t
     bom.write_bytes(b"\xef\xbb\xbf" + out.read_bytes())
     res = cli("strategies", "validate", "bert-3l-A", str(bom))
     assert res.code == 0, res.err
-    assert cli("strategies", "show", str(bom), "--domain", "bert-3l-A").code == 0
+    assert cli("strategies", "show", str(bom), "bert-3l-A").code == 0

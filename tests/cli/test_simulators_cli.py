@@ -62,11 +62,11 @@ def test_ui_compare_needs_a_model_with_two_versions(cli: Any, registry: Path) ->
 @pytest.mark.parametrize("argv,needle", [
     (("train", "ncf-Z"), "no cluster 'Z'"),
     (("train", "gpt-A"), "no model 'gpt'"),
-    (("train", DOMAIN, "--ranker", "forest"), "unknown ranker 'forest'"),
-    (("train", "ncf-B", "--ranker", "linear"), "no ok trials for domain 'ncf-B'"),
+    (("train", DOMAIN, "--kind", "forest"), "unknown ranker 'forest'"),
+    (("train", "ncf-B", "--kind", "linear"), "no ok trials for domain 'ncf-B'"),
     (("train", DOMAIN, "--metric", "accuracy"), "unknown metric 'accuracy'"),
-    (("evaluate", "autosync-nope", "--on", DOMAIN), "no registered model 'autosync-nope'"),
-    (("evaluate", f"models:/{NAME}@champion", "--on", "ncf-Z"), "no cluster 'Z'"),
+    (("evaluate", DOMAIN, "--simulator", "autosync-nope"), "no registered model 'autosync-nope'"),
+    (("evaluate", "ncf-Z", "--simulator", f"models:/{NAME}@champion"), "no cluster 'Z'"),
     (("registry", "show", "autosync-nope"), "no registered model 'autosync-nope'"),
     (("registry", "promote", NAME, "3"), "no registered model"),
 ], ids=lambda v: " ".join(v) if isinstance(v, tuple) else None)
@@ -84,12 +84,12 @@ def test_missing_trials_file(cli: Any, registry: Path, tmp_path: Path) -> None:
 
 
 def test_train_evaluate_show_promote(cli: Any, registry: Path, trials_file: Path) -> None:
-    res = cli("train", DOMAIN, "--ranker", "linear", "--seeds", "2", "--epochs", "2",
+    res = cli("train", DOMAIN, "--kind", "linear", "--seeds", "2", "--epochs", "2",
               "--data", str(trials_file))
     assert res.code == 0, res.err
     assert "pairwise_acc" in res.out and "±" in res.out and "promoted to champion" in res.out
 
-    res = cli("train", DOMAIN, "--ranker", "analytical", "--seeds", "1", "--data",
+    res = cli("train", DOMAIN, "--kind", "analytical", "--seeds", "1", "--data",
               str(trials_file), "--json")
     assert res.code == 0, res.err
     report = json.loads(res.out)
@@ -117,13 +117,13 @@ def test_train_evaluate_show_promote(cli: Any, registry: Path, trials_file: Path
     assert res.code == 0, res.err
     assert json.loads(cli("registry", "show", NAME, "--json").out)["aliases"] == {"champion": "1"}
 
-    res = cli("evaluate", f"models:/{NAME}@champion", "--on", DOMAIN, "--data",
+    res = cli("evaluate", DOMAIN, "--simulator", f"models:/{NAME}@champion", "--data",
               str(trials_file), "--json")
     assert res.code == 0, res.err
     metrics = json.loads(res.out)["metrics"]
     assert metrics["strategies"] == 40 and 0.0 <= metrics["pairwise_acc"] <= 1.0
-    res = cli("evaluate", DOMAIN, "--on", DOMAIN, "--data", str(trials_file))
+    res = cli("evaluate", DOMAIN, "--simulator", DOMAIN, "--data", str(trials_file))
     assert res.code == 0 and "kendall_tau" in res.out
-    assert_one_line_error(cli("evaluate", f"models:/{NAME}/9", "--on", DOMAIN, "--data",
+    assert_one_line_error(cli("evaluate", DOMAIN, "--simulator", f"models:/{NAME}/9", "--data",
                               str(trials_file)), "has no version 9")
     assert_one_line_error(cli("registry", "promote", NAME, "9"), "has no version 9")

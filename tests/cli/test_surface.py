@@ -1,4 +1,4 @@
-"""The command surface, frozen: every command and every option (names, deprecated aliases,
+"""The command surface, frozen: every command and every option (names,
 hidden, type and choices, default, required) against the checked-in ``surface.json``.
 
 A change to the command line must be deliberate: after changing it, regenerate the snapshot
@@ -68,7 +68,6 @@ def surface() -> dict[str, Any]:
     from typer.main import get_command
 
     from autosync_transfer.cli import app
-    from autosync_transfer.cli._params import deprecated_aliases
 
     found: dict[str, Any] = {}
 
@@ -76,14 +75,13 @@ def surface() -> dict[str, Any]:
         subs = getattr(cmd, "commands", None)
         if subs is not None:
             if not path:  # the options before the command word (--debug)
-                found["(global)"] = {"hidden": False, "deprecated_aliases": {},
+                found["(global)"] = {"hidden": False,
                                      "params": [_param(p) for p in cmd.params]}
             for name in sorted(subs):
                 walk(subs[name], [*path, name])
             return
         found[" ".join(path)] = {
             "hidden": bool(cmd.hidden),
-            "deprecated_aliases": deprecated_aliases(cmd),
             "params": [_param(p) for p in cmd.params],
         }
 
@@ -97,8 +95,6 @@ def _dump(data: dict[str, Any]) -> str:
     for i, (name, cmd) in enumerate(sorted(data.items())):
         lines.append(f"  {json.dumps(name)}: {{")
         lines.append(f'    "hidden": {json.dumps(cmd["hidden"])},')
-        lines.append(f'    "deprecated_aliases": '
-                     f'{json.dumps(cmd["deprecated_aliases"], sort_keys=True)},')
         lines.append('    "params": [')
         rows = [f"      {json.dumps(p, sort_keys=True)}" for p in cmd["params"]]
         lines.append(",\n".join(rows))

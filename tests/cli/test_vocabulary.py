@@ -1,4 +1,5 @@
-"""One option vocabulary: the old option names still work (hidden, with a deprecation note), the
+"""One option vocabulary: one name per thing (the simulator is ``--simulator``, the domain the
+positional argument), the old names of an unreleased vocabulary refused, ``search --help`` short, the
 choices are the library's and are listed by ``--help``, a wrong choice is one line naming the
 option and the value, the measurement protocol defaults to the library's, and every command that
 reports has ``--json``."""
@@ -35,81 +36,75 @@ def _commands() -> dict[str, Any]:
     return found
 
 
-def _aliases() -> list[tuple[str, str, str]]:
-    from autosync_transfer.cli._params import deprecated_aliases
-
-    return [(path, old, new) for path, cmd in sorted(_commands().items())
-            for old, new in sorted(deprecated_aliases(cmd).items())]
-
-
-def _notes(err: str) -> list[str]:
-    return [ln for ln in err.splitlines() if ln.startswith("note: ")]
+#: option names of an unreleased vocabulary, now refused like any unknown option
+OLD_NAMES = [("strategies sample", "--num"), ("strategies baseline", "--out"),
+             ("strategies baseline", "--autodist-out"), ("recommend", "--out"),
+             ("datasets list", "--path"), ("collect", "--trials"), ("search", "--warm-start"),
+             ("evaluate", "--on"), ("train", "--ranker")]
 
 
-# -- old names ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("path,old,new", _aliases(), ids=lambda v: v)
-def test_every_old_name_maps_to_the_new_option(path: str, old: str, new: str,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
-    """Parsed (not run): the old name fills the new option's parameter and prints one note."""
+# -- one vocabulary ----------------------------------------------------------------------------
+@pytest.mark.parametrize("path,old", OLD_NAMES, ids=lambda v: v)
+def test_old_names_are_gone(path: str, old: str) -> None:
     cmd = _commands()[path]
-    (param,) = [p for p in cmd.params if new in p.opts]
     assert old not in {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
-    value = "7" if getattr(param.type_descriptor, "annotation", None) is int else "some/path"
-    args: list[str] = []
-    for p in cmd.params:  # the other required parameters, with a placeholder
-        if p.required and p is not param:
-            args += ["x"] if p.param_type_name == "argument" else [p.opts[0], "x"]
-    ctx = cmd.make_context(path, [*args, old, value])
-    assert str(ctx.params[param.name]) == value
-    err = capsys.readouterr().err
-    assert _notes(err) == [f"note: {old} is deprecated and goes in the next release; use {new}"]
 
 
-def test_old_names_are_hidden_from_help(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import re
-
-    monkeypatch.setenv("COLUMNS", "400")
-    for path, old, new in _aliases():
-        res = cli(*path.split(), "--help")
-        assert res.code == 0, res.err
-        assert new in res.out and not re.search(rf"(?<![\w-]){old}(?![\w-])", res.out), (path, old)
-
-
-def test_old_and_new_name_together_is_a_usage_error(cli: Any, tmp_path: Path) -> None:
-    res = cli("strategies", "baseline", DOMAIN, "ps", "--out", str(tmp_path / "a.json"),
-              "--export-json", str(tmp_path / "b.json"))
-    assert res.code == 2
-    errors = [ln for ln in res.err.splitlines() if ln.startswith("error: ")]
-    assert len(errors) == 1 and "--out and --export-json are the same option" in errors[0]
+def test_an_old_name_is_a_usage_error_writing_nothing(cli: Any, tmp_path: Path) -> None:
+    res = cli("strategies", "baseline", DOMAIN, "ps", "--out", str(tmp_path / "a.json"))
+    assert res.code == 2 and "--out" in res.err and "Traceback" not in res.err
     assert not list(tmp_path.iterdir())
 
 
-def test_old_names_run_end_to_end(cli: Any, tmp_path: Path) -> None:
-    res = cli("strategies", "sample", DOMAIN, "--num", "3", "--json")
-    assert res.code == 0, res.err
-    assert len(res.out.splitlines()) == 3
-    assert _notes(res.err) == ["note: --num is deprecated and goes in the next release; "
-                               "use --count"]
-    js, pb = tmp_path / "ddp.json", tmp_path / "ddp.pb"
-    res = cli("strategies", "baseline", DOMAIN, "ddp", "--out", str(js), "--autodist-out", str(pb))
-    assert res.code == 0, res.err
-    assert js.exists() and pb.exists() and len(_notes(res.err)) == 2
-    best = tmp_path / "best.json"
-    res = cli("recommend", "ncf-C", "--candidates", "20", "--out", str(best))
-    assert res.code == 0, res.err
-    assert best.exists()
+def test_a_simulator_is_always_given_as_simulator() -> None:
+    """Every command that reads a registered simulator takes it as ``--simulator``; a kind of
+    simulator to train is ``--kind``; the domain is the positional argument (adapt's
+    ``--source``/``--target`` name the transfer's two ends)."""
+    commands = _commands()
+    for path in ("search", "recommend", "evaluate"):
+        opts = {o for p in commands[path].params for o in p.opts}
+        assert "--simulator" in opts, path
+    for path, cmd in commands.items():
+        opts = {o for p in cmd.params for o in p.opts}
+        assert not opts & {"--warm-start", "--on", "--ranker", "--domain"} or path == "worker", \
+            (path, opts & {"--warm-start", "--on", "--ranker", "--domain"})
 
 
-def test_old_data_name_reads_the_same_data(cli: Any, tmp_path: Path) -> None:
-    from autosync_transfer.testing.synthetic import write_synthetic_store
+def test_search_help_shows_at_most_15_options(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
 
-    store = tmp_path / "ncf-A.jsonl"
-    write_synthetic_store(store, "ncf-A", 5, 0)
-    new = cli("datasets", "list", "--data", str(store), "--json")
-    old = cli("datasets", "list", "--path", str(store), "--json")
-    assert new.code == old.code == 0, (new.err, old.err)
-    assert json.loads(new.out) == json.loads(old.out)
-    assert not _notes(new.err) and len(_notes(old.err)) == 1
+    monkeypatch.setenv("COLUMNS", "200")
+    res = cli("search", "--help")
+    assert res.code == 0, res.err
+    shown = set(re.findall(r"(?m)^\S?\s+(--[a-z][a-z-]+)", res.out)) - {"--help"}
+    assert 8 <= len(shown) <= 15, sorted(shown)
+    assert "--config" in shown and "--per-round" not in shown
+
+
+def test_search_config_file_sets_expert_settings(tmp_path: Path) -> None:
+    """``--config`` fills the settings left at their defaults; a given option wins; an unknown
+    setting or a bad value is one line naming it."""
+    from typer.main import get_command
+
+    from autosync_transfer.cli import app
+    from autosync_transfer.cli.search import _search_config
+
+    cmd = get_command(app).commands["search"]  # type: ignore[attr-defined]
+    cfg = tmp_path / "search.yml"
+    cfg.write_text("per_round: 4\ncandidates: 50\nmax_epochs: 3\n")
+    ctx = cmd.make_context("search", ["ncf-A", "--candidates", "70", "--config", str(cfg)])
+    given = {"per_round": ctx.params["per_round"], "candidates": ctx.params["candidates"],
+             "max_epochs": ctx.params["epochs"]}
+    config = _search_config(ctx, given, str(cfg))
+    assert (config.per_round, config.candidates, config.max_epochs) == (4, 70, 3)
+    from autosync_transfer.errors import ConfigError
+
+    for text, needle in (("per_round: 0\n", "per_round=0"), ("nope: 1\n", "'nope'"),
+                         ("[1, 2]\n", "mapping"), ("a: [\n", "not YAML")):
+        cfg.write_text(text)
+        ctx = cmd.make_context("search", ["ncf-A", "--config", str(cfg)])
+        with pytest.raises(ConfigError, match=needle):
+            _search_config(ctx, {"per_round": 10}, str(cfg))
 
 
 # -- choices -----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from autosync_transfer.domains.profile import (ACTIONS, ActionCost, ClusterCalib
 from autosync_transfer.errors import ConfigError, StrategyValidationError
 from autosync_transfer.rankers.simulator import STEPSIM, Simulator
 from autosync_transfer.rankers import stepsim
-from autosync_transfer.rankers.stepsim import TERMS, StepSimConfig, StepSimulator
+from autosync_transfer.rankers.stepsim import TERMS, StepSimConfig, StepSimulator, StepSimVariant
 from autosync_transfer.strategies.sampler import SamplerConfig, StrategySampler
 from autosync_transfer.strategies.types import PS, AllReduce, Partition, Strategy, VarConfig
 from autosync_transfer.testing import hypothesis_strategies as hs
@@ -105,7 +105,7 @@ def test_ps_and_all_reduce_share_a_nic() -> None:
     assert out["nic_contention_s"] == pytest.approx(0.04)
     # full duplex (push and answer at once): 40 ms each, 80 ms on one NIC
     duplex = StepSimulator(sim.domain, sim.profile, sim.calibration,
-                           StepSimConfig(ps_results_block_gathers=False))
+                           StepSimConfig(), variant=StepSimVariant(ps_results_block_gathers=False))
     out = duplex.simulate([_strategy([AllReduce(group=0), PS(destination="n0")])])[0]
     assert out["ps_s"] == pytest.approx(0.04)
     assert out["sync_end_s"] == pytest.approx(0.11 + 0.08)
@@ -247,10 +247,13 @@ def test_a_ring_streams_at_link_rate_and_ps_pieces_wait_for_a_core() -> None:
     ar = _strategy([AllReduce(), AllReduce()])
     ps = _strategy([PS(destination="n0"), PS(destination="n0")])
     host = {"host_processes": 2, "host_cores": 1}  # both workers on one core
-    alone = StepSimulator(dom, prof, cal, StepSimConfig(**host, network_shares_cores=False))
+    alone = StepSimulator(dom, prof, cal, StepSimConfig(**host),
+                          variant=StepSimVariant(network_shares_cores=False))
     shared = StepSimulator(dom, prof, cal, StepSimConfig(**host))
-    older = StepSimulator(dom, prof, cal, StepSimConfig(**host, ring_shares_cores=True))
-    wire = StepSimulator(dom, prof, cal, StepSimConfig(**host, wire_shares_cores=True))
+    older = StepSimulator(dom, prof, cal, StepSimConfig(**host),
+                          variant=StepSimVariant(ring_shares_cores=True))
+    wire = StepSimulator(dom, prof, cal, StepSimConfig(**host),
+                         variant=StepSimVariant(wire_shares_cores=True))
     a, s, o, w = (sim.simulate([ar, ps]) for sim in (alone, shared, older, wire))
     assert a["ar_s"][0] > 0 and s["ar_s"][0] == pytest.approx(a["ar_s"][0])
     assert o["ar_s"][0] == pytest.approx(2 * a["ar_s"][0])
@@ -305,8 +308,8 @@ def test_the_ar_thread_slowed_while_the_backward_pass_runs() -> None:
     one = _strategy([AllReduce(group=0), AllReduce(group=0)])
     host = {"host_processes": 2, "host_cores": 1}
     plain = StepSimulator(dom, prof, cal, StepSimConfig(**host)).simulate([two, one])
-    slowed = StepSimulator(dom, prof, cal, StepSimConfig(
-        **host, ring_slowed_while_computing=True)).simulate([two, one])
+    slowed = StepSimulator(dom, prof, cal, StepSimConfig(**host),
+                           variant=StepSimVariant(ring_slowed_while_computing=True)).simulate([two, one])
     # v1's 40 ms bucket launches at 2 x (0.1 + 0.02) = 0.24 s and, at half rate, ends at
     # 0.32 s (not 0.28), still before v0's bucket launches at 0.6 s: the step is unchanged
     assert slowed["sync_end_s"] == pytest.approx(plain["sync_end_s"])
@@ -317,15 +320,15 @@ def test_the_ar_thread_slowed_while_the_backward_pass_runs() -> None:
     bprof = _profile(big, [0.2, 0.02])
     bcal = _calibration(bdom, slowdown={1: 1.0, 2: 2.0})
     b_plain = StepSimulator(bdom, bprof, bcal, StepSimConfig(**host)).simulate([two])[0]
-    b_slow = StepSimulator(bdom, bprof, bcal, StepSimConfig(
-        **host, ring_slowed_while_computing=True)).simulate([two])[0]
+    b_slow = StepSimulator(bdom, bprof, bcal, StepSimConfig(**host),
+                           variant=StepSimVariant(ring_slowed_while_computing=True)).simulate([two])[0]
     assert b_plain["sync_end_s"] == pytest.approx(0.6 + 0.04)  # 0.24 + 0.2 ends before 0.6
     assert b_slow["sync_end_s"] == pytest.approx(0.6 + 0.02 + 0.04)
     # one process per core: nothing is slowed
     alone = {"host_processes": 1, "host_cores": 1}
     a0 = StepSimulator(bdom, bprof, bcal, StepSimConfig(**alone)).simulate([two])[0]
-    a1 = StepSimulator(bdom, bprof, bcal, StepSimConfig(
-        **alone, ring_slowed_while_computing=True)).simulate([two])[0]
+    a1 = StepSimulator(bdom, bprof, bcal, StepSimConfig(**alone),
+                       variant=StepSimVariant(ring_slowed_while_computing=True)).simulate([two])[0]
     assert a1["step_s"] == pytest.approx(a0["step_s"])
 
 
@@ -338,8 +341,8 @@ def test_a_sender_overlaps_its_piece_cost_with_its_bytes_and_a_server_adds_them(
     prof = _profile(g, [0.05])
     strategy = _strategy([PS(destination="n0")])
     overlap = StepSimulator(dom, prof, cal).simulate([strategy])[0]
-    summed = StepSimulator(dom, prof, cal, StepSimConfig(ps_sender_overlaps=False)
-                           ).simulate([strategy])[0]
+    summed = StepSimulator(dom, prof, cal, StepSimConfig(),
+                           variant=StepSimVariant(ps_sender_overlaps=False)).simulate([strategy])[0]
     bytes_s = 2 * 4 * MB / 1e9  # push in, then the answer out
     assert overlap["ps_s"] == pytest.approx(bytes_s + 5e-3)  # the server's
     assert overlap["sync_end_s"] == pytest.approx(0.15 + bytes_s + 5e-3)
@@ -365,7 +368,8 @@ def test_pieces_of_different_servers_wait_for_the_previous_server() -> None:
     v1_done = 0.11 + 6 * piece
     assert out["sync_end_s"] == pytest.approx(v1_done + piece + 3 * piece)
     assert out["ps_s"] == pytest.approx(8 * piece)  # the busiest NIC alone
-    queues = StepSimulator(dom, sim.profile, sim.calibration, StepSimConfig(ps_chain=False))
+    queues = StepSimulator(dom, sim.profile, sim.calibration, StepSimConfig(),
+                           variant=StepSimVariant(ps_chain=False))
     assert queues.simulate([spread])["sync_end_s"][0] == pytest.approx(0.11 + 8 * piece)
 
 
@@ -470,8 +474,8 @@ def test_a_pieces_pushes_cross_into_its_server_after_the_piece_before() -> None:
     v1_gathered = v2_gathered + 3 * piece + 4 / 1e9  # n0's answers of v2, then its push
     late = StepSimulator(dom, prof, cal).simulate([spread])[0]
     assert late["sync_end_s"] == pytest.approx(v1_gathered + 3 * piece + 3 * piece)
-    early = StepSimulator(dom, prof, cal, StepSimConfig(ps_push_after_gather=0.0)
-                          ).simulate([spread])[0]
+    early = StepSimulator(dom, prof, cal, StepSimConfig(),
+                          variant=StepSimVariant(ps_push_after_gather=0.0)).simulate([spread])[0]
     assert early["sync_end_s"] == pytest.approx(v1_gathered + tiny + piece + 3 * piece)
 
 
@@ -486,8 +490,8 @@ def test_ps_work_waits_for_time_slices_and_compute_for_the_measured_slowdown() -
     strategy = _strategy([PS(destination="n0"), PS(destination="n0")])
     host = {"host_processes": 4, "host_cores": 2}
     sliced = StepSimulator(dom, prof, cal, StepSimConfig(**host)).simulate([strategy])[0]
-    measured = StepSimulator(dom, prof, cal, StepSimConfig(**host, comm_time_slicing=False)
-                             ).simulate([strategy])[0]
+    measured = StepSimulator(dom, prof, cal, StepSimConfig(**host),
+                             variant=StepSimVariant(comm_time_slicing=False)).simulate([strategy])[0]
     assert sliced["compute_s"] == pytest.approx(2.3 * 0.35)
     assert measured["compute_s"] == pytest.approx(2.3 * 0.35)
     tiny = 2 * 3 * 4 / 1e9  # a 4-byte piece's pushes in and answers out on the server's NIC
@@ -507,8 +511,8 @@ def test_all_reduces_launched_between_ps_pieces_slow_the_chain_by_a_flows_share(
     mixed = _strategy([PS(destination="n1"), AllReduce(), PS(destination="n0")])
     piece = 40 * MB / 1e9
     v2_gathered = 0.11 + 3 * piece
-    alone = StepSimulator(dom, prof, cal, StepSimConfig(ps_chain_shares_nic=False)
-                          ).simulate([mixed])[0]
+    alone = StepSimulator(dom, prof, cal, StepSimConfig(),
+                          variant=StepSimVariant(ps_chain_shares_nic=False)).simulate([mixed])[0]
     assert alone["sync_end_s"] == pytest.approx(v2_gathered + 4 * piece + 3 * piece)
     shared = StepSimulator(dom, prof, cal).simulate([mixed])[0]
     assert shared["sync_end_s"] == pytest.approx(v2_gathered + 4 * piece * 4 / 3 + 3 * piece)
@@ -610,6 +614,7 @@ def test_any_cluster_and_graph_gives_finite_steps_that_slower_physics_never_shor
         step = StepSimulator(dom, *slower, config).simulate(batch)["step_s"]
         assert (step >= base * (1 - 1e-9)).all(), (step, base)
     # an AR thread slowed while the backward pass runs never ends a step sooner
-    slowed = config.model_copy(update={"ring_slowed_while_computing": True})
-    step = StepSimulator(dom, profile, calibration, slowed).simulate(batch)["step_s"]
+    slowed = StepSimVariant(ring_slowed_while_computing=True)
+    step = StepSimulator(dom, profile, calibration, config,
+                         variant=slowed).simulate(batch)["step_s"]
     assert (step >= base * (1 - 1e-9)).all(), (step, base)

@@ -310,10 +310,10 @@ def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:
 @pytest.mark.parametrize("argv, message", [
     (["search", "ncf-A", "--method", "grid"], "unknown method 'grid' (known: autosync, random, tpe, analytical, stepsim)"),
     (["search", "ncf-A", "--launcher", "ssh"], "--launcher must be one of emulated, local, torchrun, got 'ssh'"),
-    (["search", "ncf-A", "--method", "tpe", "--warm-start", "ncf-B"], "--warm-start needs --method autosync, got 'tpe'"),
+    (["search", "ncf-A", "--method", "tpe", "--simulator", "ncf-B"], "--simulator needs --method autosync, got 'tpe'"),
     (["search", "nope-A", "--launcher", "local"], "unknown domain 'nope-A'"),
     (["search", "ncf-A", "--launcher", "local", "--preset", "odd"], "unknown sampler preset 'odd'"),
-    (["search", "ncf-A", "--launcher", "local", "--warm-start", "zzz"], "--warm-start 'zzz' is neither a models:/ URI nor a known domain"),
+    (["search", "ncf-A", "--launcher", "local", "--simulator", "zzz"], "--simulator 'zzz' is neither a models:/ URI nor a known domain"),
     (["search", "ncf-A", "--launcher", "local", "--method", "tpe", "--knob-candidates", "50"], "--knob-candidates needs a ranked method (autosync, analytical, stepsim), got 'tpe'"),
 ])
 def test_bad_search_input_is_one_line(cli, registry, tmp_path: Path, argv: list[str], message: str) -> None:

@@ -8,7 +8,7 @@ the emulated launcher), alternating which goes first, so that drift of the machi
 sides alike. Printed per strategy: the median step (ms) of each side over the rounds, every
 round's figures, and head / base.
 
-    sudo .venv/bin/python benchmarks/ab_revisions.py --base HEAD~1 --domain ncf-C \\
+    sudo .venv/bin/python research/probes/ab_revisions.py --base HEAD~1 --domain ncf-C \\
         --strategies ddp,ps,s0-31-c8a1b52f --store benchmarks/results/packed/ncf-C.jsonl
 
 A strategy is a builder name, a strategy file, or a strategy id of ``--store`` (a trial store).
@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _strategy_arg(name: str, store: Path | None, folder: Path) -> str:

@@ -14,16 +14,16 @@ The layouts (``--sets``, comma-separated) cover one question each:
 Every layout is measured in one pool of trial workers, in ``--rounds`` interleaved rounds
 (``--warmup`` + ``--iters`` steps each; the median of the rounds' median steps is printed).
 The prediction uses the newest profile and calibration found by fingerprint (``--scratch DIR``
-takes them now, as ``benchmarks/stepsim_sameday.py`` does, into ``DIR``: the same day as the
+takes them now, as ``research/probes/stepsim_sameday.py`` does, into ``DIR``: the same day as the
 measurement). ``log`` is ln(measured / predicted). ``--sim-option NAME=VALUE`` predicts with a
 :class:`~autosync_transfer.rankers.stepsim.StepSimConfig` setting; ``--rescore FILE`` measures
 nothing and predicts again the layouts of an earlier run (a results file, newest first).
 
-    sudo python benchmarks/layout_probe.py --domain bert-3l-heldout \
+    sudo python research/probes/layout_probe.py --domain bert-3l-heldout \
         --store benchmarks/results/heldout/bert-3l-heldout.jsonl --scratch DIR
-    python benchmarks/layout_probe.py --domain bert-3l-heldout \
+    python research/probes/layout_probe.py --domain bert-3l-heldout \
         --store benchmarks/results/heldout/bert-3l-heldout.jsonl --scratch DIR \
-        --rescore benchmarks/results/layout_probe.txt --sim-option ring_slowed_while_computing=true
+        --rescore research/results/layout_probe.txt --sim-option ring_slowed_while_computing=true
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ import shlex
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
 SETS = ("replication", "buckets", "mixes")
 
 
@@ -139,7 +138,7 @@ def main() -> int:
             ap.error(f"--{name}: {getattr(args, name)}: must be at least {low}")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import numpy as np
-    from stepsim_accuracy import sim_options
+    from _lab import sim_options, simulator
 
     options = sim_options(args.sim_option, ap)
     earlier: dict[str, list[float]] = {}
@@ -152,10 +151,9 @@ def main() -> int:
     from autosync_transfer.dataset.loader import find_domain
     from autosync_transfer.domains.catalog import resolve_domain
     from autosync_transfer.domains.physics import find_calibration, find_profile
-    from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
     from autosync_transfer.runtime.calibrate import get_calibration
     from autosync_transfer.runtime.profile import get_profile
-    from sparse_pieces import interleaved_rounds
+    from _lab import interleaved_rounds
 
     from autosync_transfer.errors import ConfigError
 
@@ -179,7 +177,7 @@ def main() -> int:
     world = domain.cluster.world_size
     host = ({"host_processes": world, "host_cores": os.cpu_count() or 1}
             if args.launcher == "emulated" else {})
-    terms = StepSimulator(domain, prof, cal, StepSimConfig(**host, **options)).simulate(
+    terms = simulator(domain, prof, cal, host, options).simulate(
         list(strategies.values()))
     measured = earlier or interleaved_rounds(domain, args.launcher, strategies, args.rounds,
                                              args.warmup, args.iters)

@@ -14,7 +14,7 @@ then with them running a small training step in a loop (as they do during a real
 the host's cores). Printed per cluster, in ms: the median (and fastest) round trip of each, and
 the sparse protocol's extra cost per exchange (median sparse - median dense), side by side.
 
-    sudo .venv/bin/python benchmarks/sparse_exchange.py --domains ncf-A,ncf-B,ncf-C
+    sudo .venv/bin/python research/probes/sparse_exchange.py --domains ncf-A,ncf-B,ncf-C
         [--domains examples/clusters/heldout.yml]  (a cluster file stands for its cluster)
 """
 

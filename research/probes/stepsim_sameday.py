@@ -27,7 +27,7 @@ an hour has no drift reference: a wandering level is noise today's labels carry)
 checkout's ``datasets/`` and the user's cache). A failed measurement is measured again on the
 next run; the scratch folder's calibration and profile are those of the first run.
 
-    sudo python benchmarks/stepsim_sameday.py --domain ncf-B --scratch /tmp/sameday
+    sudo python research/probes/stepsim_sameday.py --domain ncf-B --scratch /tmp/sameday
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> int:
@@ -65,7 +64,7 @@ def main() -> int:
     args = ap.parse_args()
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import numpy as np
-    from stepsim_accuracy import pairwise, sim_options
+    from _lab import pairwise, sim_options, simulator
 
     options = sim_options(args.sim_option, ap)
     if args.against is not None and not (args.against / f"{args.domain}.jsonl").is_file():
@@ -73,7 +72,6 @@ def main() -> int:
 
     from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
     from autosync_transfer.domains.physics import find_calibration, find_profile
-    from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
     from autosync_transfer.runtime.calibrate import get_calibration
     from autosync_transfer.runtime.profile import get_profile
     from autosync_transfer.runtime.trial import Protocol, WorkerPool
@@ -130,14 +128,13 @@ def main() -> int:
     mixes = {}
     for pname, prof in (("shipped", shipped_prof), ("today", prof_today)):
         for cname, cal in (("shipped", shipped_cal), ("today", cal_today)):
-            pred = StepSimulator(domain, prof, cal, StepSimConfig(**host, **options)).simulate(
+            pred = simulator(domain, prof, cal, host, options).simulate(
                 strategies)["step_s"]
             mixes[pname, cname] = pred
             print(f"{pname:9s} {cname:12s} {np.median(np.abs(pred - y) / y):6.3f} "
                   f"{pairwise(pred, y):6.3f} {np.median(np.log(y / pred)):+7.3f}")
     if args.fit:
-        _fit(domain, strategies, y, StepSimulator(domain, prof_today, cal_today,
-                                                  StepSimConfig(**host, **options)))
+        _fit(domain, strategies, y, simulator(domain, prof_today, cal_today, host, options))
     if args.bands:
         y_norm = strategy_table(df).set_index("strategy_id")["runtime_s"].loc[
             [table["strategy_id"].iloc[i] for i in keep]].to_numpy(float)

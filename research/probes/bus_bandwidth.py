@@ -10,7 +10,7 @@ a ratio near 1; TCP/IP headers alone cap it at about 0.96 of the tbf rate (1448 
 
 Usage (as root)::
 
-    python benchmarks/bus_bandwidth.py --cluster A --mb 64 --reps 5
+    python research/probes/bus_bandwidth.py --cluster A --mb 64 --reps 5
 """
 
 from __future__ import annotations

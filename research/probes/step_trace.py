@@ -8,7 +8,7 @@ the all-reduce launches, the row-sparse row search ``_rows``). Printed per rank:
 ``--steps`` steps after 3 warm-up steps, in ms. Compare with the step-time simulator's terms
 (``StepSimulator.simulate``) to see which part of a step it misses.
 
-    python benchmarks/step_trace.py --domain ncf-C --strategy ddp
+    python research/probes/step_trace.py --domain ncf-C --strategy ddp
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ profile and calibration of the domain, told that every worker shares this machin
 The changes, not the levels, are the comparison: the level moves with the machine between
 sessions (the calibration was taken on another day).
 
-    sudo python benchmarks/sparse_pieces.py --domain ncf-C --rounds 4
+    sudo python research/probes/sparse_pieces.py --domain ncf-C --rounds 4
 """
 
 from __future__ import annotations
@@ -66,20 +66,7 @@ def variants(domain) -> dict:  # noqa: ANN001
             for name, nodes_ in layouts.items()}
 
 
-def interleaved_rounds(domain, launcher: str, strategies: dict,  # noqa: ANN001
-                       rounds: int, warmup: int, iters: int) -> dict[str, list[float]]:
-    """Every strategy's median step (s; NaN where a trial failed) in each of ``rounds`` rounds,
-    the strategies one after another within a round, all in one pool of trial workers."""
-    from autosync_transfer.runtime.trial import Protocol, WorkerPool
-
-    measured: dict[str, list[float]] = {k: [] for k in strategies}
-    with WorkerPool(domain, launcher, Protocol(warmup=warmup, iters=iters)) as pool:
-        for r in range(rounds):
-            for name, st in strategies.items():
-                res = pool.run(st)
-                measured[name].append(res.median_s if res.status == "ok" else float("nan"))
-            print(f"# round {r + 1} of {rounds} done", file=sys.stderr, flush=True)
-    return measured
+from _lab import interleaved_rounds  # noqa: E402
 
 
 def main() -> int:

@@ -7,7 +7,7 @@ each cluster in the trial stores. ``comm share = 1 - compute / iteration`` (4 wo
 cores on these machines, so compute per worker is slower inside a trial; the share is a lower
 bound on how much the strategy matters).
 
-    python benchmarks/trial_models.py [--steps 10] [--stores datasets/trials]
+    python research/probes/trial_models.py [--steps 10] [--stores datasets/trials]
 """
 
 from __future__ import annotations

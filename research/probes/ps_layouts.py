@@ -19,7 +19,7 @@ last of 6 steps, and prints them: a server's gathers follow one another, and a s
 waits as long as the answers the server queued before it (gloo sends a receive's ready notice on
 the same connection as the data queued to that peer).
 
-    python benchmarks/ps_layouts.py --domain vgg16-s-A --layouts all_n1,halves,alternate,quarters \
+    python research/probes/ps_layouts.py --domain vgg16-s-A --layouts all_n1,halves,alternate,quarters \
         [--trace quarters]
 """
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PROBE = [sys.executable, str(ROOT / "benchmarks" / "layout_probe.py"), "--domain",
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = [sys.executable, str(ROOT / "research" / "probes" / "layout_probe.py"), "--domain",
          "bert-3l-heldout", "--store", str(ROOT / "benchmarks/results/heldout/bert-3l-heldout.jsonl")]
 
 
@@ -59,7 +59,7 @@ def test_bad_simulator_options_and_files_are_one_line_and_exit_2(tmp_path: Path)
         assert res.returncode == 2, (extra, res.stderr)
         last = res.stderr.strip().splitlines()[-1]
         assert needle in last and "Traceback" not in res.stderr, (extra, res.stderr)
-    sameday = _run([sys.executable, str(ROOT / "benchmarks" / "stepsim_sameday.py"),
+    sameday = _run([sys.executable, str(ROOT / "research" / "probes" / "stepsim_sameday.py"),
                     "--scratch", str(tmp_path / "s"), "--sim-option", "goodput=2"])
     assert sameday.returncode == 2 and "goodput" in sameday.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "s").exists()  # nothing written

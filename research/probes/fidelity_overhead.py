@@ -7,7 +7,7 @@ on, off, ...), and prints per strategy: median iteration time with and without t
 should agree within the noise), trial wall time with and without, and the wall time per probed
 step relative to a timed step.
 
-    python benchmarks/fidelity_overhead.py [--domain ncf-A] [--launcher local] [--repeats 3]
+    python research/probes/fidelity_overhead.py [--domain ncf-A] [--launcher local] [--repeats 3]
         [--warmup 5] [--iters 20] [--fidelity-steps 3]
 """
 

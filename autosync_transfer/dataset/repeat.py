@@ -1,0 +1,356 @@
+"""Repeatability of a store's labels: a stratified subset of its strategies measured again in
+interleaved rounds, and what those measurements can resolve.
+
+A repeat file sits beside its trial store (``bert-12l-B.jsonl`` -> ``bert-12l-B.repeat.ndjson``,
+a suffix the trial loader does not read) and holds, append-only, one ``plan`` line per *run*
+(the strategies chosen, the shuffled order of every round, the protocol, the launcher, the
+machine and the date) and one ``measurement`` line per (run, round, strategy). A run that is
+started again continues where it stopped: a killed process loses at most the measurement in
+flight (an interruption records nothing; a failed trial is recorded, it is data).
+
+What the runs say:
+
+- **resolved pairs**: a pair of strategies is resolved when the per-round ratio of their medians
+  (paired by round, so drift within a run cancels) has a 95 % Student-t interval that excludes 1
+  (:func:`~autosync_transfer.measure.stats.paired_speedup`) -- the interval decides, not a fixed
+  percentage;
+- **agreement** of two runs: the share of the pairs that both resolve which they order alike;
+- **noise ceiling**: the share of *all* pairs that two runs' medians order alike (what a perfect
+  simulator can expect when judged against one run);
+- :func:`ranking_figures`: a simulator's pairwise accuracy on all pairs and on resolved pairs,
+  with their counts, and the top-1 regret of the strategy it picks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autosync_transfer._files import append_line, complete_lines
+from autosync_transfer.errors import ConfigError
+
+__all__ = ["REPEAT_SUFFIX", "repeat_path", "stratified", "measure_run", "Repeatability",
+           "load_repeatability", "ranking_figures", "repeat_evaluation"]
+
+REPEAT_SUFFIX = ".repeat.ndjson"
+
+
+def repeat_path(store_path: str | Path) -> Path:
+    """The repeat file beside trial store ``store_path``."""
+    p = Path(store_path)
+    stem = p.name[: -len(p.suffix)] if p.suffix else p.name
+    return p.with_name(stem + REPEAT_SUFFIX)
+
+
+def stratified(runtimes: Mapping[str, float], n: int) -> list[str]:
+    """``n`` strategy ids spanning the range of ``runtimes`` (id -> label): evenly spaced ranks
+    of the sorted labels, the fastest and the slowest included (all of them when there are no
+    more than ``n``)."""
+    ids = sorted(runtimes, key=lambda k: (runtimes[k], k))
+    if n <= 0:
+        raise ConfigError(f"n must be at least 1, got {n}")
+    if len(ids) <= n:
+        return ids
+    if n == 1:
+        return [ids[0]]
+    picks = sorted({round(i * (len(ids) - 1) / (n - 1)) for i in range(n)})
+    return [ids[i] for i in picks]
+
+
+def _disturbed(row: Mapping[str, Any]) -> bool:
+    """A measurement that foreign CPU load disturbed on every attempt (measured again when the
+    run continues; never a label)."""
+    return bool((row.get("cpu") or {}).get("disturbed"))
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    lines, _ = complete_lines(path, "repeat file")
+    out = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and row.get("kind") in ("plan", "measurement"):
+            out.append(row)
+    return out
+
+
+def measure_run(store_path: str | Path, domain: Any, *, run: str, n: int = 30,
+                rounds: int = 3, seed: int = 0, launcher: str = "emulated",
+                max_foreign_cpu: float | None = None,
+                progress: Callable[[str], None] | None = None) -> Path:
+    """Measure (or continue measuring) repeat run ``run`` of ``domain``'s store (a
+    :class:`~autosync_transfer.domains.domain.Domain`, or its name: the catalog's or the one the
+    store describes): ``n``
+    stratified strategies, ``rounds`` rounds, each round in its own shuffled order (seeded by
+    ``seed`` and ``run``), with the store's protocol on a persistent worker pool. Returns the
+    repeat file. A trial disturbed by foreign CPU load is measured again when the machine is
+    quiet (as collection does)."""
+    from autosync_transfer.dataset.collect import MAX_FOREIGN_CPU, measure_undisturbed
+    from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
+    from autosync_transfer.dataset.store import machine_info, utc_now
+    from autosync_transfer.runtime.trial import Protocol, WorkerPool
+
+    store_path = Path(store_path)
+    if isinstance(domain, str):
+        domain = find_domain(domain, store_path)
+    domain_name = domain.name
+    out = repeat_path(store_path)
+    say = progress or (lambda _msg: None)
+    rows = _rows(out)
+    plan = next((r for r in rows if r["kind"] == "plan" and r["run"] == run), None)
+    df = load_trials(store_path, domain=domain_name)
+    table = strategy_table(df)
+    by_id = dict(zip(table["strategy_id"], table["strategy"]))
+    if plan is None:
+        if not len(table):
+            raise ConfigError(f"domain: no measured strategies of {domain_name!r} in {store_path}")
+        protocols = df["protocol"].value_counts()
+        proto = json.loads(protocols.index[0])
+        chosen = stratified(dict(zip(table["strategy_id"], table["runtime_s"])), n)
+        rng = random.Random(f"{seed}|{run}")
+        orders = [rng.sample(chosen, len(chosen)) for _ in range(rounds)]
+        plan = {"kind": "plan", "run": run, "domain": domain_name, "strategy_ids": chosen,
+                "orders": orders, "protocol": proto, "launcher": launcher, "seed": seed,
+                "created": utc_now(), "machine": machine_info()}
+        append_line(out, json.dumps(plan, sort_keys=True), "repeat file")
+    missing = [s for s in plan["strategy_ids"] if s not in by_id]
+    if missing:
+        raise ConfigError(f"run: {run!r} plans strategy {missing[0]!r}, which the store no longer has")
+    done = {(r["round"], r["strategy_id"]) for r in rows
+            if r["kind"] == "measurement" and r["run"] == run and not _disturbed(r)}
+    todo = [(k, sid) for k, order in enumerate(plan["orders"]) for sid in order
+            if (k, sid) not in done]
+    if not todo:
+        return out
+    proto = Protocol(**plan["protocol"])
+    limit = MAX_FOREIGN_CPU if max_foreign_cpu is None else max_foreign_cpu
+    with WorkerPool(domain, plan["launcher"], proto) as pool:
+        for i, (k, sid) in enumerate(todo):
+            t0, started = time.monotonic(), utc_now()
+            res, start, facts = measure_undisturbed(pool, by_id[sid], limit)
+            row = {"kind": "measurement", "run": run, "round": k, "strategy_id": sid,
+                   "status": res.status, "median_s": res.median_s,
+                   "iteration_times_s": [round(t, 6) for t in res.iteration_times_s],
+                   "error": res.error[:500], "wall_s": round(time.monotonic() - t0, 3),
+                   "started": started, "machine": start,
+                   "cpu": facts}
+            append_line(out, json.dumps(row, sort_keys=True), "repeat file")
+            say(f"{domain_name} {run} round {k} {sid}: {res.status} "
+                f"{'' if res.median_s is None else f'{res.median_s:.4f} s'} "
+                f"({len(done) + i + 1}/{len(done) + len(todo)})")
+    return out
+
+
+@dataclass
+class Repeatability:
+    """The repeat runs of one domain: ``levels[run][strategy_id][round]`` = the trial median
+    (ok trials only), ``plans[run]`` the plan line, ``wall_s[run]`` the machine time spent."""
+
+    domain: str
+    plans: dict[str, dict[str, Any]] = field(default_factory=dict)
+    levels: dict[str, dict[str, dict[int, float]]] = field(default_factory=dict)
+    wall_s: dict[str, float] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def runs(self) -> list[str]:
+        return list(self.plans)
+
+    def complete_runs(self) -> list[str]:
+        """Runs with every planned measurement recorded."""
+        out = []
+        for run, plan in self.plans.items():
+            want = len(plan["strategy_ids"]) * len(plan["orders"])
+            got = sum(len(v) for v in self.levels.get(run, {}).values()) + self.failed.get(run, 0)
+            if got >= want:
+                out.append(run)
+        return out
+
+    def strategy_ids(self, runs: Sequence[str] | None = None) -> list[str]:
+        """The strategies every run of ``runs`` (default: all) measured."""
+        runs = list(runs or self.runs)
+        sets = [set(self.levels.get(r, {})) for r in runs]
+        common = set.intersection(*sets) if sets else set()
+        return sorted(common)
+
+    def _rounds(self, runs: Sequence[str]) -> dict[str, dict[tuple[str, int], float]]:
+        """strategy -> {(run, round): median} over ``runs``, for the strategies all of them
+        measured."""
+        ids = self.strategy_ids(runs)
+        return {s: {(run, k): v for run in runs for k, v in self.levels[run][s].items()}
+                for s in ids}
+
+    def resolved(self, runs: Sequence[str] | None = None, *, confidence: float = 0.95
+                 ) -> dict[tuple[str, str], int]:
+        """Resolved pairs over the rounds of ``runs`` (default: all): ``(a, b)`` with ``a < b``
+        -> +1 when ``a`` is faster with confidence, -1 when ``b`` is."""
+        from autosync_transfer.measure.stats import paired_speedup
+
+        series = self._rounds(list(runs or self.runs))
+        out: dict[tuple[str, str], int] = {}
+        for a, b in itertools.combinations(sorted(series), 2):
+            both = sorted(set(series[a]) & set(series[b]))
+            if len(both) < 3:
+                continue
+            est = paired_speedup([series[a][k] for k in both], [series[b][k] for k in both],
+                                 confidence=confidence)
+            if est.low > 1.0:
+                out[(a, b)] = 1
+            elif est.high < 1.0:
+                out[(a, b)] = -1
+        return out
+
+    def consensus(self, runs: Sequence[str] | None = None) -> dict[str, float]:
+        """strategy -> its label over ``runs``: log medians fitted as strategy + round effects
+        (an additive two-way fit over the measured cells, so drift between rounds cancels and a
+        missing measurement does not drop a round), in seconds at the overall level."""
+        series = self._rounds(list(runs or self.runs))
+        if not series:
+            return {}
+        ids = sorted(series)
+        cells = sorted({k for s in ids for k in series[s]})
+        col = {k: j for j, k in enumerate(cells)}
+        m = np.full((len(ids), len(cells)), np.nan)
+        for i, s in enumerate(ids):
+            for k, v in series[s].items():
+                m[i, col[k]] = math.log(v)
+        level = float(np.nanmean(m))
+        a = np.nanmean(m, axis=1) - level  # strategy effects
+        b = np.zeros(len(cells))
+        for _ in range(20):
+            b = np.nanmean(m - level - a[:, None], axis=0)
+            b = np.where(np.isnan(b), 0.0, b)
+            a = np.nanmean(m - level - b[None, :], axis=1)
+        return {s: float(math.exp(level + a[i])) for i, s in enumerate(ids)}
+
+    def agreement(self, run_a: str, run_b: str) -> tuple[float, int]:
+        """(share of the pairs both runs resolve that they order alike, how many pairs)."""
+        ra, rb = self.resolved([run_a]), self.resolved([run_b])
+        both = set(ra) & set(rb)
+        if not both:
+            return math.nan, 0
+        return sum(ra[p] == rb[p] for p in both) / len(both), len(both)
+
+    def noise_ceiling(self, run_a: str, run_b: str) -> tuple[float, int]:
+        """(share of all pairs that the two runs' labels order alike, how many pairs)."""
+        ca, cb = self.consensus([run_a]), self.consensus([run_b])
+        ids = sorted(set(ca) & set(cb))
+        pairs = list(itertools.combinations(ids, 2))
+        if not pairs:
+            return math.nan, 0
+        same = sum((ca[a] < ca[b]) == (cb[a] < cb[b]) for a, b in pairs)
+        return same / len(pairs), len(pairs)
+
+    def summary(self) -> dict[str, Any]:
+        """Runs, rounds, strategies, resolved pairs, the agreement and noise ceiling of the first
+        two complete runs, and the machine time spent."""
+        runs = self.complete_runs()
+        out: dict[str, Any] = {
+            "domain": self.domain, "runs": self.runs, "complete_runs": runs,
+            "strategies": len(self.strategy_ids(runs)) if runs else 0,
+            "rounds": sum(len(self.plans[r]["orders"]) for r in runs),
+            "machine_s": round(sum(self.wall_s.values()), 1),
+            "dates": {r: self.plans[r].get("created") for r in self.runs},
+            "protocol": next(iter(self.plans.values()))["protocol"] if self.plans else None,
+        }
+        if runs:
+            res = self.resolved(runs)
+            n = len(self.strategy_ids(runs))
+            out["pairs"] = n * (n - 1) // 2
+            out["resolved_pairs"] = len(res)
+        if len(runs) >= 2:
+            agree, both = self.agreement(runs[0], runs[1])
+            ceiling, pairs = self.noise_ceiling(runs[0], runs[1])
+            out.update(agreement=agree if both else None, both_resolved=both,
+                       noise_ceiling=ceiling if pairs else None, ceiling_pairs=pairs)
+        return out
+
+
+def load_repeatability(store_path: str | Path, domain: str | None = None) -> Repeatability | None:
+    """The repeat runs beside ``store_path`` (of ``domain``, default: the store's name), or None
+    when there are none."""
+    path = repeat_path(store_path)
+    if not path.exists():
+        return None
+    rows = _rows(path)
+    name = domain or Path(store_path).name.split(".")[0]
+    rep = Repeatability(domain=name)
+    for r in rows:
+        if r.get("domain", name) != name and r["kind"] == "plan":
+            continue
+        if r["kind"] == "plan":
+            rep.plans.setdefault(r["run"], r)
+    for r in rows:
+        if r["kind"] != "measurement" or r["run"] not in rep.plans:
+            continue
+        rep.wall_s[r["run"]] = rep.wall_s.get(r["run"], 0.0) + float(r.get("wall_s") or 0.0)
+        if _disturbed(r):
+            continue
+        if r.get("status") == "ok" and r.get("median_s"):
+            rep.levels.setdefault(r["run"], {}).setdefault(r["strategy_id"], {})[
+                int(r["round"])] = float(r["median_s"])
+        else:
+            rep.failed[r["run"]] = rep.failed.get(r["run"], 0) + 1
+    return rep if rep.plans else None
+
+
+def ranking_figures(predicted: Mapping[str, float], rep: Repeatability,
+                    runs: Sequence[str] | None = None) -> dict[str, Any]:
+    """How a simulator's ``predicted`` times (strategy id -> seconds, lower is faster) order the
+    re-measured strategies: pairwise accuracy on all pairs (against the repeat runs' consensus
+    labels) and on resolved pairs, each with its count, and the top-1 regret of its pick (the
+    consensus time of the strategy it predicts fastest over the fastest one's, minus 1)."""
+    runs = list(runs or rep.complete_runs() or rep.runs)
+    labels = rep.consensus(runs)
+    ids = sorted(set(labels) & set(predicted))
+    if len(ids) < 2:
+        return {"pairs": 0, "pairwise": math.nan, "resolved_pairs": 0,
+                "pairwise_resolved": math.nan, "top1_regret": math.nan}
+    pairs = list(itertools.combinations(ids, 2))
+    right = sum((predicted[a] < predicted[b]) == (labels[a] < labels[b]) for a, b in pairs)
+    resolved = {p: s for p, s in rep.resolved(runs).items() if p[0] in predicted and p[1] in predicted}
+    right_res = sum((predicted[a] < predicted[b]) == (s > 0) for (a, b), s in resolved.items())
+    pick = min(ids, key=lambda s: (predicted[s], s))
+    best = min(ids, key=lambda s: (labels[s], s))
+    return {"pairs": len(pairs), "pairwise": right / len(pairs),
+            "resolved_pairs": len(resolved),
+            "pairwise_resolved": right_res / len(resolved) if resolved else math.nan,
+            "top1_regret": labels[pick] / labels[best] - 1.0, "pick": pick, "best": best}
+
+
+def repeat_evaluation(simulator: Any, domain: Any, trials: Any = None, *,
+                      exclude: Sequence[str] = ()) -> dict[str, Any] | None:
+    """``simulator`` (anything with ``score(strategies, domain)``) on ``domain``'s re-measured
+    strategies other than ``exclude`` (e.g. the shots it was adapted on): :func:`ranking_figures`
+    against the repeat runs found beside the trial stores of ``trials`` (default: the shipped
+    datasets), or None when no store of the domain has complete repeat runs."""
+    from autosync_transfer.dataset.loader import dataset_files, load_trials, strategy_table
+
+    for f in dataset_files(trials):
+        if f.suffix != ".jsonl" or f.stem != domain.name:
+            continue
+        rep = load_repeatability(f, domain.name)
+        if rep is None or not rep.complete_runs():
+            continue
+        table = strategy_table(load_trials(f, domain=domain.name))
+        held = set(rep.strategy_ids(rep.complete_runs())) - set(exclude)
+        sub = table[table["strategy_id"].isin(held)]
+        if len(sub) < 2:
+            return None
+        scores = simulator.score(list(sub["strategy"]), domain)
+        return {**ranking_figures(dict(zip(sub["strategy_id"], map(float, scores))), rep),
+                "strategies": len(sub), "store": str(f)}
+    return None

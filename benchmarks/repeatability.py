@@ -1,0 +1,82 @@
+"""Repeatability of the stores' labels: a stratified subset of each store measured again in
+interleaved rounds (order shuffled per round), appended beside the store and resumable.
+
+    python benchmarks/repeatability.py --run r1            # measure (or continue) run r1
+    python benchmarks/repeatability.py --report            # the table, from what is stored
+
+Each domain's repeat file is ``<store>.repeat.ndjson`` (see
+``autosync_transfer.dataset.repeat``); a run started again continues where it stopped. The
+report gives, per domain: strategies x rounds, resolved pairs (95 % paired-t interval of the
+per-round ratio excludes 1), the agreement of the first two runs on the pairs both resolve,
+their noise ceiling on all pairs, the machine time spent, and how the store's own labels order
+the resolved pairs: raw (``norm=False``) and drift-normalized by the store's interleaved
+references (the labels the rankers train on, ``dataset.loader.strategy_table``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+ROOT = Path(__file__).resolve().parents[1]
+#: (domain, store, strategies): the shipped domains the issue names plus cheap ones, and the
+#: held-out cluster of examples/clusters/heldout.yml
+DOMAINS = [
+    ("ncf-B", ROOT / "datasets/trials/ncf-B.jsonl", 30),
+    ("ncf-heldout", ROOT / "benchmarks/results/heldout/ncf-heldout.jsonl", 30),
+    ("ncf-A", ROOT / "datasets/trials/ncf-A.jsonl", 30),
+    ("bert-3l-B", ROOT / "datasets/trials/bert-3l-B.jsonl", 24),
+    ("bert-B", ROOT / "datasets/trials/bert-B.jsonl", 20),
+    ("bert-12l-B", ROOT / "datasets/trials/bert-12l-B.jsonl", 20),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", help="measure (or continue) this run on every domain")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--domains", help="comma-separated subset of the domains")
+    ap.add_argument("--report", action="store_true", help="print the table of what is stored")
+    args = ap.parse_args()
+
+    from autosync_transfer.dataset.loader import load_trials, strategy_table
+    from autosync_transfer.dataset.repeat import load_repeatability, measure_run, ranking_figures
+
+    chosen = [d for d in DOMAINS if not args.domains or d[0] in args.domains.split(",")]
+    if args.run:
+        for name, store, n in chosen:
+            measure_run(store, name, run=args.run, n=n, rounds=args.rounds,
+                        progress=lambda m: print(m, flush=True))
+    if args.report or not args.run:
+        print(f"{'domain':<12} {'runs':>4} {'n x rounds':>10} {'resolved':>12} "
+              f"{'agree (both)':>14} {'ceiling':>8} {'machine':>8} {'store raw':>9} {'store norm':>10}")
+        for name, store, _ in chosen:
+            rep = load_repeatability(store, name)
+            if rep is None:
+                print(f"{name:<12} (no repeat runs)")
+                continue
+            s = rep.summary()
+            agree = (f"{s['agreement']:.3f} ({s['both_resolved']})"
+                     if s.get("agreement") is not None else "-")
+            ceiling = f"{s['noise_ceiling']:.3f}" if s.get("noise_ceiling") is not None else "-"
+            resolved = (f"{s['resolved_pairs']}/{s['pairs']}" if "pairs" in s else "-")
+            labels = {}
+            if s["complete_runs"]:
+                df = load_trials(store, domain=name)
+                for norm in (False, True):
+                    t = strategy_table(df, normalize=norm)
+                    fig = ranking_figures(dict(zip(t["strategy_id"], t["runtime_s"])), rep)
+                    labels[norm] = f"{fig['pairwise_resolved']:.3f}"
+            print(f"{name:<12} {len(s['complete_runs']):>4} "
+                  f"{s['strategies']:>4} x {s['rounds']:<3} {resolved:>12} {agree:>14} "
+                  f"{ceiling:>8} {s['machine_s'] / 60:>6.1f} m {labels.get(False, '-'):>9} "
+                  f"{labels.get(True, '-'):>10}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Shared pieces of the research probes: the step simulator's ablation switches as
+``--sim-option NAME=VALUE`` overrides of ``StepSimConfig``, pairwise accuracy, and measuring
+strategies in rounds on one pool of trial workers. Only research code imports this (the probes
+run as scripts from this folder, so ``import _lab`` finds it)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+__all__ = ["pairwise", "sim_options", "interleaved_rounds"]
+
+
+def pairwise(pred: np.ndarray, y: np.ndarray) -> float:
+    i, j = np.triu_indices(len(y), 1)
+    m = y[i] != y[j]
+    return float(np.mean(np.sign(pred[i] - pred[j])[m] == np.sign(y[i] - y[j])[m]))
+
+
+def sim_options(pairs: list[str], ap: argparse.ArgumentParser) -> dict:
+    """``--sim-option NAME=VALUE`` arguments -> overrides of the simulator's constants
+    (``StepSimConfig``) or of its model of the runtime (``StepSimVariant``, the ablation
+    switches), as true/false or numbers; a bad one is refused in one line by ``ap.error``
+    (exit 2). :func:`simulator` splits them."""
+    from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimVariant
+
+    fields = {**StepSimConfig.model_fields, **StepSimVariant.model_fields}
+    out: dict = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        field = fields.get(name)
+        if not sep or field is None or name in ("host_processes", "host_cores"):
+            ap.error(f"--sim-option: {pair!r}: expected NAME=VALUE with NAME a StepSimConfig "
+                     "or StepSimVariant field other than host_processes / host_cores")
+        if field.annotation is bool:
+            if value.lower() not in ("true", "false"):
+                ap.error(f"--sim-option: {pair!r}: {name} takes true or false")
+            out[name] = value.lower() == "true"
+        else:
+            try:
+                out[name] = float(value)
+            except ValueError:
+                ap.error(f"--sim-option: {pair!r}: {name} takes a number")
+    try:
+        _split(out)
+    except ValueError as e:
+        ap.error(f"--sim-option: {' '.join(str(e).split())[:200]}")
+    return out
+
+
+def _split(options: dict, host: dict | None = None):  # noqa: ANN202
+    from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimVariant
+
+    variant = {k: v for k, v in options.items() if k in StepSimVariant.model_fields}
+    config = {k: v for k, v in options.items() if k not in variant}
+    return StepSimConfig(**(host or {}), **config), StepSimVariant(**variant)
+
+
+def simulator(domain, profile, calibration, host: dict, options: dict):  # noqa: ANN001, ANN201
+    """A StepSimulator of ``domain`` on the emulated ``host`` with the ``options`` of
+    :func:`sim_options`."""
+    from autosync_transfer.rankers.stepsim import StepSimulator
+
+    config, variant = _split(options, host)
+    return StepSimulator(domain, profile, calibration, config, variant=variant)
+
+
+def interleaved_rounds(domain, launcher: str, strategies: dict,  # noqa: ANN001
+                       rounds: int, warmup: int, iters: int) -> dict[str, list[float]]:
+    """Every strategy's median step (s; NaN where a trial failed) in each of ``rounds`` rounds,
+    the strategies one after another within a round, all in one pool of trial workers."""
+    from autosync_transfer.runtime.trial import Protocol, WorkerPool
+
+    measured: dict[str, list[float]] = {k: [] for k in strategies}
+    with WorkerPool(domain, launcher, Protocol(warmup=warmup, iters=iters)) as pool:
+        for r in range(rounds):
+            for name, st in strategies.items():
+                res = pool.run(st)
+                measured[name].append(res.median_s if res.status == "ok" else float("nan"))
+            print(f"# round {r + 1} of {rounds} done", file=sys.stderr, flush=True)
+    return measured

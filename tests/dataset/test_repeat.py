@@ -1,0 +1,147 @@
+"""Repeat runs of a store's strategies: stratified choice, resolved pairs, agreement, consensus
+labels, the ranking figures on them, and a real run that is interrupted and continued."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autosync_transfer._files import append_line
+from autosync_transfer.dataset.repeat import (load_repeatability, measure_run, ranking_figures,
+                                              repeat_path, stratified)
+
+
+def test_repeat_file_sits_beside_the_store_and_is_not_a_trial_file(tmp_path: Path) -> None:
+    from autosync_transfer.dataset.loader import dataset_files
+
+    store = tmp_path / "bert-B.jsonl"
+    assert repeat_path(store) == tmp_path / "bert-B.repeat.ndjson"
+    store.write_text("")
+    repeat_path(store).write_text("")
+    assert dataset_files(tmp_path) == [store]
+
+
+def test_stratified_spans_the_range() -> None:
+    runtimes = {f"s{i:02d}": 1.0 + i / 10 for i in range(40)}
+    picked = stratified(runtimes, 5)
+    assert picked[0] == "s00" and picked[-1] == "s39" and len(picked) == 5
+    assert picked == sorted(picked, key=runtimes.get)
+    assert stratified(runtimes, 100) == sorted(runtimes)
+    assert stratified({"a": 2.0, "b": 1.0}, 1) == ["b"]
+
+
+def _write_run(path: Path, run: str, truth: dict[str, float], rounds: int, noise: float,
+               seed: int, drift: float = 0.0, missing: tuple = ()) -> None:
+    rng = np.random.default_rng(seed)
+    ids = sorted(truth)
+    append_line(path, json.dumps({"kind": "plan", "run": run, "domain": "d", "strategy_ids": ids,
+                                  "orders": [ids] * rounds, "protocol": {"iters": 3},
+                                  "launcher": "local", "seed": seed, "created": "x"}), "t")
+    for k in range(rounds):
+        level = 1.0 + drift * k  # the machine drifts from round to round
+        for s in ids:
+            if (k, s) in missing:
+                continue
+            m = truth[s] * level * math.exp(noise * rng.standard_normal())
+            append_line(path, json.dumps({"kind": "measurement", "run": run, "round": k,
+                                          "strategy_id": s, "status": "ok", "median_s": m,
+                                          "wall_s": 2.0, "cpu": {}}), "t")
+
+
+TRUTH = {"a": 1.00, "b": 1.50, "c": 1.52, "d": 2.50}
+
+
+def test_resolved_pairs_agreement_and_consensus(tmp_path: Path) -> None:
+    store = tmp_path / "d.jsonl"
+    path = repeat_path(store)
+    _write_run(path, "r1", TRUTH, 3, 0.02, seed=1, drift=0.25)
+    _write_run(path, "r2", TRUTH, 3, 0.02, seed=2, drift=-0.2, missing=((1, "d"),))
+    rep = load_repeatability(store, "d")
+    assert rep is not None and rep.runs == ["r1", "r2"]
+    assert rep.complete_runs() == ["r1"]  # r2 lacks one measurement
+    res = rep.resolved(["r1"])
+    # 50 % apart under 25 % drift per round: resolved; 1.3 % apart at 2 % noise: not
+    assert res[("a", "b")] == 1 and res[("a", "d")] == 1 and res[("b", "d")] == 1
+    assert ("b", "c") not in res
+    pooled = rep.resolved()
+    assert set(res) <= set(pooled)
+    agree, both = rep.agreement("r1", "r2")
+    assert agree == 1.0 and both == 2  # d has only two rounds in r2: never resolved there
+    labels = rep.consensus()
+    assert sorted(labels, key=labels.get)[0] == "a" and sorted(labels, key=labels.get)[-1] == "d"
+    assert labels["d"] / labels["a"] == pytest.approx(2.5, rel=0.05)  # drift cancelled
+    ceiling, pairs = rep.noise_ceiling("r1", "r2")
+    assert pairs == 6 and ceiling >= 5 / 6
+    summary = rep.summary()
+    assert summary["complete_runs"] == ["r1"] and summary["machine_s"] == pytest.approx(46.0)
+
+
+def test_ranking_figures_count_resolved_pairs_and_regret(tmp_path: Path) -> None:
+    store = tmp_path / "d.jsonl"
+    _write_run(repeat_path(store), "r1", TRUTH, 4, 0.01, seed=3)
+    rep = load_repeatability(store, "d")
+    perfect = ranking_figures(dict(TRUTH), rep)
+    assert perfect["pairs"] == 6 and perfect["pairwise_resolved"] == 1.0
+    assert perfect["top1_regret"] == pytest.approx(0.0)
+    backwards = ranking_figures({s: -t for s, t in TRUTH.items()}, rep)
+    assert backwards["pairwise_resolved"] == 0.0 and backwards["pick"] == "d"
+    assert backwards["top1_regret"] == pytest.approx(1.5, rel=0.05)
+    # a simulator that only confuses the unresolved pair loses nothing on resolved pairs
+    swapped = ranking_figures({**TRUTH, "b": 1.53}, rep)
+    assert swapped["pairwise_resolved"] == 1.0
+    assert swapped["resolved_pairs"] == backwards["resolved_pairs"] == perfect["resolved_pairs"]
+
+
+def test_disturbed_measurements_are_not_labels(tmp_path: Path) -> None:
+    store = tmp_path / "d.jsonl"
+    path = repeat_path(store)
+    _write_run(path, "r1", TRUTH, 3, 0.01, seed=4)
+    append_line(path, json.dumps({"kind": "measurement", "run": "r1", "round": 0,
+                                  "strategy_id": "a", "status": "ok", "median_s": 99.0,
+                                  "wall_s": 1.0, "cpu": {"disturbed": True}}), "t")
+    rep = load_repeatability(store, "d")
+    assert rep.levels["r1"]["a"][0] < 2.0
+    assert load_repeatability(tmp_path / "none.jsonl") is None
+
+
+def test_a_run_is_measured_for_real_interrupted_and_continued(tmp_path: Path) -> None:
+    from autosync_transfer.dataset.store import TrialStore
+    from autosync_transfer.domains.catalog import get_model
+    from autosync_transfer.domains.cluster import Cluster, Node
+    from autosync_transfer.domains.domain import Domain
+    from autosync_transfer.testing.synthetic import synthetic_records
+
+    cluster = Cluster(name="r2x1", nodes=tuple(
+        Node(name=f"n{i}", address=f"10.89.0.{i + 1}", workers=1, bandwidth_gbps=1.0,
+             chief=i == 0) for i in range(2)))
+    domain = Domain(name="ncf-r2x1", model=get_model("ncf"), cluster=cluster)
+    store = tmp_path / "ncf-r2x1.jsonl"
+    ts = TrialStore(store)
+    for r in synthetic_records(domain, 6, 0):
+        ts.append(r)
+    seen: list[str] = []
+
+    def stop_after_two(msg: str) -> None:
+        seen.append(msg)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        measure_run(store, domain, run="r1", n=3, rounds=2, launcher="local",
+                    max_foreign_cpu=1.0, progress=stop_after_two)
+    rows = [json.loads(x) for x in repeat_path(store).read_text().splitlines()]
+    assert [r["kind"] for r in rows] == ["plan", "measurement", "measurement"]
+    plan = rows[0]
+    assert len(plan["strategy_ids"]) == 3 and len(plan["orders"]) == 2
+    assert all(sorted(o) == sorted(plan["strategy_ids"]) for o in plan["orders"])
+    measure_run(store, domain, run="r1", n=3, rounds=2, launcher="local", max_foreign_cpu=1.0)
+    rows = [json.loads(x) for x in repeat_path(store).read_text().splitlines()]
+    got = [(r["round"], r["strategy_id"]) for r in rows if r["kind"] == "measurement"]
+    assert len(got) == len(set(got)) == 6  # nothing measured twice, nothing left out
+    assert all(r["status"] == "ok" and r["median_s"] > 0 for r in rows[1:])
+    rep = load_repeatability(store, domain.name)
+    assert rep.complete_runs() == ["r1"] and len(rep.consensus()) == 3
