@@ -80,8 +80,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from autosync_transfer.domains.domain import Domain
-from autosync_transfer.rankers.rows import (MAX_POWERSGD_RANK, RowDecoder, Rows, ps_byte_table,
-                                           wire_bytes)
+from autosync_transfer.rankers.rows import (MAX_POWERSGD_RANK, RowDecoder, Rows, nominal_network,
+                                           ps_byte_table, ring, wire_bytes)
 from autosync_transfer.strategies.types import Strategy
 
 __all__ = [
@@ -174,21 +174,14 @@ class _Context:
         self.node_index = {n.name: i for i, n in enumerate(nodes)}
         self.num_nodes = len(nodes)
         self.workers = np.array([n.workers for n in nodes], dtype=np.float64)
-        self.nic_bytes_per_s = np.array([n.bandwidth_gbps * 1e9 / 8 for n in nodes])
-        self.latency_s = np.array(
-            [n.latency_ms / 1e3 if n.latency_ms > 0 else config.default_latency_s for n in nodes]
-        )
-        self.intra_bytes_per_s = config.intra_node_gbps * 1e9 / 8
+        # the sync-only baseline charges nominal line rates (no goodput)
+        self.nic_bytes_per_s, self.latency_s, self.intra_bytes_per_s = nominal_network(
+            cluster, goodput=1.0, default_latency_s=config.default_latency_s,
+            intra_node_gbps=config.intra_node_gbps)
         w = int(sum(n.workers for n in nodes))
         self.world_size = w
-        self.ring_factor = 2.0 * (w - 1) / w
-        if self.num_nodes == 1:
-            self.ar_bytes_per_s = self.intra_bytes_per_s
-        else:
-            bw = float(self.nic_bytes_per_s.min())
-            if int(self.workers.max()) >= 2:
-                bw = min(bw, self.intra_bytes_per_s)
-            self.ar_bytes_per_s = bw
+        self.ring_factor, self.ar_bytes_per_s = ring(self.workers, self.nic_bytes_per_s,
+                                                     self.intra_bytes_per_s)
         self.ring_s_per_byte = self.ring_factor / self.ar_bytes_per_s
         self.ar_latency_per_collective_s = 2.0 * (w - 1) * float(self.latency_s.max())
         self._ps_tables()

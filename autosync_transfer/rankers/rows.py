@@ -1,7 +1,8 @@
 """What the step simulator and the analytical baseline share: strategies decoded into rows
 (one per synchronized piece, vectorized over candidates: :class:`RowDecoder`), the bytes each row
-puts on the wire (:func:`wire_bytes`) and the parameter-server byte table of a cluster
-(:func:`ps_byte_table`). One module, so both models read a strategy and a network alike.
+puts on the wire (:func:`wire_bytes`), the network a cluster spec describes
+(:func:`nominal_network`), its all-reduce ring (:func:`ring`) and its parameter-server byte
+table (:func:`ps_byte_table`). One module, so both models read a strategy and a network alike.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from autosync_transfer.strategies.sampler import SampledBatch, StrategyBatch
 from autosync_transfer.strategies.types import COMPRESSORS, PS, AllReduce, Partition, Strategy
 from autosync_transfer.strategies.validate import validate
 
-__all__ = ["Columns", "Rows", "RowDecoder", "wire_bytes", "ps_byte_table", "FP16_BYTES",
+__all__ = ["Columns", "Rows", "RowDecoder", "wire_bytes", "ps_byte_table", "nominal_network",
+           "ring", "FP16_BYTES",
            "POWERSGD_FACTOR_BYTES", "MAX_POWERSGD_RANK"]
 
 FP16_BYTES = 2
@@ -346,3 +348,30 @@ def ps_byte_table(workers: np.ndarray, nic: np.ndarray, intra: float
             remote = (N - 1.0) if r else (W - workers[p])
             sources[p, r] = remote + workers[p] - 1.0
     return gamma, sources
+
+
+def nominal_network(cluster: Any, *, goodput: float, default_latency_s: float,
+                    intra_node_gbps: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """The network a cluster spec describes, without measurements: per node its NIC rate in
+    bytes/s (``bandwidth_gbps`` x ``goodput``) and its message latency in seconds
+    (``latency_ms``, else ``default_latency_s``), and the intra-node rate in bytes/s."""
+    nodes = cluster.nodes
+    nic = np.array([n.bandwidth_gbps * 1e9 / 8 * goodput for n in nodes])
+    lat = np.array([n.latency_ms / 1e3 if n.latency_ms > 0 else default_latency_s
+                    for n in nodes])
+    return nic, lat, intra_node_gbps * 1e9 / 8
+
+
+def ring(workers: np.ndarray, nic: np.ndarray, intra: float) -> tuple[float, float]:
+    """``(ring factor, ring bandwidth in bytes/s)`` of an all-reduce over every worker: the
+    factor ``2 (W - 1) / W`` of the bytes each worker sends, at the slowest link of the ring
+    (the slowest NIC, and the intra-node rate where a node holds two or more workers; one
+    node: the intra-node rate)."""
+    w = float(workers.sum())
+    factor = 2.0 * (w - 1) / w if w > 1 else 0.0
+    if len(workers) == 1:
+        return factor, intra
+    bw = float(nic.min())
+    if workers.max() >= 2:
+        bw = min(bw, intra)
+    return factor, bw

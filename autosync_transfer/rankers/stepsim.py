@@ -147,8 +147,8 @@ from autosync_transfer.domains.profile import ActionCost, ClusterCalibration, Wo
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.strategies.sampler import SampledBatch
 from autosync_transfer.strategies.types import Strategy
-from autosync_transfer.rankers.rows import (MAX_POWERSGD_RANK, RowDecoder, Rows, ps_byte_table,
-                                           wire_bytes)
+from autosync_transfer.rankers.rows import (MAX_POWERSGD_RANK, RowDecoder, Rows,
+                                           nominal_network, ps_byte_table, ring, wire_bytes)
 
 __all__ = [
     "StepSimConfig",
@@ -332,20 +332,12 @@ class _Physics:
             self.intra_lat = calibration.intra_latency_s
             self.coll_lat = calibration.collective_latency_s
         else:
-            self.nic = np.array([n.bandwidth_gbps * 1e9 / 8 * config.goodput for n in nodes])
-            self.lat = np.array([n.latency_ms / 1e3 if n.latency_ms > 0
-                                 else config.default_latency_s for n in nodes])
-            self.intra = config.intra_node_gbps * 1e9 / 8
+            self.nic, self.lat, self.intra = nominal_network(
+                cluster, goodput=config.goodput, default_latency_s=config.default_latency_s,
+                intra_node_gbps=config.intra_node_gbps)
             self.intra_lat = 0.0
             self.coll_lat = 0.0
-        self.ring_factor = 2.0 * (W - 1) / W if W > 1 else 0.0
-        if N == 1:
-            ring_bw = self.intra
-        else:
-            ring_bw = float(self.nic.min())
-            if self.workers.max() >= 2:
-                ring_bw = min(ring_bw, self.intra)
-        self.ring_bw = ring_bw
+        self.ring_factor, self.ring_bw = ring(self.workers, self.nic, self.intra)
         max_lat = float(self.lat.max()) if N > 1 else self.intra_lat
         self.ar_lat_per_coll = (2.0 * (W - 1) * max_lat + self.coll_lat) if W > 1 else 0.0
         # NIC seconds per all-reduced byte on every node (its share of the ring)

@@ -1,7 +1,7 @@
 """The step simulator's behaviour is versioned with the feature schema: its output on reference
 strategies (every builder on five catalog domains, with the fallback physics and with the
-shipped profiles and calibrations, on an emulated host and on separate hosts) is stored per
-``FEATURE_SCHEMA_VERSION``. A change to the simulator that moves any of it must bump the schema
+shipped profiles and calibrations, on an emulated host and on separate hosts), and the analytical
+baseline's on the same strategies, are stored per ``FEATURE_SCHEMA_VERSION``. A change to the simulator that moves any of it must bump the schema
 (learned rankers read the simulator's terms as ``sim_*`` features, so registered simulators
 would otherwise silently change), then regenerate the reference:
 
@@ -27,6 +27,7 @@ TERMS = ("step_s", "sync_end_s", "ps_s", "nic_contention_s")
 def outputs() -> dict[str, Any]:
     """``{"schema": N, "values": {"<domain>/<physics>/<host>/<builder>": [terms...]}}``."""
     from autosync_transfer.domains.catalog import get_domain
+    from autosync_transfer.rankers.costmodel import AnalyticalRanker
     from autosync_transfer.rankers.features import FEATURE_SCHEMA_VERSION
     from autosync_transfer.rankers.physics import physics_for
     from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
@@ -43,6 +44,8 @@ def outputs() -> dict[str, Any]:
             except Exception:  # noqa: BLE001 - a builder that does not apply to this model
                 continue
         world = domain.cluster.world_size
+        for b, total in zip(names, AnalyticalRanker().score(strategies, domain)):
+            values[f"{name}/analytical/{b}"] = [float(total)]
         for physics in ("fallback", "measured"):
             for host, config in (("own", StepSimConfig()),
                                  ("shared", StepSimConfig(host_processes=world, host_cores=2))):
@@ -65,7 +68,7 @@ def _differences(got: dict[str, Any], want: dict[str, Any]) -> list[str]:
 def test_the_simulators_output_is_fixed_per_schema_version() -> None:
     want = json.loads(REFERENCE.read_text())
     got = outputs()
-    assert len(got["values"]) >= 60
+    assert len(got["values"]) >= 80
     assert got["schema"] == want["schema"], (
         f"the feature schema is v{got['schema']}, the stored reference v{want['schema']}: "
         f"regenerate it with `python -m tests.rankers.test_stepsim_behaviour --update`")
