@@ -46,9 +46,9 @@ def check_source(source: Simulator | None, method: str, *, learned: bool = False
             f"incompatible feature schema: the source simulator was trained on feature schema "
             f"version {source.schema_version}, the target is featurized with version "
             f"{FEATURE_SCHEMA_VERSION}; retrain the source on the current features")
-    if learned and source.kind == "analytical":
+    if learned and not source.learned:
         raise ConfigError(f"{method} needs a learned source simulator, but the source is the "
-                          f"analytical cost model (no weights); use zero-shot or multi-source")
+                          f"{source.kind} model (no weights); use zero-shot or multi-source")
     return source
 
 

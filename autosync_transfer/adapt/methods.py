@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 FINETUNE_MODES: tuple[str, ...] = ("full", "head")
 #: ranker kind trained when the source gives none (it is the analytical cost model)
 DEFAULT_KIND = "rnn"
+#: the ranker ``guarded`` trains afresh on the target's physics when the source does not help
+PHYSICS_START_KIND = "residual"
 
 
 class ZeroShot(Adapter):
@@ -256,8 +258,8 @@ class Guarded(Adapter):
             return Adapted(tuned.simulator, self.name, len(shots),
                            {"start": "source", "reason": f"fewer than {self.min_shots} shots",
                             **tuned.details})
-        hparams = src.hparams if src.kind == "residual" else None
-        fresh = FromScratch("residual", hparams=hparams,
+        hparams = src.hparams if src.kind == PHYSICS_START_KIND else None
+        fresh = FromScratch(PHYSICS_START_KIND, hparams=hparams,
                             training=self.finetune.training).fit(src, shots, seed=seed)
         judged = {"source": _shot_score(tuned.details), "physics": _shot_score(fresh.details)}
         if fresh.simulator is not None and judged["physics"] is not None and (
@@ -278,7 +280,7 @@ def _shot_score(details: Mapping[str, Any]) -> float | None:
 
 
 def _learned_kind(source: Simulator | None) -> str:
-    if source is None or source.kind == "analytical":
+    if source is None or not source.learned:
         return DEFAULT_KIND
     return source.kind
 

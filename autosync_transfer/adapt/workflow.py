@@ -491,8 +491,8 @@ def _check_method(method: str, n: int, df: pandas.DataFrame, tgt_dom: Domain, sr
             raise ConfigError(f"multi-source needs trials of at least one domain other than "
                               f"{tgt_dom.name!r} to pretrain on; {_where(trials)} has none")
     if src.sim is not None and resolved in ("finetune", "finetune-head", "guarded") \
-            and src.sim.kind == "analytical":
-        raise ConfigError(f"{src.name} version {src.version} is the analytical cost model (no "
+            and not src.sim.learned:
+        raise ConfigError(f"{src.name} version {src.version} is the {src.sim.kind} model (no "
                           f"weights to fine-tune); use method='zero-shot' or 'multi-source'")
     return resolved
 

@@ -368,6 +368,8 @@ class GATRanker(RankerModule):
     """
 
     kind = "gat"
+    #: distributions a logged GAT simulator needs beyond the package's own
+    requirements = ("torch-geometric",)
 
     #: edge types (one-hot edge features): row-server, row-group, consecutive rows
     NUM_EDGE_TYPES: ClassVar[int] = 3

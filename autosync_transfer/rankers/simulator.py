@@ -54,6 +54,8 @@ from autosync_transfer.rankers.physics import (
     physics_for,
 )
 from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
+from autosync_transfer.rankers.kinds import (ANALYTICAL, STEPSIM, RankerKind, is_learned, kind_names,
+                                            kind_of)
 from autosync_transfer.strategies.sampler import SampledBatch
 
 if TYPE_CHECKING:
@@ -67,12 +69,6 @@ if TYPE_CHECKING:
 __all__ = ["Simulator", "train_simulator", "evaluate_simulator", "ANALYTICAL", "STEPSIM",
            "CONFIG_FORMAT", "quiet_lightning"]
 
-#: the kind of the analytical cost-model simulator (no weights)
-ANALYTICAL = "analytical"
-#: the kind of the step-time simulator (rankers.stepsim; no weights): scores are simulated seconds
-STEPSIM = "stepsim"
-#: kinds without weights
-_PHYSICS = (ANALYTICAL, STEPSIM)
 #: version of the layout of :meth:`Simulator.config`
 CONFIG_FORMAT = 1
 
@@ -90,12 +86,6 @@ _QUIET_WARNINGS = (
 def _feature_widths() -> dict[str, int]:
     return {"row": FEATURE_SCHEMA.num_row, "agg": FEATURE_SCHEMA.num_agg,
             "server": FEATURE_SCHEMA.num_server, "group": FEATURE_SCHEMA.num_group}
-
-
-def _known_kinds() -> list[str]:
-    from autosync_transfer.rankers.modules import RANKERS
-
-    return [ANALYTICAL, STEPSIM, *RANKERS]
 
 
 class Simulator:
@@ -144,6 +134,17 @@ class Simulator:
         self._module: RankerModule | None = None
         self._featurizer: tuple[tuple[str, str], Featurizer] | None = None
 
+    @property
+    def learned(self) -> bool:
+        """Whether this kind has weights (fitted by training, saved and loaded)."""
+        return is_learned(self.kind)
+
+    @property
+    def spec(self) -> RankerKind:
+        """The registered kind (:mod:`~autosync_transfer.rankers.kinds`); an unknown kind is an
+        :class:`UnknownNameError`."""
+        return kind_of(self.kind)
+
     def __repr__(self) -> str:
         fitted = "fitted" if self.fitted else "not fitted"
         return f"Simulator(kind={self.kind!r}, schema v{self.schema_version}, {fitted})"
@@ -162,7 +163,7 @@ class Simulator:
 
     @property
     def fitted(self) -> bool:
-        return self.kind in _PHYSICS or self._module is not None or self._state is not None
+        return not self.learned or self._module is not None or self._state is not None
 
     @classmethod
     def from_module(cls, module: RankerModule,
@@ -179,7 +180,7 @@ class Simulator:
     @property
     def module(self) -> RankerModule:
         """The ranker network with its weights, in eval mode (built on first use)."""
-        if self.kind in _PHYSICS:
+        if not self.learned:
             raise ConfigError(f"the {self.kind} simulator has no network")
         if self._module is None:
             self._build()
@@ -187,12 +188,11 @@ class Simulator:
         return self._module
 
     def _check(self) -> None:
-        kinds = _known_kinds()
-        if self.kind not in kinds:
+        if self.kind not in kind_names():
             raise UnknownNameError(
-                f"unknown simulator kind {self.kind!r} (known: {', '.join(kinds)})")
+                f"unknown simulator kind {self.kind!r} (known: {', '.join(kind_names())})")
         # the physics kinds have no weights: any schema version scores the same
-        if self.kind not in _PHYSICS and self.schema_version != FEATURE_SCHEMA_VERSION:
+        if self.learned and self.schema_version != FEATURE_SCHEMA_VERSION:
             raise ConfigError(
                 f"the simulator was trained on feature schema version {self.schema_version}, "
                 f"but this code featurizes with version {FEATURE_SCHEMA_VERSION}; retrain it "
@@ -222,7 +222,7 @@ class Simulator:
         (all of them, defaults included), ``schema_version``, ``feature_widths``,
         ``costmodel`` (the cost-model constants of the z_pre features) and ``physics`` (what
         the step-simulator features are computed with: ``measured`` or ``fallback``)."""
-        hparams = dict(self.module.hparams) if self.kind not in _PHYSICS and self.fitted else dict(
+        hparams = dict(self.module.hparams) if self.learned and self.fitted else dict(
             self.hparams)
         return {
             "format": CONFIG_FORMAT,
@@ -235,8 +235,8 @@ class Simulator:
         }
 
     def state_dict(self) -> dict[str, Tensor]:
-        """The weights (CPU tensors; ``{}`` for the analytical kind)."""
-        if self.kind in _PHYSICS:
+        """The weights (CPU tensors; ``{}`` for a kind without weights)."""
+        if not self.learned:
             return {}
         return _copy_state(self.module.state_dict())
 
@@ -258,7 +258,7 @@ class Simulator:
                               f"reads format {CONFIG_FORMAT})")
         widths = config.get("feature_widths")
         version = int(config["schema_version"])
-        learned = str(config["kind"]) not in _PHYSICS
+        learned = is_learned(str(config["kind"]))
         if learned and version != FEATURE_SCHEMA_VERSION:
             raise ConfigError(
                 f"feature schema version mismatch: the simulator was trained on version "
@@ -278,7 +278,7 @@ class Simulator:
                   None if state_dict is None else dict(state_dict), costmodel_config=cm,
                   physics=physics)
         sim._check()
-        if sim.kind not in _PHYSICS:
+        if sim.learned:
             if state_dict is None:
                 raise ConfigError(f"the {sim.kind} simulator needs its state_dict")
             sim._build()
@@ -325,37 +325,26 @@ class Simulator:
         that table computed (:meth:`Featurizer.aggregates`)."""
         if not isinstance(strategies, SampledBatch):
             strategies = list(strategies)
-        if self.kind == ANALYTICAL:
+        if not self.learned:
             self._check()
-            if not len(strategies):
-                return np.zeros(0, dtype=np.float64)
-            return self._featurizer_for(domain).totals(strategies)
-        if self.kind == STEPSIM:
-            self._check()
-            if not len(strategies):
-                return np.zeros(0, dtype=np.float64)
-            return self._featurizer_for(domain).simulator.score(strategies)
         if not len(strategies):
             return np.zeros(0, dtype=np.float64)
-        module = self.module
-        featurizer = self._featurizer_for(domain)
-        if module.inputs <= {"agg"}:
-            return _score_aggregates(module, featurizer.aggregates(strategies), batch_size)
-        feats = featurizer.featurize_many(strategies)
-        return _score_features(module, feats, batch_size)
+        if self.learned:
+            self.module  # noqa: B018 - builds the network (the kind's errors first)
+        return self.spec.score(self, strategies, domain, batch_size)
 
     def score_features(self, features: Sequence[StrategyFeatures], *,
                        batch_size: int = 64) -> np.ndarray:
         """Slowness scores of already featurized strategies (of one domain). The analytical
         kind returns its bottleneck time divided by the domain's reference time (the ``total``
         aggregate: the same order as :meth:`score` within a domain)."""
-        if self.kind in _PHYSICS:
+        if not self.learned:
             self._check()
-            col = FEATURE_SCHEMA.agg_index("total" if self.kind == ANALYTICAL else "sim_step")
-            return np.array([float(f.agg[col]) for f in features], dtype=np.float64)
+            return self.spec.score_features(self, list(features), batch_size)
         if not features:
             return np.zeros(0, dtype=np.float64)
-        return _score_features(self.module, list(features), batch_size)
+        self.module  # noqa: B018 - builds the network (the kind's errors first)
+        return self.spec.score_features(self, list(features), batch_size)
 
 
 def _score_features(module: RankerModule, feats: Sequence[StrategyFeatures],
@@ -422,7 +411,7 @@ def evaluate_simulator(simulator: Simulator, datamodule: TrialDataModule, split:
     (domain name -> the same metrics and ``strategies``). The strategies are featurized with the
     simulator's ``physics`` (a copy of the data module when it featurizes with another)."""
     datamodule.setup()
-    if simulator.kind != ANALYTICAL:  # its features do not depend on the physics
+    if simulator.spec.reads_physics:  # the analytical model's do not depend on it
         datamodule = datamodule.with_physics(simulator.physics)
     items = datamodule.split_items(split)
     names = datamodule.domain_names
@@ -602,7 +591,7 @@ def train_simulator(
     cm = dm.costmodel_config or costmodel_config
     dm.setup()
     sizes = {f"{s}_strategies": dm.split_size(s) for s in ("train", "val", "test")}
-    if kind in _PHYSICS:
+    if not is_learned(kind):
         return _evaluate_physics(kind, dm, cm, sizes, seed, logger)
     if sizes["train_strategies"] < 2:
         raise ConfigError(f"need at least 2 training strategies, got "

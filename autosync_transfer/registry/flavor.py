@@ -99,7 +99,7 @@ def write_simulator_files(sim: Simulator, folder: str | Path, *, domain: str = "
                                  sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"simulator config is not plain JSON: {e}") from e
-    state = {} if sim.kind in ("analytical", "stepsim") else sim.state_dict()
+    state = sim.state_dict() if sim.learned else {}
     plain: dict[str, torch.Tensor] = {}
     for k, v in state.items():
         if not isinstance(v, torch.Tensor):
@@ -249,8 +249,9 @@ def _pip_requirements(kind: str) -> list[str]:
 
     reqs = [pin("mlflow"), pin("torch"), pin("numpy"), pin("pandas"), pin("pydantic"),
             pin("lightning"), pin("autosync-transfer")]
-    if kind == "gat":
-        reqs.append(pin("torch-geometric"))
+    from autosync_transfer.rankers.kinds import kind_of
+
+    reqs += [pin(dist) for dist in kind_of(kind).requirements()]
     return reqs
 
 

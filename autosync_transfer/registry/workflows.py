@@ -220,13 +220,11 @@ def train_and_register(
     anything is logged: no strategies of the domain is an
     :class:`~autosync_transfer.errors.UnknownNameError`.
     """
-    from autosync_transfer.rankers.modules import RANKERS
-    from autosync_transfer.rankers.simulator import ANALYTICAL, STEPSIM, evaluate_simulator
+    from autosync_transfer.rankers.kinds import kind_of
+    from autosync_transfer.rankers.simulator import evaluate_simulator
     from autosync_transfer.registry import store
 
-    kinds = [ANALYTICAL, STEPSIM, *RANKERS]
-    if kind not in kinds:
-        raise UnknownNameError(f"unknown ranker {kind!r} (known: {', '.join(kinds)})")
+    kind_of(kind)  # an unknown kind is an UnknownNameError naming the known ones
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ConfigError("need at least one seed")

@@ -55,7 +55,7 @@ def warm_simulator(spec: str, *, trials: str | Path | None = None, seed: int = 0
         report = models.train_and_register(ranker, dom, df, seeds=(seed,), max_epochs=max_epochs)
         version = report.champion or report.best.version.version
     sim = models.load_simulator(name, version)
-    if sim.kind in ("analytical", "stepsim"):
+    if not sim.learned:
         raise ConfigError(f"warm_start={spec!r}: {name} version {version} is the "
                           f"{sim.kind} model (nothing to fine-tune); a search with "
                           f"method={sim.kind!r} and no warm start ranks with it")

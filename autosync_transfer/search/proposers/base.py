@@ -88,7 +88,7 @@ class Proposer(ABC):
         if warm is not None and not cls.warm_starts:
             words = " or ".join(repr(m) for m, p in PROPOSERS.items() if p.warm_starts)
             raise ConfigError(f"warm_start needs method={words}, got method={config.method!r}")
-        if warm is not None and warm.kind in ("analytical", "stepsim"):
+        if warm is not None and not warm.learned:
             raise ConfigError(f"warm_start needs a learned simulator, got the {warm.kind} model")
         if config.knob_candidates and not cls.ranked:
             words = ", ".join(m for m, p in PROPOSERS.items() if p.ranked)
