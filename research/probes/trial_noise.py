@@ -4,7 +4,7 @@ Measures one strategy (a builder, default ``ddp``) ``--repeats`` times in a row 
 worker pool and prints every trial's median, the coefficient of variation of those medians
 (goal <= 5%) and the throughput in trials per hour (wall time per trial, start-up excluded).
 
-    python benchmarks/trial_noise.py --domain bert-A --warmup 10 --iters 40 --repeats 8
+    python research/probes/trial_noise.py --domain bert-A --warmup 10 --iters 40 --repeats 8
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ a perfect simulator against one such measurement. (If a pair is ordered right by
 with probability p, two independent measurements agree with probability p^2 + (1 - p)^2; that is
 convex in p, so the mean of p is at most the inverse at the mean agreement.)
 
-    python benchmarks/retest.py [--stores datasets/trials]
+    python research/probes/retest.py [--stores datasets/trials]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ by round (ours, DDP, ours, DDP, ...), so machine noise hits both alike. The stra
 on a graph where every variable is dense, exactly what DDP synchronizes. Prints per-round medians
 and the ratio ours / DDP (goal <= 1.05).
 
-    python benchmarks/executor_vs_ddp.py [--model bert] [--cluster A] [--rounds 5] [--launcher emulated]
+    python research/probes/executor_vs_ddp.py [--model bert] [--cluster A] [--rounds 5] [--launcher emulated]
 """
 
 from __future__ import annotations
