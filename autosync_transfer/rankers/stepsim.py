@@ -1,132 +1,62 @@
 """Event-driven step-time simulator: one training iteration of a strategy, vectorized over candidates.
 
-This is the project's one cost model (``DESIGN.md`` §12): the features of the learned rankers
-(:mod:`~autosync_transfer.rankers.features`) read its terms, ``SimulatorRanker`` ranks by its
-prediction, and the analytical sync-only model (:mod:`~autosync_transfer.rankers.costmodel`) stays
-only as a baseline. Pure: no process group, no I/O; it follows the rules of the runtime's plan
-(:func:`autosync_transfer.runtime.plan.make_plan`) and executor.
+The project's one cost model (``DESIGN.md`` §12): the learned rankers' features
+(:mod:`~autosync_transfer.rankers.features`) read its terms, the ``stepsim`` ranker kind ranks by
+its prediction, and the analytical sync-only model (:mod:`~autosync_transfer.rankers.costmodel`)
+stays as a baseline. Pure: no process group, no I/O; it follows the rules of the runtime's plan
+(:func:`autosync_transfer.runtime.plan.make_plan`) and executor. Where each rule comes from (the
+traces and side-by-side measurements behind it) is in ``research/stepsim_notes.md``.
 
 Inputs
     The domain (model graph + cluster), a :class:`~autosync_transfer.domains.profile.WorkloadProfile`
     (measured compute, gradient-ready times, synchronization action costs) and a
     :class:`~autosync_transfer.domains.profile.ClusterCalibration` (measured NICs, latencies,
-    compute slowdown). Both are optional; without them the **fallback** of
-    :class:`StepSimConfig` applies: the cluster spec's nominal ``bandwidth_gbps`` times the TCP
-    goodput of Ethernet frames (1448 / 1514), ``latency_ms`` (or ``default_latency_s``), each node
-    its own host unless ``host_processes`` says they share one (then ``processes / host_cores``
-    slowdown), compute from the graph (``6 x dense parameters x tokens`` FLOP per step at
-    ``fallback_flops_per_s``; forward a third, backward two thirds, gradients ready in reverse
-    forward order in proportion to the parameters left to differentiate; the optimizer reading
-    and writing every parameter) and action costs from memory traffic at
-    ``fallback_memory_bytes_per_s``. The fallback is crude where FLOPs are not proportional to
-    parameters (convolutions) and its two fitted constants are global (fitted on the shipped
-    source domains, never per domain); measured profiles and calibrations replace it.
+    compute slowdown, per-piece PS costs). Without them the fallback of :class:`StepSimConfig`
+    applies: nominal bandwidth times the TCP goodput, ``latency_ms`` (or ``default_latency_s``),
+    compute from the graph (``6 x dense parameters x tokens`` FLOP at ``fallback_flops_per_s``;
+    forward a third, backward two thirds) and action costs at ``fallback_memory_bytes_per_s``.
+    ``host_processes`` / ``host_cores`` describe a cluster emulated on one machine.
 
 One iteration (every worker alike, times from the start of the step)
-    * Compute runs ``slowdown x`` the profile's times, ``slowdown`` the calibration's compute
-      slowdown for the processes sharing one host (the node's workers; ``host_processes`` when the
-      whole cluster shares one machine, as an emulated cluster does). Variable ``v``'s gradient is
-      ready at ``forward + slowdown x ready_s[v]``.
-    * Launch order is the executor's (:mod:`~autosync_transfer.runtime.plan`): reverse forward
-      order (a variable's ``order``), each communication thread waiting for its tasks one after
-      another, so a slot is released no sooner than the slots before it even where the profile
-      measured a later variable's gradient ready first.
-    * All-reduce: pieces fuse into one bucket per (group, compressor, PowerSGD rank), as the plan
-      fuses them. A bucket launches on the AR thread when its last gradient is ready; the AR
-      thread runs buckets one after another in launch order. A bucket takes its compression
-      cost (fp16 cast, error feedback, PowerSGD factorization, the flattening copy: the profile's
-      :class:`~autosync_transfer.domains.profile.ActionCost`) plus its ring all-reduce:
-      ``2 (W - 1) / W x wire bytes`` at the ring's slowest link plus ``2 (W - 1)`` message
-      latencies and the collective latency, twice for a PowerSGD bucket holding a matrix (P, Q).
-    * Parameter servers: every piece is one exchange on the PS thread, launched when its gradient
-      is ready. Each node's NIC serves the exchanges that cross it (push incast and pull on the
-      server's node, push and pull on a sender's node, local replication aggregating each node's
-      workers first, sparse pieces carrying touched rows and their indices), at the calibrated
-      link rates. A piece's pushes and its answers cross a NIC one after the other, not at once
-      (``ps_results_block_gathers``): gloo sends data only to a posted receive, and a receive's
-      ready notice to a peer queues behind the data already queued to that peer, so a server's
-      next gather starts only once its answers are out (traced on emulated cluster A: a
-      2 KiB bias piece waits as long as the 9.4 MiB answers before it). Every rank's PS thread
-      also spends the calibrated per-piece cost
-      (:attr:`~autosync_transfer.domains.profile.ClusterCalibration.ps_piece_s`: the executor
-      on many one-element pieces) on every piece, slowed by the shared cores; a server adds it
-      to its bytes and the aggregation of each incoming gradient (it waits for the bytes, then
-      works), a node that only sends overlaps it with its NIC (``ps_sender_overlaps``). A NIC
-      serves work in release order without idling while work is waiting (its end: ``max_j
-      (release_j + work released at or after j)``).
-    * Pieces of different servers do not overlap freely (:meth:`StepSimulator._server_chain`):
-      a server gathers a piece only once its answers of the piece before are out, the server of
-      the piece before pushes the next one only after its answers, and (traced on emulated
-      cluster A) the other pushes of a piece cross into its server only after the piece before
-      is gathered (``ps_push_after_gather``): a piece's gather ends ``max(release + its pushes
-      in, the previous gather + c)`` with ``c`` = the previous answers and its pushes (same
-      server), else the larger of its pushes and the previous answers plus one push, a
-      max-plus recurrence solved in closed form per strategy. All-reduces launched between two
-      pieces share the NICs with the later one as one flow among its pushes or answers (TCP
-      shares a link per flow): it takes up to ``1 / flows`` longer, at most the ring's NIC time
-      (``ps_chain_shares_nic``). Spreading the pieces over more
-      servers therefore helps far less than the NICs' sum suggests (emulated cluster A,
-      VGG16-s: one server 3.35 s per step, two 3.23 s, four 3.07 s, balanced by bytes 3.01 s;
-      ``research/probes/ps_layouts.py``).
-    * Row-sparse PS pieces are replayed as the executor runs them, a chain of dependent steps
-      per piece in launch order (:meth:`StepSimulator._sparse_chain`): every rank's PS
-      thread finds the touched rows of its gradient and pushes them (a header with the row
-      count, then indices and rows); the server, once its PS queue reaches the piece, copies its
-      gradient, waits for every push (the header's hop, then a round trip: the payload's
-      receives are posted when the header is in, and its NIC time), averages, finds the touched
-      rows of the average, answers and copies the average back. Its receives are posted only
-      when its PS thread reaches the piece (gloo sends only to a posted receive), so a piece's
-      hops start once the server is through the pieces before it: the pieces of one server
-      follow each other hop for hop, not overlapped. Those 1.5 hops cost the calibration's
-      row-sparse piece
-      (:attr:`~autosync_transfer.domains.profile.ClusterCalibration.ps_sparse_piece_s`, the
-      executor on tables with one touched row, every rank of the cluster running it on this
-      host: what a piece costs the server's chain, which replaying the calibration gives back)
-      (else two calibrated latencies plus the collective latency per hop, slowed like the
-      other PS work). A worker completes its answers only after its communication threads have
-      ended, one piece after another (the payload's round trip, one hop, then the zero-filled
-      result and its copy into the gradient). So a table cut into more pieces costs their
-      chain, and spreading the pieces over servers does not shorten it
-      (``research/probes/sparse_pieces.py``). The chain's CPU (all ranks) also counts in a shared
-      host's CPU bound.
-    * Flows sharing a NIC share its bandwidth: every node's NIC also carries its share of every
-      all-reduce (``2 (W - 1) / W`` of the bucket); the synchronization ends at the latest of the
-      AR thread, the PS threads and the busiest NIC serving all of it at once (the excess over
-      the AR and PS threads alone is the NIC contention term).
-    * Compression occupies the worker: on a host with more compute processes than cores
-      (``slowdown > 1``) the compression work also delays the backward pass, and (with
-      ``network_shares_cores``) the per-piece work of the parameter-server exchanges, whose
-      threads share those cores, runs ``processes / cores`` times slower: every exchange is a
-      chain of dependent steps on a Python thread (the server posts its receives only when it
-      reaches the piece, gloo sends only to a posted receive, then it averages and answers),
-      each waiting for a time slice of a core (``comm_time_slicing``: not the compute's
-      measured slowdown, whose share for caches and memory is noisy between calibrations of
-      one machine, 1.00-1.15x for four processes on two cores); their bytes cross the NICs at the links' rate
-      (``wire_shares_cores`` restores the older model that slowed them too). An all-reduce
-      bucket's ring is one call into gloo that streams its bytes at the
-      links' rate and is not slowed (``ring_shares_cores`` restores the older model that
-      slowed it too): the calibration's own all-reduce measurement
-      (:attr:`~autosync_transfer.domains.profile.ClusterCalibration.allreduce_s`) matches the
-      ring at the calibrated rates within a few percent at 8 MiB on the emulated clusters A,
-      B and C, and so do the shipped trials (``benchmarks/stepsim_accuracy.py --compare``).
-      While the backward pass still runs, though, the AR thread competes with the compute for
-      the cores: ``ring_slowed_while_computing`` serves its queue ``processes / cores`` times
-      slower until the backward pass ends (:func:`_queue_end_slowed`). On an Intel host, 16
-      buckets overlapping BERT-3's backward pass go from log measured / predicted +0.17 to
-      +0.06 with it (``research/probes/layout_probe.py``), and the stores' figures stay as they
-      are; off by default, as it changes the learned rankers' ``sim_*`` features.
-    * The step ends ``optimizer`` after both the backward pass and the last synchronization end.
+    * Compute runs ``slowdown x`` the profile's times (the processes sharing a host); variable
+      ``v``'s gradient is ready at ``forward + slowdown x ready_s[v]``.
+    * Launch order is the executor's: reverse forward order, each communication thread taking
+      its tasks one after another.
+    * All-reduce: pieces fuse into one bucket per (group, compressor, PowerSGD rank). A bucket
+      launches on the AR thread when its last gradient is ready and takes its compression cost
+      plus its ring: ``2 (W - 1) / W x wire bytes`` at the ring's slowest link plus ``2 (W - 1)``
+      latencies and the collective latency (twice for a PowerSGD matrix: P and Q).
+    * Parameter servers: every piece is one exchange on the PS thread, launched when its
+      gradient is ready. Each NIC serves the exchanges that cross it at the calibrated rates, a
+      piece's pushes and answers one after the other; every rank also spends the calibrated
+      per-piece cost. Pieces of different servers follow each other (:meth:`StepSimulator.
+      _server_chain`: a max-plus recurrence solved in closed form per strategy), sharing the
+      NICs with the all-reduces launched between them.
+    * Row-sparse PS pieces are replayed as the executor runs them, a chain of dependent steps per
+      piece (:meth:`StepSimulator._sparse_chain`): touched rows pushed with their indices,
+      gathered, averaged and answered, the server's receives posted only when its PS thread
+      reaches the piece.
+    * Flows sharing a NIC share its bandwidth: the synchronization ends at the latest of the AR
+      thread, the PS threads and the busiest NIC serving all of it (the NIC contention term).
+    * On a host with more compute processes than cores, compression delays the backward pass
+      and the PS threads' per-piece work runs ``processes / cores`` slower; bytes and rings
+      stream at the links' rate.
+    * The step ends ``optimizer`` after both the backward pass and the last synchronization.
+
+    The alternatives to these rules that research code ablates are :class:`StepSimVariant`; the
+    defaults are the behaviour, fixed per feature schema version
+    (``tests/rankers/test_stepsim_behaviour.py``).
 
 Output
     :meth:`StepSimulator.simulate` returns a structured array (:data:`TERMS`), one record per
     candidate, in seconds: ``step_s`` and its terms (plus the bucket count and all-reduced bytes).
 
 Vectorization
-    Strategies are decoded into rows (one per synchronized piece) by :class:`RowDecoder` (shared
-    with the featurizer; a sampler's :class:`~autosync_transfer.strategies.sampler.SampledBatch`
-    is read from its arrays). Everything after is dense ``[strategies, variables(, nodes)]``
-    arrays in launch order: a bucket's work is placed at the slot of its last-launched variable,
-    so every queue's end is a cumulative sum and a maximum, without sorting.
+    Strategies are decoded into rows (one per synchronized piece) by
+    :class:`~autosync_transfer.rankers.rows.RowDecoder` (shared with the analytical model and the
+    featurizer). Everything after is dense ``[strategies, variables(, nodes)]`` arrays in launch
+    order: a bucket's work sits at the slot of its last-launched variable, so every queue's end is
+    a cumulative sum and a maximum, without sorting.
 """
 
 from __future__ import annotations
