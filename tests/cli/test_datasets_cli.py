@@ -173,3 +173,36 @@ def test_datasets_repair(cli, tmp_path) -> None:
     assert res.code == 0 and "no bad lines" in res.out
     res = cli("datasets", "repair", str(tmp_path / "missing.jsonl"))
     assert res.code == 2 and "missing.jsonl" in res.err
+
+
+def test_show_states_the_repeat_runs_beside_the_store(cli, tmp_path: Path) -> None:
+    from autosync_transfer._files import append_line
+    from autosync_transfer.dataset.repeat import repeat_path
+
+    store = TrialStore(tmp_path / "bert-A.jsonl")
+    for i, (sid, t) in enumerate((("a", 0.1), ("b", 0.2), ("c", 0.4))):
+        store.append(_record(str(i), sid, t))
+    res = cli("datasets", "show", "bert-A", "--data", str(store.path))
+    assert res.code == 0, res.err
+    assert "repeatability: no repeat runs" in res.out
+    path = repeat_path(store.path)
+    for run, drift in (("r1", 1.0), ("r2", 1.3)):
+        append_line(path, json.dumps({"kind": "plan", "run": run, "domain": "bert-A",
+                                      "strategy_ids": ["a", "b", "c"],
+                                      "orders": [["a", "b", "c"]] * 3,
+                                      "protocol": {"warmup": 2, "iters": 5},
+                                      "launcher": "emulated", "seed": 0, "created": "t"}), "t")
+        for k in range(3):
+            for sid, t in (("a", 0.1), ("b", 0.2), ("c", 0.4)):
+                append_line(path, json.dumps({
+                    "kind": "measurement", "run": run, "round": k, "strategy_id": sid,
+                    "status": "ok", "median_s": t * drift * (1 + 0.01 * k), "wall_s": 10.0,
+                    "cpu": {}}), "t")
+    res = cli("datasets", "show", "bert-A", "--data", str(store.path))
+    assert res.code == 0, res.err
+    assert "runs r1, r2 (2 complete" in res.out and "3 of 3 pairs resolved" in res.out
+    assert "order alike 1.000 of the 3 pairs both resolve" in res.out
+    shown = json.loads(cli("datasets", "show", "bert-A", "--data", str(store.path),
+                           "--json").out)["repeatability"]
+    assert shown["agreement"] == 1.0 and shown["resolved_pairs"] == 3
+    assert shown["machine_s"] == 180.0
