@@ -56,11 +56,14 @@ def run_emulated(cluster, argv: Sequence[str], *, timeout_s: float = 900) -> int
     """Run ``python argv...`` once per worker of ``cluster``, each inside its node's network
     namespace, with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, NODE_RANK, MASTER_ADDR,
     MASTER_PORT). Returns 0 when every worker succeeded, else the first failing exit code."""
-    from autosync_transfer.runtime.emulation import EmulatedCluster
-    from autosync_transfer.runtime.launch import free_port
+    import socket
+
+    from autosync_transfer.runtime import EmulatedCluster
 
     with EmulatedCluster(cluster) as ec:
-        port = free_port()
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a free port for rank 0
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
         procs: list[subprocess.Popen] = []
         for node in ec.nodes:
             for local, rank in enumerate(node.ranks):
@@ -112,7 +115,7 @@ def worker_main(train, cfg_json: str) -> int:  # noqa: ANN001 - (rank, world, cf
 
     import torch.distributed as dist
 
-    from autosync_transfer.runtime.launch import init_from_env
+    from autosync_transfer.runtime import init_from_env
 
     cfg = json.loads(cfg_json)
     rank, world = init_from_env("gloo")

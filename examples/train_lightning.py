@@ -64,8 +64,8 @@ def autotune_config(args: argparse.Namespace):  # noqa: ANN201 - an AutotuneConf
     """The ``--autotune`` configuration: candidates come from the strategy's simulator."""
     if not args.autotune:
         return None
-    from autosync_transfer.runtime.autotune import AutotuneConfig
-    from autosync_transfer.search.autotune import TrialRecorder
+    from autosync_transfer import AutotuneConfig
+    from autosync_transfer.search import TrialRecorder
 
     return AutotuneConfig(steps_per_candidate=args.steps_per_candidate,
                           on_trial=TrialRecorder(args.trials) if args.trials else None)
@@ -155,8 +155,8 @@ def _train(args: argparse.Namespace) -> int:
     import torch
     from lightning.pytorch.strategies import DDPStrategy
 
-    from autosync_transfer.domains.catalog import get_cluster
-    from autosync_transfer.search.lightning import AutoSyncStrategy
+    from autosync_transfer import AutoSyncStrategy
+    from autosync_transfer.domains import get_cluster
 
     _quiet_lightning()
     torch.set_num_threads(1)
@@ -212,7 +212,7 @@ def main() -> int:
     args = _parse()
     if args.launcher == "emulated" and "LOCAL_RANK" not in os.environ:
         # this process only builds the emulated cluster; every worker runs this script again
-        from autosync_transfer.domains.catalog import get_cluster
+        from autosync_transfer.domains import get_cluster
 
         return run_emulated(get_cluster(args.cluster), [os.path.abspath(__file__), *sys.argv[1:]])
     return _train(args)

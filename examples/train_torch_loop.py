@@ -33,9 +33,7 @@ def train(rank: int, world: int, cfg: dict) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from autosync_transfer.domains.cluster import Cluster
-    from autosync_transfer.runtime.ddp import DistributedModel
-    from autosync_transfer.strategies.types import Strategy
+    from autosync_transfer import Cluster, DistributedModel, Strategy
 
     torch.set_num_threads(1)
     torch.manual_seed(cfg["seed"])  # the entry point of this worker owns the global seed
@@ -65,10 +63,8 @@ def train(rank: int, world: int, cfg: dict) -> dict:
 
 
 def _choose(name: str, cluster, graph):  # noqa: ANN001, ANN202
-    from autosync_transfer import recommend
-    from autosync_transfer.domains.domain import Domain
-    from autosync_transfer.strategies.builders import BUILDERS, build
-    from autosync_transfer.strategies.types import Strategy
+    from autosync_transfer import Domain, Strategy, recommend
+    from autosync_transfer.strategies import BUILDERS, build
 
     if name == "recommend":
         return recommend(graph, cluster)  # the step-time simulator
@@ -93,8 +89,7 @@ def main() -> int:
 
     import torch
 
-    from autosync_transfer.domains.catalog import get_cluster
-    from autosync_transfer.domains.graph import ModelGraph
+    from autosync_transfer.domains import ModelGraph, get_cluster
     from autosync_transfer.errors import AutosyncError
 
     try:
@@ -113,7 +108,7 @@ def main() -> int:
 
     t0 = time.perf_counter()
     if args.launcher == "local":
-        from autosync_transfer.runtime.launch import spawn_local
+        from autosync_transfer.runtime import spawn_local
 
         result = spawn_local(train, cluster.world_size, cfg, timeout_s=1800)[0]
     else:

@@ -37,10 +37,8 @@ def train(rank: int, world: int, cfg: dict) -> dict:
     """One worker's training loop (the process group is already initialized)."""
     import torch
 
-    from autosync_transfer.domains.cluster import Cluster
-    from autosync_transfer.domains.workload import load_workload
-    from autosync_transfer.runtime.ddp import DistributedModel
-    from autosync_transfer.strategies.types import Strategy
+    from autosync_transfer import Cluster, DistributedModel, Strategy
+    from autosync_transfer.domains import load_workload
 
     torch.set_num_threads(1)
     workload = load_workload(cfg["model"])
@@ -75,10 +73,8 @@ def train(rank: int, world: int, cfg: dict) -> dict:
 
 
 def _strategy(name: str, domain):  # noqa: ANN001, ANN202
-    from autosync_transfer.strategies.autodist import read_autodist_file
-    from autosync_transfer.strategies.builders import BUILDERS, build
-    from autosync_transfer.strategies.types import Strategy, looks_like_json
-    from autosync_transfer.strategies.validate import validate
+    from autosync_transfer import Strategy
+    from autosync_transfer.strategies import BUILDERS, build, read_autodist_file, validate
 
     if name == "recommend":
         from autosync_transfer import recommend
@@ -86,8 +82,10 @@ def _strategy(name: str, domain):  # noqa: ANN001, ANN202
         return recommend(domain.model, domain.cluster)
     if name in BUILDERS:
         return build(name, domain)
-    strategy = (Strategy.from_file(name) if looks_like_json(Path(name).read_bytes())
-                else read_autodist_file(name, domain.cluster))
+    # JSON starts with '{' (after blanks); an AutoDist (protobuf) file names its PS destinations
+    # by address, which the cluster maps to its nodes
+    json_file = Path(name).read_bytes().lstrip()[:1] in (b"{", b"[", b"")
+    strategy = Strategy.from_file(name) if json_file else read_autodist_file(name, domain.cluster)
     return validate(strategy, domain)
 
 
@@ -108,7 +106,7 @@ def main() -> int:
     ap.add_argument("--log-every", type=int, default=50)
     args = ap.parse_args()
 
-    from autosync_transfer.domains.workload import workload_domain
+    from autosync_transfer.domains import workload_domain
     from autosync_transfer.errors import AutosyncError
 
     try:
@@ -125,7 +123,7 @@ def main() -> int:
            "log_every": max(1, args.log_every)}
     t0 = time.perf_counter()
     if args.launcher == "local":
-        from autosync_transfer.runtime.launch import spawn_local
+        from autosync_transfer.runtime import spawn_local
 
         result = spawn_local(train, cluster.world_size, cfg, timeout_s=3600)[0]
     else:

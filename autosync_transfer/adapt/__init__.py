@@ -5,7 +5,8 @@ One interface (:class:`Adapter`) with four routines: :class:`ZeroShot`, :class:`
 :class:`MultiSource` and :class:`FromScratch` (the control). :func:`adapt` evaluates one
 adaptation against zero-shot and from-scratch on held-out target strategies;
 :func:`learning_curve` repeats it over N target trials and seeds; :func:`adapt_and_register`
-is the ``autosync-transfer adapt`` workflow (registry, lineage, promotion).
+is the ``autosync-transfer adapt`` workflow (registry, lineage, promotion), which the package's
+top level names ``autosync_transfer.adapt``.
 
 Names are imported lazily (torch and Lightning are heavy):
 ``from autosync_transfer.adapt import adapt``.
@@ -23,21 +24,13 @@ _EXPORTS = {
     "MultiSource": "methods",
     "FromScratch": "methods",
     "ShotTraining": "training",
-    "fit_on_shots": "training",
-    "finetune_full": "training",
-    "L2SPFineTuning": "training",
-    "TargetData": "data",
     "TargetSplit": "data",
     "split_target": "data",
-    "evaluate_on": "data",
     "METHODS": "core",
-    "CURVE_SHOTS": "core",
     "AdaptResult": "core",
     "LearningCurve": "core",
     "adapt": "core",
     "learning_curve": "core",
-    "make_adapter": "core",
-    "learning_curve_plot": "plots",
     "AdaptReport": "workflow",
     "adapt_and_register": "workflow",
 }

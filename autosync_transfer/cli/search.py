@@ -352,7 +352,7 @@ def recommend(
     from autosync_transfer.cli._output import (check_out, export_strategy, strategy_summary,
                                                strategy_table)
     from autosync_transfer.errors import ConfigError
-    from autosync_transfer.search.recommend import recommend_checked
+    from autosync_transfer.search.recommendation import recommend_checked
 
     check_out(export_json, "--export-json")
     check_out(export_autodist, "--export-autodist")

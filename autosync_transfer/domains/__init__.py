@@ -4,7 +4,6 @@ workloads (a runnable training step: a zoo model or the user's own)."""
 from __future__ import annotations
 
 from autosync_transfer.domains.catalog import (
-    CLUSTERS,
     cluster_names,
     domain_names,
     get_cluster,
@@ -13,25 +12,20 @@ from autosync_transfer.domains.catalog import (
     model_names,
     resolve_domain,
 )
-from autosync_transfer.domains.cluster import Cluster, Node, ResourceSpec, SSHConfig
+from autosync_transfer.domains.cluster import Cluster, Node
 from autosync_transfer.domains.domain import Domain
 from autosync_transfer.domains.graph import ModelGraph, Variable
-from autosync_transfer.domains.profile import (ActionCost, ClusterCalibration, NodeCalibration,
-                                               WorkloadProfile)
-from autosync_transfer.domains.workload import Workload, load_workload, zoo_workload
+from autosync_transfer.domains.profile import ClusterCalibration, WorkloadProfile
+from autosync_transfer.domains.workload import (Workload, load_workload, workload_domain,
+                                                zoo_workload)
 
 __all__ = [
-    "ActionCost",
     "ClusterCalibration",
-    "NodeCalibration",
     "WorkloadProfile",
-    "CLUSTERS",
     "Cluster",
     "Domain",
     "ModelGraph",
     "Node",
-    "ResourceSpec",
-    "SSHConfig",
     "Variable",
     "Workload",
     "cluster_names",
@@ -42,5 +36,6 @@ __all__ = [
     "load_workload",
     "model_names",
     "resolve_domain",
+    "workload_domain",
     "zoo_workload",
 ]

@@ -15,12 +15,7 @@ from autosync_transfer._lazy import lazy_exports
 
 _EXPORTS = {
     "tracking_uri": "store",
-    "client": "store",
     "CHAMPION": "versions",
-    "REGISTERED_PREFIX": "versions",
-    "CONFIG_FILE": "flavor",
-    "WEIGHTS_FILE": "flavor",
-    "DOMAIN_FILE": "flavor",
     "ModelVersionInfo": "versions",
     "registered_name": "versions",
     "resolve": "versions",
@@ -29,22 +24,15 @@ _EXPORTS = {
     "list_models": "versions",
     "describe_model": "versions",
     "compare_links": "versions",
-    "STANDARD_TAGS": "flavor",
-    "LINEAGE_KEYS": "flavor",
-    "write_simulator_files": "flavor",
-    "read_simulator_files": "flavor",
-    "flat_metrics": "flavor",
     "log_simulator": "flavor",
     "load_simulator": "flavor",
     "load_domain": "flavor",
     "load_version": "flavor",
-    "LOWER_IS_BETTER": "workflows",
     "TrainReport": "workflows",
     "TrainedVersion": "workflows",
     "promote_if_better": "workflows",
     "train_and_register": "workflows",
     "evaluate_registered": "workflows",
-    "log_search": "searches",
 }
 
 __all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -68,8 +68,8 @@ class AutotuneConfig(BaseModel):
     Args:
         candidates: strategies to compare with torch DDP, or a callable
             ``candidates(graph, cluster) -> list[Strategy]`` called on rank 0 at setup; ``None``:
-            the Lightning strategy asks its ``autotune_candidates`` (the search room's proposes
-            with a simulator), ``DistributedModel`` compares its initial strategy with DDP.
+            the Lightning strategy asks its ``autotune_candidates`` (its simulator proposes
+            them), ``DistributedModel`` compares its initial strategy with DDP.
         steps_per_candidate: optimizer steps of one block (a candidate's turn in a round; its
             first steps pay the switch and are dropped when detected as warm-up), at least 2.
         budget_share: at most this share of ``planned_steps`` runs candidates other than DDP.

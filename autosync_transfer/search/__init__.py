@@ -1,11 +1,18 @@
-"""Search: the closed AutoSync loop and its baselines (``Searcher``, driven by a ``Proposer`` per
-method), and ``recommend`` (the best strategy a simulator ranks, without running anything).
+"""Search: the closed AutoSync loop and its baselines (:func:`search`, or a :class:`Searcher`
+driven by a :class:`Proposer` per method), :func:`recommend` (the best strategy a simulator
+ranks, without running anything) and the Lightning :class:`AutoSyncStrategy` (a given strategy,
+or one a simulator chooses at setup time; autotuning with the simulator's candidates, recorded
+by a :class:`TrialRecorder`).
 
 Rooms: ``config`` (how a search runs, run names), ``proposers`` (the methods), ``loop`` (the
 ``Searcher``), ``references`` (what a search must beat, and the confirmation), ``summary`` (the
 figures), ``resume`` (the store as the state), ``export`` (what may be exported: no unchecked lossy
 strategy), ``neighbours`` and ``selection`` (candidates near
-the incumbents, diverse picks), ``warm`` (the warm-start simulator), ``remote`` (torchrun workers).
+the incumbents, diverse picks), ``warm`` (the warm-start simulator), ``remote`` (torchrun workers),
+``lightning`` (the Lightning strategy), ``autotune`` (the search room's side of autotuning).
+
+Names are imported lazily (torch and Lightning are heavy): ``from autosync_transfer.search import
+Searcher``; ``AutoSyncStrategy`` is the only name that imports Lightning.
 """
 
 from __future__ import annotations
@@ -13,32 +20,21 @@ from __future__ import annotations
 from autosync_transfer._lazy import lazy_exports
 
 _EXPORTS = {
-    "recommend": "recommend",
-    "recommend_checked": "recommend",
+    "search": "loop",
+    "Searcher": "loop",
+    "SearchConfig": "config",
+    "SearchProgress": "summary",
+    "SearchResult": "summary",
+    "recommend": "recommendation",
+    "recommend_checked": "recommendation",
     "search_choice": "export",
     "ExportChoice": "export",
     "Exclusion": "export",
-    "Searcher": "loop",
-    "SearchConfig": "config",
-    "run_name": "config",
-    "default_store_path": "config",
-    "SearchProgress": "summary",
-    "SearchResult": "summary",
-    "summarize": "summary",
-    "load_run": "resume",
-    "run_meta": "resume",
-    "FP16_REFERENCES": "references",
     "Proposer": "proposers",
-    "RandomProposer": "proposers",
-    "RankedProposer": "proposers",
-    "AutoSyncProposer": "proposers",
-    "AnalyticalProposer": "proposers",
-    "TPEProposer": "proposers",
     "PROPOSERS": "proposers",
-    "SEARCH_METHODS": "proposers",
-    "make_proposer": "proposers",
-    "select_diverse": "selection",
-    "warm_simulator": "warm",
+    "AutoSyncStrategy": "lightning",
+    "SimulatorProposer": "autotune",
+    "TrialRecorder": "autotune",
 }
 
 __all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,4 +1,5 @@
-"""The closed AutoSync loop and its baselines, in one harness (:class:`Searcher`).
+"""The closed AutoSync loop and its baselines, in one harness (:class:`Searcher`), and
+:func:`search`, the one call that runs it (``autosync_transfer.search``).
 
 A search spends a budget of real trials on one domain, in rounds of ``per_round``:
 
@@ -43,8 +44,8 @@ from autosync_transfer.errors import ConfigError
 from autosync_transfer.search.config import (DEFAULT_KNOB_CANDIDATES, DEFAULT_SEARCH_DIR,
                                              SearchConfig, default_store_path, run_name)
 from autosync_transfer.search.objective import get_objective
-from autosync_transfer.search.proposers import (RANKED_METHODS, SEARCH_METHODS, Proposer,
-                                                make_proposer, uniform_knobs)
+from autosync_transfer.search.proposers import (PROPOSERS, RANKED_METHODS, SEARCH_METHODS,
+                                                Proposer, make_proposer, uniform_knobs)
 from autosync_transfer.search.references import (FP16_REFERENCES, choose, confirmation_group,
                                                  is_builder, reference_names, reference_strategy)
 from autosync_transfer.search.resume import (check_resumable, load_run, record_prefix, run_meta,
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from autosync_transfer.runtime.launch import Launcher
     from autosync_transfer.runtime.trial import Protocol, TrialResult
 
-__all__ = ["LAUNCHERS", "Measure", "Searcher",
+__all__ = ["LAUNCHERS", "Measure", "Searcher", "search",
            # moved to their own modules; importable from here for one release
            "DEFAULT_KNOB_CANDIDATES", "DEFAULT_SEARCH_DIR", "FP16_REFERENCES", "HIT_MARGIN",
            "METHODS", "RANKED_METHODS", "TORCH_DDP", "SearchConfig", "SearchProgress",
@@ -452,6 +453,69 @@ class Searcher:
         from autosync_transfer.runtime.launch import TorchrunLauncher
 
         return self.runner if isinstance(self.runner, TorchrunLauncher) else TorchrunLauncher()
+
+
+def search(domain: str | Domain, *, budget: int = 200, method: str = "autosync",
+           simulator: str | Simulator | None = None, store: str | Path | None = None,
+           launcher: str | Launcher = "local", protocol: Protocol | None = None,
+           trials: str | Path | None = None,
+           on_event: Callable[[SearchProgress], None] | None = None,
+           **settings: Any) -> SearchResult:
+    """Search ``domain``'s synchronization strategies with ``budget`` real trials and return the
+    :class:`SearchResult` (``autosync-transfer search``, without its printing, export and MLflow
+    logging): a :class:`Searcher` of a :class:`SearchConfig`, run to the end.
+
+    ``domain``: a catalog domain name (``"bert-B"``) or a
+    :class:`~autosync_transfer.domains.domain.Domain`, e.g. your workload on your cluster
+    (:func:`~autosync_transfer.domains.workload.workload_domain`; the workers run the workload
+    its graph was traced from). ``method``: a name of
+    :data:`~autosync_transfer.search.proposers.PROPOSERS` (``autosync``, ``random``, ``tpe``,
+    ``stepsim``, ``analytical``). ``simulator``: the simulator an ``autosync`` search starts from
+    and fine-tunes every round: a registry reference (``models:/NAME@ALIAS``), a domain name (its
+    champion, trained on ``trials`` and registered first when it has none) or a
+    :class:`~autosync_transfer.rankers.simulator.Simulator`; ``None``: a cold start.
+    ``store``: the run's trial store (default: :func:`default_store_path`); a stored run is
+    continued, nothing measured twice. ``launcher``: ``local`` (every worker on this machine),
+    ``emulated`` (the cluster's nodes in network namespaces: needs root) or ``torchrun``, or a
+    :class:`~autosync_transfer.runtime.launch.Launcher`. ``protocol``: warm-up, timed iterations
+    and timeout of a trial (default ``Protocol()``). ``on_event`` is called with the
+    :class:`SearchProgress` as trials finish. ``settings``: the other fields of
+    :class:`SearchConfig` (``per_round``, ``candidates``, ``seed``, ``objective``, ``lossless``,
+    ``confirm``, ...).
+
+    The strategy to use is ``result.exportable(domain).strategy`` (a lossy one only with a
+    passed convergence check).
+    """
+    from pydantic import ValidationError
+
+    from autosync_transfer.domains.catalog import get_domain
+    from autosync_transfer.domains.workload import workload_of
+    from autosync_transfer.errors import format_pydantic_error
+
+    dom = get_domain(domain) if isinstance(domain, str) else domain
+    try:
+        config = SearchConfig(method=method, budget=budget, **settings)
+    except ValidationError as e:
+        raise ConfigError(format_pydantic_error(e, "search settings")) from e
+    warm = source = version = None
+    if simulator is not None:
+        if not PROPOSERS[config.method].warm_starts:
+            words = " or ".join(repr(m) for m, p in PROPOSERS.items() if p.warm_starts)
+            raise ConfigError(f"simulator needs method={words}, got method={config.method!r}")
+        if isinstance(simulator, str):
+            from autosync_transfer.search.warm import warm_simulator, warm_version
+
+            warm, lineage = warm_simulator(simulator, trials=trials, seed=config.seed,
+                                           max_epochs=config.max_epochs)
+            source, version = simulator, warm_version(lineage)
+        else:
+            warm = simulator
+    name = run_name(config, warm is not None)
+    path = Path(store) if store is not None else default_store_path(dom.name, name)
+    searcher = Searcher(dom, path, config, warm=warm, warm_source=source, warm_version=version,
+                        launcher=launcher, workload=workload_of(dom)[0], protocol=protocol,
+                        on_event=on_event, log_dir=path.parent / "logs" / name)
+    return searcher.run()
 
 
 def _ms(rec: TrialRecord) -> str:

@@ -1,7 +1,9 @@
-"""Strategies: typed per-variable synchronization, validation, the sampler and the builders."""
+"""Strategies: typed per-variable synchronization, validation, the sampler, the builders and
+AutoDist strategy files. ``TORCH_DDP`` is the strategy id trial records give torch's own DDP."""
 
 from __future__ import annotations
 
+from autosync_transfer.strategies.autodist import read_autodist_file, write_autodist_file
 from autosync_transfer.strategies.builders import BUILDERS, build
 from autosync_transfer.strategies.sampler import (SamplerConfig, StrategyBatch, StrategySampler,
                                                   preset)
@@ -22,6 +24,8 @@ __all__ = [
     "VarConfig",
     "build",
     "preset",
+    "read_autodist_file",
     "validate",
     "violations",
+    "write_autodist_file",
 ]

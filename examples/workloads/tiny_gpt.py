@@ -88,7 +88,7 @@ def lab():  # noqa: ANN201 - a Workload
     50-150 ms per step on one CPU core. Its domains are ``tiny_gpt_lab-<cluster>``."""
     from functools import partial
 
-    from autosync_transfer.domains.workload import Workload
+    from autosync_transfer import Workload
 
     vocab, seq_len = 256, 32
     return Workload(

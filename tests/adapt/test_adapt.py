@@ -132,7 +132,8 @@ def test_too_few_target_strategies_for_a_holdout(domains: Any, target_df: Any) -
 
 def test_zero_shot_scores_the_target_with_the_source_as_is(source_sim: Any, split: Any,
                                                           domains: Any) -> None:
-    from autosync_transfer.adapt import adapt, evaluate_on
+    from autosync_transfer.adapt import adapt
+    from autosync_transfer.adapt.data import evaluate_on
 
     res = adapt(source_sim, domains[1], split, method="auto", shots=0)
     assert res.method == "zero-shot" and res.shots == 0 and res.simulator is source_sim
@@ -321,7 +322,8 @@ def test_incompatible_feature_schema_and_weightless_sources(split: Any, domains:
 
 def test_learning_curve_table_and_plot(source_sim: Any, split: Any, domains: Any,
                                        tmp_path: Any) -> None:
-    from autosync_transfer.adapt import learning_curve, learning_curve_plot
+    from autosync_transfer.adapt import learning_curve
+    from autosync_transfer.adapt.plots import learning_curve_plot
 
     curve = learning_curve(source_sim, domains[1], split, shots=(0, 4, 10, 500), seeds=2,
                            training=small())

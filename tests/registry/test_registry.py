@@ -172,6 +172,7 @@ def test_weights_are_a_plain_state_dict_read_with_weights_only(
     from mlflow import MlflowClient
 
     from autosync_transfer import registry as models
+    from autosync_transfer.registry.flavor import CONFIG_FILE, WEIGHTS_FILE
 
     info = log(trained_linear[0])
     calls: list[dict[str, Any]] = []
@@ -187,10 +188,10 @@ def test_weights_are_a_plain_state_dict_read_with_weights_only(
 
     # the run artifact is a state dict file: loadable with weights_only, tensors only
     folder = MlflowClient().download_artifacts(info.run_id, "simulator", str(registry / "dl"))
-    state = real_load(Path(folder) / models.WEIGHTS_FILE, weights_only=True)
+    state = real_load(Path(folder) / WEIGHTS_FILE, weights_only=True)
     assert isinstance(state, dict) and state
     assert all(isinstance(v, torch.Tensor) for v in state.values())
-    config = json.loads((Path(folder) / models.CONFIG_FILE).read_text())
+    config = json.loads((Path(folder) / CONFIG_FILE).read_text())
     assert config["kind"] == "linear" and config["trained_on"] == DOMAIN
 
 
@@ -201,7 +202,7 @@ class _Boom:
 
 def test_pickled_code_in_weights_is_refused(tmp_path: Path,
                                             trained_linear: tuple[Any, dict[str, Any]]) -> None:
-    from autosync_transfer.registry import read_simulator_files, write_simulator_files
+    from autosync_transfer.registry.flavor import read_simulator_files, write_simulator_files
 
     config, weights = write_simulator_files(trained_linear[0], tmp_path)
     with open(weights, "wb") as f:

@@ -356,8 +356,8 @@ def test_nccl_on_a_gpu() -> None:
     import subprocess
     import sys
 
+    from autosync_transfer import AutoSyncStrategy
     from autosync_transfer.runtime.launch import free_port
-    from autosync_transfer.runtime.lightning import AutoSyncStrategy
 
     s = AutoSyncStrategy(accelerator="gpu", parallel_devices=[torch.device("cuda", 0)])
     assert s._get_process_group_backend() == "nccl"

@@ -220,8 +220,8 @@ def test_distributed_model_warns_on_an_unchecked_lossy_strategy():
 
 
 def test_lightning_strategy_takes_the_check():
+    from autosync_transfer import AutoSyncStrategy
     from autosync_transfer.errors import ConfigError
-    from autosync_transfer.runtime.lightning import AutoSyncStrategy
 
     check = _check("fp16", True)
     assert AutoSyncStrategy(FP16, convergence_check=check).convergence_check is check

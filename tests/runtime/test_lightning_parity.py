@@ -84,8 +84,8 @@ def _fit_with_resume(rank: int, make_strategy, ckpt: str) -> dict:  # noqa: ANN0
 def _worker(rank: int, world: int, tmp: str) -> dict:
     from lightning.pytorch.strategies import DDPStrategy
 
-    import autosync_transfer.runtime.lightning  # noqa: F401 - registers "autosync"
-    from autosync_transfer.runtime.lightning import AutoSyncStrategy
+    from autosync_transfer import AutoSyncStrategy  # registers "autosync"
+    from autosync_transfer.runtime.ddp import ddp_equivalent
 
     os.environ.update({"LOCAL_RANK": str(rank), "NODE_RANK": "0", "WORLD_SIZE": str(world),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
@@ -96,8 +96,9 @@ def _worker(rank: int, world: int, tmp: str) -> dict:
     out["ps"] = _fit_with_resume(
         rank, lambda: AutoSyncStrategy(_ps_strategy(), _cluster(), find_unused_parameters=True),
         f"{tmp}/ps.ckpt")
-    out["default"] = _fit_with_resume(
-        rank, lambda: AutoSyncStrategy(find_unused_parameters=True), f"{tmp}/default.ckpt")
+    out["ddp_equivalent"] = _fit_with_resume(
+        rank, lambda: AutoSyncStrategy(ddp_equivalent, find_unused_parameters=True),
+        f"{tmp}/ddp_equivalent.ckpt")
 
     # by name, with defaults: every parameter used (find_unused_parameters=False, as "ddp")
     for name in ("ddp", "autosync"):
@@ -131,7 +132,7 @@ def _close(a: dict, b: dict, what: str) -> None:
             (what, k, (a[k].double() - b[k].double()).abs().max())
 
 
-@pytest.mark.parametrize("run", ["ps", "default"])
+@pytest.mark.parametrize("run", ["ps", "ddp_equivalent"])
 def test_lightning_strategy_matches_lightning_ddp(runs: list[dict], run: str) -> None:
     for rank in range(2):
         _close(runs[rank][run]["state"], runs[rank]["ddp"]["state"], f"{run} rank {rank}")

@@ -168,8 +168,8 @@ def test_bad_strategy_is_a_clear_error_on_every_rank(runs: list[dict]) -> None:
 
 # -- without processes ------------------------------------------------------------------------------
 def test_names_relative_to_a_submodule_are_matched_and_others_refused() -> None:
+    from autosync_transfer import AutoSyncStrategy
     from autosync_transfer.runtime.lightning import match_names
-    from autosync_transfer.search.lightning import AutoSyncStrategy
 
     lit = _lit_module()
     assert match_names(_strategy("model."), lit) == _strategy("model.")
@@ -234,12 +234,13 @@ def test_runtime_package_does_not_import_lightning() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-def test_runtime_strategy_takes_a_picker_or_runs_the_ddp_builder() -> None:
-    from autosync_transfer.runtime.lightning import AutoSyncStrategy
+def test_strategy_takes_a_picker_such_as_the_ddp_builder() -> None:
+    from autosync_transfer import AutoSyncStrategy
+    from autosync_transfer.runtime.ddp import ddp_equivalent
 
     lit = _lit_module()
-    default = AutoSyncStrategy(None, _cluster()).resolve_strategy(lit)
-    assert default.kind == "ddp"  # lossless: all-reduce buckets, PS for the sparse embedding
+    ddp = AutoSyncStrategy(ddp_equivalent, _cluster()).resolve_strategy(lit)
+    assert ddp.kind == "ddp"  # lossless: all-reduce buckets, PS for the sparse embedding
     calls = []
 
     def picker(graph, cluster):  # noqa: ANN001, ANN202
@@ -255,7 +256,7 @@ def test_runtime_strategy_takes_a_picker_or_runs_the_ddp_builder() -> None:
 
 
 def test_cluster_is_a_resource_spec_file_a_catalog_name_or_the_process_group(tmp_path) -> None:
-    from autosync_transfer.runtime.lightning import AutoSyncStrategy
+    from autosync_transfer import AutoSyncStrategy
 
     spec = tmp_path / "two-nodes.yaml"
     spec.write_text(_cluster().to_yaml())
@@ -266,3 +267,19 @@ def test_cluster_is_a_resource_spec_file_a_catalog_name_or_the_process_group(tmp
     assert AutoSyncStrategy().cluster is None  # the process group's layout, at setup
     with pytest.raises(ConfigError, match="unknown cluster 'no/such.yaml'"):
         AutoSyncStrategy(None, "no/such.yaml")
+
+
+def test_trainer_knows_autosync_by_name_as_the_ddp_equivalent_strategy() -> None:
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    from autosync_transfer import AutoSyncStrategy
+    from autosync_transfer.runtime.ddp import ddp_equivalent
+
+    assert "autosync" in StrategyRegistry  # registered when the class is imported
+    by_name = StrategyRegistry.get("autosync")
+    assert type(by_name) is AutoSyncStrategy and by_name.cluster is None
+    by_name.cluster = _cluster()  # the process group's layout, known at setup
+    lit = _lit_module()
+    # lossless, whatever a simulator would pick
+    assert by_name.resolve_strategy(lit) == AutoSyncStrategy(ddp_equivalent, _cluster()
+                                                             ).resolve_strategy(lit)

@@ -136,7 +136,7 @@ def test_lossless_strategies_always_pass():
 
 
 def test_recommend_passes_over_lossy_candidates():
-    from autosync_transfer.search.recommend import recommend, recommend_checked
+    from autosync_transfer.search.recommendation import recommend, recommend_checked
 
     model, cluster = get_model("ncf"), _domain().cluster
     choice = recommend_checked(model, cluster, candidates=40, seed=0)
