@@ -34,7 +34,7 @@ from pathlib import Path
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
-from _common import TOKENS, default_launcher, describe, run_emulated  # noqa: E402
+from _common import TOKENS, default_launcher, run_emulated  # noqa: E402
 
 LOSSLESS_BUILDERS = ("ps", "ps_lb", "partitioned_ps", "all_reduce", "partitioned_ar", "parallax",
                      "ddp")
@@ -77,13 +77,13 @@ def _bench(args: argparse.Namespace) -> int:
 
     import torch
     from lightning.pytorch.strategies import DDPStrategy
-    from train_lightning import _fit, _quiet_lightning, autotune_config
+    from train_lightning import fit, quiet_lightning, autotune_config
 
     from autosync_transfer.domains.catalog import get_cluster
     from autosync_transfer.measure import paired_speedup
     from autosync_transfer.search.lightning import AutoSyncStrategy
 
-    _quiet_lightning()
+    quiet_lightning()
     torch.set_num_threads(1)
     from autosync_transfer.domains.cluster import Cluster
 
@@ -111,13 +111,13 @@ def _bench(args: argparse.Namespace) -> int:
     tuners = []
     # the first fit of the run starts the worker processes and the rendezvous (seconds): one
     # Lightning DDP fit outside the comparison pays that for all
-    _fit(args, make("Lightning DDP"), devices, num_nodes)
+    fit(args, make("Lightning DDP"), devices, num_nodes)
     for r in range(args.rounds):  # every rank shuffles alike (seeded): the same order
         order = list(names)
         random.Random(f"{args.seed}/{r}").shuffle(order)
         for name in order:
             strategy = make(name)
-            fits[name].append(_fit(args, strategy, devices, num_nodes))
+            fits[name].append(fit(args, strategy, devices, num_nodes))
             if name == "AutoSync autotune":
                 tuners.append(strategy.autotuner)
     if not fits["Lightning DDP"][0]["global_zero"]:

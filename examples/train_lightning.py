@@ -71,7 +71,7 @@ def autotune_config(args: argparse.Namespace):  # noqa: ANN201 - an AutotuneConf
                           on_trial=TrialRecorder(args.trials) if args.trials else None)
 
 
-def _quiet_lightning() -> None:
+def quiet_lightning() -> None:
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
@@ -123,7 +123,7 @@ def _lit_classes():  # noqa: ANN202 - (LitClassifier, StepTimer); Lightning impo
     return LitClassifier, StepTimer
 
 
-def _fit(args: argparse.Namespace, strategy, devices: int, num_nodes: int) -> dict:  # noqa: ANN001
+def fit(args: argparse.Namespace, strategy, devices: int, num_nodes: int) -> dict:  # noqa: ANN001
     import lightning.pytorch as pl
     import torch
 
@@ -158,7 +158,7 @@ def _train(args: argparse.Namespace) -> int:
     from autosync_transfer import AutoSyncStrategy
     from autosync_transfer.domains import get_cluster
 
-    _quiet_lightning()
+    quiet_lightning()
     torch.set_num_threads(1)
     cluster = get_cluster(args.cluster)
     if args.launcher == "local":
@@ -175,9 +175,9 @@ def _train(args: argparse.Namespace) -> int:
           "autotune": autotune_config(args)}
     ours = (AutoSyncStrategy.from_registry(args.simulator, cluster, **kw) if args.simulator
             else AutoSyncStrategy(None, cluster, **kw))
-    results = {"AutoSync": _fit(args, ours, devices, num_nodes)}
+    results = {"AutoSync": fit(args, ours, devices, num_nodes)}
     if args.compare_ddp:
-        results["Lightning DDP"] = _fit(args, DDPStrategy(process_group_backend="gloo"), devices,
+        results["Lightning DDP"] = fit(args, DDPStrategy(process_group_backend="gloo"), devices,
                                         num_nodes)
     if not results["AutoSync"]["global_zero"]:
         return 0
