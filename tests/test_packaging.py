@@ -45,8 +45,9 @@ def test_pyproject_lists_every_package() -> None:
 
 def test_package_exports_stay_light() -> None:
     code = ("import sys\n"
-            "from autosync_transfer.domains import (ResourceSpec, Workload, load_workload,\n"
+            "from autosync_transfer.domains import (Workload, load_workload,\n"
             "    resolve_domain, zoo_workload)\n"
+            "from autosync_transfer.domains.cluster import ResourceSpec\n"
             "import autosync_transfer.cli\n"
             "heavy = [m for m in ('torch', 'tensorflow', 'lightning', 'mlflow') if m in sys.modules]\n"
             "assert not heavy, heavy\n"

@@ -153,7 +153,6 @@ _CONFIG_FIELD = {"epochs": "max_epochs"}
 def _search_config(ctx: Any, given: dict[str, Any], config_file: str | None):  # noqa: ANN202
     """The SearchConfig of the options ``given``, over the settings of ``--config`` where the
     option was left at its default; a bad file or setting is one line naming it."""
-    from click.core import ParameterSource
     from pydantic import ValidationError
 
     from autosync_transfer.errors import ConfigError
@@ -183,8 +182,9 @@ def _search_config(ctx: Any, given: dict[str, Any], config_file: str | None):  #
         params = {_CONFIG_FIELD.get(k, k): k for k in ctx.params}
         for key, value in data.items():
             param = params.get(key)
-            if param is None or ctx.get_parameter_source(param) in (
-                    ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
+            source = ctx.get_parameter_source(param) if param is not None else None
+            # typer's click and click itself have different ParameterSource classes: the name
+            if param is None or getattr(source, "name", None) in ("DEFAULT", "DEFAULT_MAP"):
                 values[key] = value
     try:
         return SearchConfig(**values)

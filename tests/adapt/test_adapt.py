@@ -313,7 +313,7 @@ def test_incompatible_feature_schema_and_weightless_sources(split: Any, domains:
     old = Simulator("analytical", {}, schema_version=0)
     with pytest.raises(ConfigError, match="incompatible feature schema"):
         adapt(old, domains[1], split, method="zero-shot")
-    with pytest.raises(ConfigError, match="analytical cost model"):
+    with pytest.raises(ConfigError, match="the analytical model \(no weights\)"):
         adapt(Simulator("analytical"), domains[1], split, method="finetune", shots=4)
 
 
@@ -467,5 +467,5 @@ def test_guarded_with_too_few_shots_to_judge_fine_tunes(source_sim: Any, split: 
         Guarded(min_shots=1)
     from autosync_transfer.rankers.simulator import Simulator
 
-    with pytest.raises(ConfigError, match="analytical cost model"):
+    with pytest.raises(ConfigError, match="the analytical model \(no weights\)"):
         Guarded().fit(Simulator("analytical"), split.shots(8, seed=0), seed=0)

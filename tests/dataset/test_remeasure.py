@@ -126,7 +126,7 @@ def test_collect_remeasure_for_real(cli, tmp_path: Path) -> None:  # noqa: ANN00
     store = tmp_path / "ncf-A.jsonl"
     common = ("--launcher", "local", "--warmup", "1", "--iters", "2", "--store", str(store),
               "--seed", "3", "--reference-every", "0", "--max-foreign-cpu", "1")
-    r = cli("collect", "ncf-A", "--trials", "4", *common)
+    r = cli("collect", "ncf-A", "--count", "4", *common)
     assert r.code == 0, r.err
     first = [TrialRecord.model_validate_json(x) for x in store.read_text().splitlines()]
     ids = [x.id for x in first]
@@ -150,7 +150,7 @@ def test_collect_remeasure_for_real(cli, tmp_path: Path) -> None:  # noqa: ANN00
 
     # nothing left to measure again; the collection target still counts first measurements
     before = store.read_text()
-    r = cli("collect", "ncf-A", "--trials", "4", "--remeasure", "unchecked", *common)
+    r = cli("collect", "ncf-A", "--count", "4", "--remeasure", "unchecked", *common)
     assert r.code == 0, r.err
     assert "0 trials measured again" in r.out and "4 trials" in r.out
     assert store.read_text() == before
@@ -172,7 +172,7 @@ def test_remeasure_leaves_other_protocols_alone_and_refuses_bad_input(cli, tmp_p
             "--launcher", "emulated", "--warmup", "1", "--iters", "2")
     assert r.code == 0 and "1 measured with another launcher" in r.out, r.err
     assert store.read_text() == before
-    r = cli("collect", "ncf-A", "--remeasure", "unchecked", "--trials", "3", "--store",
+    r = cli("collect", "ncf-A", "--remeasure", "unchecked", "--count", "3", "--store",
             str(store), "--preset", "odd")
     assert r.code == 2 and "unknown sampler preset 'odd'" in r.err
     r = cli("collect", "ncf-A", "--remeasure", "noisy", "--store", str(store))

@@ -81,7 +81,7 @@ def test_collection_survives_a_killed_worker(tmp_path):
     store = tmp_path / "trials.jsonl"
     env = dict(os.environ)
     argv = [sys.executable, "-c", "from autosync_transfer.cli import main; main()", "collect",
-            "ncf-A", "--launcher", "local", "--trials", "10", "--warmup", "1", "--iters", "2",
+            "ncf-A", "--launcher", "local", "--count", "10", "--warmup", "1", "--iters", "2",
             "--reference-every", "4", "--store", str(store), "--seed", "1", "--max-foreign-cpu", "1"]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)

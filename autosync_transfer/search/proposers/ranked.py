@@ -104,7 +104,7 @@ class RankedProposer(RandomProposer):
         fitted on the strategies the run measured (:attr:`timed`); when the fit does not rise
         (a <= 0, or fewer than 3 distinct scores), through the quantiles of the measured times
         matched to those of their scores (with fewer than 2 measured: the scores' ranks)."""
-        if not simulator.learned:  # a model of the step: seconds already
+        if not getattr(simulator, "learned", True):  # a model of the step: seconds already
             return scores
         timed = list(self.timed)[-500:]
         if len(timed) < 2:  # nothing to fit on: positive, in the scores' order
