@@ -100,7 +100,8 @@ def test_search_keeps_its_trials_when_mlflow_is_down_and_logs_once_later(
     store = tmp_path / "run.jsonl"
     argv = [sys.executable, "-c", "from autosync_transfer.cli import main; main()", "search",
             "ncf-A", "--launcher", "local", "--method", "random", "--budget", "2",
-            "--confirm", "0", "--warmup", "0", "--iters", "1", "--store", str(store),
+            "--confirm", "0", "--warmup", "0", "--iters", "1", "--objective", "step-time",
+            "--store", str(store),
             "--max-foreign-cpu", "1", "--json"]
     env = dict(os.environ, MLFLOW_TRACKING_URI="http://127.0.0.1:1")
     down = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=400)
