@@ -282,7 +282,7 @@ def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df, 
         return None
     held = sorted(set(rep.strategy_ids(rep.complete_runs())) & set(tgt_data.strategy_ids))
     pool = tuple(s for s in tgt_data.strategy_ids if s not in set(held))
-    if len(held) < 2 or len(pool) < 20:
+    if len(held) < 2:
         return None
     split = TargetSplit(tgt_data, tuple(held), pool, 0, len(held) / len(tgt_data))
     holdout = split.holdout()
@@ -298,10 +298,11 @@ def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df, 
     adapter = make_adapter(resolve_method(args.method, 1), training=training, pretrain_trials=df)
     zero = figures(source)
     ft = [figures(adapter.fit(source, split.shots(20, seed), seed=seed).simulator)
-          for seed in range(args.seeds)]
+          for seed in range(args.seeds)] if len(pool) >= 20 else []
     phys = figures(Simulator("stepsim"))
     return (f"{kind:9s} {name:28s} {len(held):4d} {zero['resolved_pairs']:8d} "
-            f"{cell([zero]):>20s} {cell(ft):>20s} {cell([phys]):>20s}")
+            f"{cell([zero]):>20s} {cell(ft) if ft else '- (< 20 others)':>20s} "
+            f"{cell([phys]):>20s}")
 
 
 def _emit(text: str, out: str | None) -> None:
