@@ -32,6 +32,7 @@ DOMAINS = [
     ("bert-3l-B", ROOT / "datasets/trials/bert-3l-B.jsonl", 24),
     ("bert-B", ROOT / "datasets/trials/bert-B.jsonl", 20),
     ("bert-12l-B", ROOT / "datasets/trials/bert-12l-B.jsonl", 20),
+    ("ncf-C", ROOT / "datasets/trials/ncf-C.jsonl", 30),
 ]
 
 
