@@ -38,8 +38,12 @@ demo: venv-ml
 	@echo "  held-out metrics and plots (rank_scatter_heldout.png); select two versions > Compare."
 	@echo "  $(BIN)/autosync-transfer registry show autosync-bert-B   lists the same in the terminal."
 
+# the suite in JOBS pytest-xdist workers, then the tests that measure the whole machine (its foreign
+# CPU share, shaped link rates: marked `exclusive`) alone
+JOBS ?= 2
 test: venv-test
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(JOBS) --dist worksteal -m "not exclusive"
+	$(BIN)/python -m pytest -p no:xdist -m exclusive
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

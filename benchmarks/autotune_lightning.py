@@ -9,7 +9,9 @@ an embedding) for the same number of steps on the same data, in the same worker 
   budget of 5 % of the planned steps; a candidate is locked in only when it is faster with
   confidence;
 - ``Lightning DDP``: ``DDPStrategy`` (torch DDP, gloo), the baseline;
-- the ``--builders`` (default ``all_reduce`` and ``ddp``), each run as a fixed strategy.
+- the ``--builders`` (default ``all_reduce`` and ``ddp``), each run as a fixed strategy;
+- with ``--control``, Lightning DDP once more as a configuration of its own: an A/A comparison
+  whose interval is what the machine's noise between fits allows any row to show.
 
 Printed: per configuration the median wall time of ``fit`` (from its start: proposal, tuning and
 switches included), median step, final loss (the last 20 steps, averaged over workers), and the
@@ -18,6 +20,7 @@ then what each autotuned fit locked in and what tuning cost.
 
     python benchmarks/autotune_lightning.py [--cluster B | --cluster-file F.yml]
         [--launcher emulated|local] [--steps 300] [--rounds 5] [--builders all_reduce,ddp]
+        [--hidden 512] [--control]
 
 ``--launcher local`` is a quick check on this host (Lightning starts ``cluster`` workers);
 ``emulated`` (the default as root) shapes every node's NIC to the cluster's bandwidth.
@@ -34,7 +37,7 @@ from pathlib import Path
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
-from _common import TOKENS, default_launcher, run_emulated  # noqa: E402
+from _common import HIDDEN, TOKENS, default_launcher, run_emulated  # noqa: E402
 
 LOSSLESS_BUILDERS = ("ps", "ps_lb", "partitioned_ps", "all_reduce", "partitioned_ar", "parallax",
                      "ddp")
@@ -47,6 +50,9 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch-size", type=int, default=32, help="per worker")
     ap.add_argument("--lr", type=float, default=1.0)
+    ap.add_argument("--hidden", type=int, default=HIDDEN,
+                    help=f"the classifier's hidden width (default {HIDDEN}: an 18 ms step on B; "
+                         "2048: bandwidth-bound)")
     ap.add_argument("--steps-per-candidate", type=int, default=4)
     ap.add_argument("--simulator", default=None, help="registry URI or name (default: the step-time simulator)")
     ap.add_argument("--candidates", type=int, default=500, help="sampled strategies to rank")
@@ -55,6 +61,9 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=5, help="interleaved repetitions")
     ap.add_argument("--cluster-file", default=None, help="an AutoDist resource spec instead")
+    ap.add_argument("--control", action="store_true",
+                    help="also run Lightning DDP a second time as its own configuration (an A/A "
+                         "control: its interval is the machine's noise between fits)")
     args = ap.parse_args()
     args.autotune = True
     args.compare_ddp = False
@@ -77,7 +86,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     import torch
     from lightning.pytorch.strategies import DDPStrategy
-    from train_lightning import fit, quiet_lightning, autotune_config
+    from train_lightning import autotune_config, fit, lightning_layout, quiet_lightning
 
     from autosync_transfer.domains.catalog import get_cluster
     from autosync_transfer.measure import paired_speedup
@@ -89,11 +98,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     cluster = Cluster.from_file(args.cluster_file) if args.cluster_file else \
         get_cluster(args.cluster)
-    if args.launcher == "local":
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        devices, num_nodes = cluster.world_size, 1
-    else:
-        devices, num_nodes = cluster.nodes[0].workers, cluster.num_nodes
+    devices, num_nodes = lightning_layout(cluster, args.launcher)
     kw = {"batch_size": args.batch_size, "seq_len": TOKENS}
     builders = [b for b in args.builders.split(",") if b]
 
@@ -102,11 +107,12 @@ def _bench(args: argparse.Namespace) -> int:
             return AutoSyncStrategy(None, cluster, simulator=args.simulator,
                                     candidates=args.candidates, autotune=autotune_config(args),
                                     **kw)
-        if name == "Lightning DDP":
+        if name.startswith("Lightning DDP"):
             return DDPStrategy(process_group_backend="gloo")
         return AutoSyncStrategy(_builder_picker(name.removeprefix("builder ")), cluster, **kw)
 
-    names = ["AutoSync autotune", "Lightning DDP", *(f"builder {b}" for b in builders)]
+    names = ["AutoSync autotune", "Lightning DDP", *(f"builder {b}" for b in builders),
+             *(["Lightning DDP (A/A control)"] if args.control else [])]
     fits: dict[str, list[dict]] = {n: [] for n in names}
     tuners = []
     # the first fit of the run starts the worker processes and the rendezvous (seconds): one
@@ -123,7 +129,8 @@ def _bench(args: argparse.Namespace) -> int:
     if not fits["Lightning DDP"][0]["global_zero"]:
         return 0
     print(f"cluster {cluster.name}: {cluster.world_size} workers on {cluster.num_nodes} nodes "
-          f"({args.launcher}); {args.steps} steps x {args.batch_size} samples per worker; "
+          f"({args.launcher}); classifier of hidden width {args.hidden}; {args.steps} steps x "
+          f"{args.batch_size} samples per worker; "
           f"{args.rounds} rounds, configurations in a shuffled order each round; wall time "
           f"from the start of fit (proposal, tuning and switches included)")
     for i, tuner in enumerate(tuners):

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import TOKENS, TextClassifier, batch, default_launcher, describe, run_emulated  # noqa: E402
+from _common import HIDDEN, TOKENS, TextClassifier, batch, default_launcher, describe, run_emulated  # noqa: E402
 
 
 def _parse() -> argparse.Namespace:
@@ -44,6 +44,9 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch-size", type=int, default=32, help="per worker")
     ap.add_argument("--lr", type=float, default=1.0)
+    ap.add_argument("--hidden", type=int, default=HIDDEN,
+                    help=f"width of the classifier's hidden layers (default {HIDDEN}; 2048 makes "
+                         "its step bandwidth-bound)")
     ap.add_argument("--simulator", default=None,
                     help="registry URI or name of the simulator that picks the strategy "
                          "(default: the step-time simulator)")
@@ -71,6 +74,25 @@ def autotune_config(args: argparse.Namespace):  # noqa: ANN201 - an AutotuneConf
                           on_trial=TrialRecorder(args.trials) if args.trials else None)
 
 
+def lightning_layout(cluster, launcher: str) -> tuple[int, int]:  # noqa: ANN001 - a Cluster
+    """``(devices, num_nodes)`` for the Trainer of this worker.
+
+    ``local``: Lightning starts every worker on this host. ``emulated``: the workers are started
+    one per rank inside their nodes' namespaces; Lightning's layout is ``devices`` per node on
+    every node, so a cluster whose nodes run different numbers of workers is described to it as
+    one "node" per worker (global rank = node rank), which gives every worker its own rank; the
+    network path of every message is still its real node's."""
+    if launcher == "local":
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        return cluster.world_size, 1
+    per_node = {n.workers for n in cluster.nodes}
+    if len(per_node) == 1:
+        return per_node.pop(), cluster.num_nodes
+    if "RANK" in os.environ:
+        os.environ.update(NODE_RANK=os.environ["RANK"], LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    return 1, cluster.world_size
+
+
 def quiet_lightning() -> None:
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -84,9 +106,9 @@ def _lit_classes():  # noqa: ANN202 - (LitClassifier, StepTimer); Lightning impo
     import torch.nn.functional as F
 
     class LitClassifier(pl.LightningModule):
-        def __init__(self, lr: float) -> None:
+        def __init__(self, lr: float, hidden: int = HIDDEN) -> None:
             super().__init__()
-            self.model = TextClassifier()
+            self.model = TextClassifier(hidden)
             self.lr = lr
             self.losses: list[float] = []
 
@@ -129,7 +151,7 @@ def fit(args: argparse.Namespace, strategy, devices: int, num_nodes: int) -> dic
 
     LitClassifier, StepTimer = _lit_classes()
     torch.manual_seed(args.seed)  # this script is the entry point: it owns the global seed
-    lit = LitClassifier(args.lr)
+    lit = LitClassifier(args.lr, getattr(args, "hidden", HIDDEN))
     world = devices * num_nodes
     gen = torch.Generator().manual_seed(args.seed)
     x, y = batch(gen, args.steps * args.batch_size * world)  # one epoch = --steps steps
@@ -161,16 +183,7 @@ def _train(args: argparse.Namespace) -> int:
     quiet_lightning()
     torch.set_num_threads(1)
     cluster = get_cluster(args.cluster)
-    if args.launcher == "local":
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        devices, num_nodes = cluster.world_size, 1  # Lightning starts the workers
-    else:
-        per_node = {n.workers for n in cluster.nodes}
-        if len(per_node) != 1:
-            print(f"error: cluster {cluster.name!r} has nodes with different worker counts; "
-                  f"Lightning needs the same number of devices on every node", file=sys.stderr)
-            return 2
-        devices, num_nodes = per_node.pop(), cluster.num_nodes
+    devices, num_nodes = lightning_layout(cluster, args.launcher)
     kw = {"candidates": args.candidates, "batch_size": args.batch_size, "seq_len": TOKENS,
           "autotune": autotune_config(args)}
     ours = (AutoSyncStrategy.from_registry(args.simulator, cluster, **kw) if args.simulator

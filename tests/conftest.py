@@ -13,6 +13,11 @@ for _name in ("AUTOSYNC_PROFILES_DIR", "AUTOSYNC_CALIBRATIONS_DIR"):
 
         os.environ[_name] = tempfile.mkdtemp(prefix=f"{_name.lower()}-")
 
+# under pytest-xdist the workers run side by side: each one's trials, profiles and calibrations
+# count the others' CPU time as their own (a sibling test is not foreign load on the machine)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("AUTOSYNC_CPUWATCH_ROOT", str(os.getppid()))
+
 import pytest  # noqa: E402
 
 

@@ -2,12 +2,14 @@
 verdicts, and the one-sided non-inferiority bound used by convergence checks.
 
 Everything here is a function of numbers (no clocks, no processes), so it is tested on synthetic
-series of known truth. Intervals come from :func:`scipy.stats.ttest_1samp` on paired log-ratios (or
-:func:`scipy.stats.bootstrap`), not hand-written estimators.
+series of known truth. Intervals are :func:`scipy.stats.ttest_1samp`'s on paired log-ratios (its
+t quantile from :data:`scipy.stats.t`, cached: a comparison evaluates them at every look) or
+:func:`scipy.stats.bootstrap`'s, not hand-written estimators.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,10 +69,24 @@ def detect_warmup(times: Sequence[float], *, k: float = 3.0, max_fraction: float
         while i < cap and x[i] > limit:
             i += 1
         return i
-    half = window // 2
-    smooth = np.array([np.median(x[max(0, i - half): i + half + 1]) for i in range(cap)])
+    smooth = running_median(x, window)[:cap]
     warm = np.flatnonzero(smooth > limit)
     return int(warm[-1]) + 1 if len(warm) else 0
+
+
+def running_median(x: Sequence[float], window: int) -> np.ndarray:
+    """The median of ``x[i - window // 2 : i + window // 2 + 1]`` (cut at the ends) for every i."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    x = np.asarray(x, dtype=float)
+    n, half = len(x), max(window, 1) // 2
+    width = 2 * half + 1
+    out = np.empty(n)
+    if n >= width:  # every full window at once
+        out[half:n - half] = np.median(sliding_window_view(x, width), axis=1)
+    for i in (*range(min(half, n)), *range(max(n - half, min(half, n)), n)):  # the cut ends
+        out[i] = np.median(x[max(0, i - half): i + half + 1])
+    return out
 
 
 def block_level(times: Sequence[float], *, drop_warmup: bool = True) -> tuple[float, int]:
@@ -112,9 +128,9 @@ def paired_speedup(candidate: Sequence[float], baseline: Sequence[float], *,
         return RatioEstimate(math.exp(est), 0.0, math.inf, n, confidence)
     if float(np.ptp(d)) < 1e-12:  # every round agrees (to rounding)
         return RatioEstimate(math.exp(est), math.exp(est), math.exp(est), n, confidence)
-    if method == "t":
-        ci = stats.ttest_1samp(d, 0.0).confidence_interval(confidence_level=confidence)
-        lo, hi = float(ci.low), float(ci.high)
+    if method == "t":  # ttest_1samp's interval, with its t quantile computed once per (df, level)
+        half = _t_quantile(n - 1, 0.5 + confidence / 2) * float(np.std(d, ddof=1)) / math.sqrt(n)
+        lo, hi = est - half, est + half
     else:
         res = stats.bootstrap((d,), np.mean, confidence_level=confidence,
                               n_resamples=n_resamples, method="BCa", vectorized=True, axis=-1,
@@ -126,6 +142,13 @@ def paired_speedup(candidate: Sequence[float], baseline: Sequence[float], *,
                                   vectorized=True, axis=-1, rng=np.random.default_rng(seed))
             lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return RatioEstimate(math.exp(est), math.exp(lo), math.exp(hi), n, confidence)
+
+
+@functools.lru_cache(maxsize=256)
+def _t_quantile(df: int, q: float) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(q, df))
 
 
 def verdict_for(est: RatioEstimate, margin: float) -> Verdict:

@@ -7,16 +7,20 @@ and the end of an interval; the difference is the CPU time that other processes 
 as a share of the machine's capacity over the interval (0: nobody else ran; 0.5 on two cores: one
 foreign process kept a core busy). Interrupt time (network emulation) is not counted. On systems
 without ``/proc`` the share is None.
+
+The tree is this process's unless ``AUTOSYNC_CPUWATCH_ROOT`` names the pid of one of its
+ancestors: a supervisor that runs several measuring processes side by side (a test runner's
+workers, a job array's steps) declares so that its siblings' work is not foreign to each other.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["CpuWatch", "CpuSample", "foreign_share", "wait_until_quiet"]
+__all__ = ["CpuWatch", "CpuSample", "default_root", "foreign_share", "wait_until_quiet"]
 
 _PROC = Path("/proc")
 
@@ -28,6 +32,7 @@ class CpuSample:
     busy: int  # user + nice + system of the whole machine
     total: int  # every /proc/stat field except guest time (already inside user)
     own: dict[int, int]  # pid -> utime + stime + cutime + cstime, this process tree
+    parent: dict[int, int] = field(default_factory=dict)  # pid -> ppid, this process tree
 
 
 def _machine() -> tuple[int, int] | None:
@@ -62,26 +67,48 @@ def _processes() -> dict[int, tuple[int, int]]:
     return procs
 
 
-def _own_tree(root: int) -> dict[int, int]:
+def _own_tree(root: int) -> tuple[dict[int, int], dict[int, int]]:
+    """(pid -> cpu ticks, pid -> ppid) of ``root`` and its descendants."""
     procs = _processes()
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in procs.items():
         children.setdefault(ppid, []).append(pid)
     own: dict[int, int] = {}
+    parent: dict[int, int] = {}
     stack = [root]
     while stack:
         pid = stack.pop()
         if pid in procs and pid not in own:
-            own[pid] = procs[pid][1]
+            parent[pid], own[pid] = procs[pid]
             stack.extend(children.get(pid, ()))
-    return own
+    return own, parent
+
+
+def _ancestors(pid: int) -> set[int]:
+    procs = _processes()
+    seen: set[int] = set()
+    while pid in procs and pid not in seen and pid > 1:
+        seen.add(pid)
+        pid = procs[pid][0]
+    return seen
+
+
+def default_root() -> int:
+    """The root of the process tree whose CPU time is not foreign: ``AUTOSYNC_CPUWATCH_ROOT``
+    when it names an ancestor of this process (or this process), else this process."""
+    me = os.getpid()
+    raw = os.environ.get("AUTOSYNC_CPUWATCH_ROOT", "").strip()
+    if raw.isdigit() and int(raw) > 1 and int(raw) in _ancestors(me):
+        return int(raw)
+    return me
 
 
 def sample(root: int | None = None) -> CpuSample | None:
     m = _machine()
     if m is None:
         return None
-    return CpuSample(busy=m[0], total=m[1], own=_own_tree(root or os.getpid()))
+    own, parent = _own_tree(root or default_root())
+    return CpuSample(busy=m[0], total=m[1], own=own, parent=parent)
 
 
 def foreign_share(start: CpuSample | None, end: CpuSample | None) -> float | None:
@@ -89,8 +116,12 @@ def foreign_share(start: CpuSample | None, end: CpuSample | None) -> float | Non
     if start is None or end is None or end.total <= start.total:
         return None
     own = sum(cpu - start.own.get(pid, 0) for pid, cpu in end.own.items())
-    # processes of the tree that ended (and were not reaped by a member of the tree) are lost;
-    # their time then counts as foreign, which errs on the side of re-measuring
+    # a process of the tree that ended and was reaped by its parent, still in the tree, moved its
+    # whole lifetime's time into the parent's (reaped children's) counters: only what it spent
+    # since the start belongs to the interval. Processes of the tree that ended otherwise are
+    # lost; their time then counts as foreign, which errs on the side of re-measuring
+    own -= sum(cpu for pid, cpu in start.own.items()
+               if pid not in end.own and start.parent.get(pid) in end.own)
     foreign = (end.busy - start.busy) - max(own, 0)
     return min(max(foreign / (end.total - start.total), 0.0), 1.0)
 
@@ -99,7 +130,7 @@ class CpuWatch:
     """``with CpuWatch() as w: ...`` then ``w.foreign``: the foreign CPU share of that interval."""
 
     def __init__(self, root: int | None = None):
-        self.root = root or os.getpid()
+        self.root = root or default_root()
         self.foreign: float | None = None
         self._start: CpuSample | None = None
 

@@ -67,6 +67,33 @@ def test_paired_speedup_interval_holds_the_truth(method):
     assert est.low > 1.0
 
 
+def test_paired_speedup_t_interval_is_ttest_1samps():
+    from scipy import stats
+
+    from autosync_transfer.measure import paired_speedup
+
+    rng = np.random.default_rng(7)
+    for n in (3, 4, 7, 20):
+        for confidence in (0.95, 0.99, 0.999):
+            c, b = rng.lognormal(0, 0.1, n), rng.lognormal(0.05, 0.1, n)
+            est = paired_speedup(c, b, confidence=confidence)
+            ci = stats.ttest_1samp(np.log(b) - np.log(c), 0.0).confidence_interval(confidence)
+            assert math.log(est.low) == pytest.approx(float(ci.low), rel=1e-9, abs=1e-12)
+            assert math.log(est.high) == pytest.approx(float(ci.high), rel=1e-9, abs=1e-12)
+
+
+def test_running_median_is_the_median_of_every_cut_window():
+    from autosync_transfer.measure.stats import running_median
+
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 2, 3, 4, 5, 6, 9, 40):
+        x = rng.normal(size=n)
+        for window in (1, 2, 3, 4, 5, 8):
+            half = window // 2
+            naive = [np.median(x[max(0, i - half): i + half + 1]) for i in range(n)]
+            assert np.allclose(running_median(x, window), naive), (n, window)
+
+
 @pytest.mark.parametrize("low,high,margin,verdict", [
     (1.05, 1.2, 0.02, Verdict.FASTER), (0.8, 0.95, 0.02, Verdict.SLOWER),
     (0.99, 1.01, 0.02, Verdict.EQUIVALENT), (0.9, 1.1, 0.02, Verdict.UNDECIDED),

@@ -79,6 +79,7 @@ def test_bad_arguments_name_the_parameter() -> None:
 
 
 @pytest.mark.netns
+@pytest.mark.exclusive  # a rate measured on the machine: alone
 def test_emulated_calibration_recovers_shaped_bandwidth() -> None:
     ok, why = available()
     if not ok:

@@ -14,7 +14,9 @@ from autosync_transfer.runtime import cpuwatch
 from autosync_transfer.runtime.cpuwatch import CpuSample, CpuWatch, foreign_share
 from autosync_transfer.runtime.trial import TrialResult
 
-pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs /proc")
+# the machine's foreign CPU share is what these tests measure: they run alone (``exclusive``)
+pytestmark = [pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs /proc"),
+              pytest.mark.exclusive]
 
 SPIN = "import time\nt = time.time()\nwhile time.time() - t < {s}: pass\n"
 
@@ -55,6 +57,67 @@ def test_own_children_are_not_foreign_but_other_processes_are() -> None:
     # one busy process outside the tree is about one core of the machine
     assert foreign.foreign > 0.5 / ncpu
     assert foreign.foreign > own.foreign + 0.3 / ncpu
+
+
+def test_a_child_reaped_during_the_interval_counts_only_its_time_in_it() -> None:
+    """A child that ran before the interval and is reaped inside it moves its lifetime's CPU time
+    into our counters at once; only its time inside the interval is ours, so a foreign busy core
+    still shows."""
+    ncpu = os.cpu_count() or 1
+    a = CpuSample(busy=1000, total=2000, own={1: 100, 2: 500}, parent={1: 0, 2: 1})
+    # child 2 ran 20 more ticks and was reaped by 1: 1's counters gained its 520
+    b = CpuSample(busy=1400, total=2800, own={1: 620}, parent={1: 0})
+    assert foreign_share(a, b) == pytest.approx((400 - 20) / 800)
+    child = subprocess.Popen([sys.executable, "-c", SPIN.format(s=2.0)])
+    time.sleep(1.6)
+    _foreign_spinner(3)
+    time.sleep(0.3)
+    with CpuWatch() as w:
+        child.wait()
+        time.sleep(1.5)
+    assert w.foreign is not None and w.foreign > 0.5 / ncpu
+
+
+_MEASURE = ("import time\nfrom autosync_transfer.runtime.cpuwatch import CpuWatch\n"
+            "with CpuWatch() as w:\n    time.sleep(1.5)\nprint(w.foreign)\n")
+
+
+def test_a_declared_supervisors_other_children_are_not_foreign() -> None:
+    """A process measuring beside a sibling (both children of this one): the sibling's busy core
+    is foreign unless AUTOSYNC_CPUWATCH_ROOT names this process, an ancestor of both."""
+    ncpu = os.cpu_count() or 1
+    shares = {}
+    for declared in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != "AUTOSYNC_CPUWATCH_ROOT"}
+        if declared:
+            env["AUTOSYNC_CPUWATCH_ROOT"] = str(os.getpid())
+        sibling = subprocess.Popen([sys.executable, "-c", SPIN.format(s=2.5)])
+        try:
+            time.sleep(0.3)
+            out = subprocess.run([sys.executable, "-c", _MEASURE], env=env, capture_output=True,
+                                 text=True, check=True).stdout
+        finally:
+            sibling.wait()
+        shares[declared] = float(out.strip().splitlines()[-1])
+    assert shares[False] > 0.5 / ncpu
+    assert shares[True] < shares[False] - 0.3 / ncpu
+
+
+def test_a_root_that_is_not_an_ancestor_is_ignored(monkeypatch) -> None:
+    from autosync_transfer.runtime.cpuwatch import default_root
+
+    monkeypatch.setenv("AUTOSYNC_CPUWATCH_ROOT", str(os.getppid()))
+    assert default_root() == os.getppid()
+    for bad in ("1", "0", "-5", "x", "", str(2**22 + 7)):
+        monkeypatch.setenv("AUTOSYNC_CPUWATCH_ROOT", bad)
+        assert default_root() == os.getpid(), bad
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
+    try:  # a live process that is not an ancestor (a child) does not widen the tree
+        monkeypatch.setenv("AUTOSYNC_CPUWATCH_ROOT", str(child.pid))
+        assert default_root() == os.getpid()
+    finally:
+        child.kill()
+        child.wait()
 
 
 class _Pool:

@@ -94,6 +94,7 @@ def test_clear_error_without_root_or_iproute2(monkeypatch: pytest.MonkeyPatch) -
 
 # -- real namespaces ----------------------------------------------------------------------------
 @pytest.mark.netns
+@pytest.mark.exclusive  # a rate measured on the machine: alone
 def test_shaped_rate_200mbit(netns: None) -> None:
     with EmulatedCluster(_cluster(0.2)) as ec:
         rate = ec.measure_link_rate("w0", "w1", nbytes=20 * 1024 * 1024)  # ~0.9 s

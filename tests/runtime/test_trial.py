@@ -64,17 +64,18 @@ def test_emulated_pool_measures_and_cleans_up():
         pytest.skip(why)
     from autosync_transfer.runtime.emulation import list_namespaces
 
-    before = set(list_namespaces())
     d = _domain(nodes=2, gbps=0.5)
     with WorkerPool(d, "emulated", QUICK) as pool:
         ps = pool.run(build("ps", d))
         assert ps.ok, ps.error
+        mine = set(pool.launcher._emu.namespaces)
+        assert len(mine) == 3 and mine <= set(list_namespaces())  # two nodes + the bridge
         crash = pool.run(build("ps", d), fault={"fault": "crash", "fault_rank": 1})
         assert crash.status == "failed"
         ar = pool.run(build("all_reduce", d))  # workers restarted inside the same namespaces
         assert ar.ok, ar.error
-        assert len(set(list_namespaces()) - before) == 3  # two nodes + the bridge
-    assert set(list_namespaces()) == before
+        assert set(pool.launcher._emu.namespaces) == mine <= set(list_namespaces())
+    assert not mine & set(list_namespaces())
 
 
 def test_collection_survives_a_killed_worker(tmp_path):
