@@ -151,7 +151,7 @@ def fit(args: argparse.Namespace, strategy, devices: int, num_nodes: int) -> dic
 
     LitClassifier, StepTimer = _lit_classes()
     torch.manual_seed(args.seed)  # this script is the entry point: it owns the global seed
-    lit = LitClassifier(args.lr, getattr(args, "hidden", HIDDEN))
+    lit = LitClassifier(args.lr, args.hidden)
     world = devices * num_nodes
     gen = torch.Generator().manual_seed(args.seed)
     x, y = batch(gen, args.steps * args.batch_size * world)  # one epoch = --steps steps

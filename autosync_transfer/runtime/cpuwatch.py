@@ -85,11 +85,15 @@ def _own_tree(root: int) -> tuple[dict[int, int], dict[int, int]]:
 
 
 def _ancestors(pid: int) -> set[int]:
-    procs = _processes()
+    """``pid`` and its ancestors below init, read up the parent chain (not the whole table)."""
     seen: set[int] = set()
-    while pid in procs and pid not in seen and pid > 1:
+    while pid > 1 and pid not in seen:
+        try:
+            raw = (_PROC / str(pid) / "stat").read_text()
+        except OSError:
+            break
         seen.add(pid)
-        pid = procs[pid][0]
+        pid = int(raw[raw.rfind(")") + 2:].split()[1])
     return seen
 
 
