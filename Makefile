@@ -41,9 +41,10 @@ demo: venv-ml
 # the suite in JOBS pytest-xdist workers, then the tests that measure the whole machine (its foreign
 # CPU share, shaped link rates: marked `exclusive`) alone
 JOBS ?= 2
+# (bytecode is written: the test processes and the hundreds of worker processes they start reuse it)
 test: venv-test
-	$(BIN)/python -m pytest -n $(JOBS) --dist worksteal -m "not exclusive"
-	$(BIN)/python -m pytest -p no:xdist -m exclusive
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(JOBS) --dist worksteal -m "not exclusive"
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -p no:xdist -m exclusive
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

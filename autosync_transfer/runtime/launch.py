@@ -56,10 +56,13 @@ def free_port() -> int:
 
 
 def _local_entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple,
-                 queue: Any) -> None:
+                 queue: Any, environ: dict[str, str] | None = None) -> None:
     import torch
     import torch.distributed as dist
 
+    if environ is not None:  # the caller's environment at the call, as a spawned process has it
+        os.environ.clear()
+        os.environ.update(environ)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     torch.set_num_threads(1)
@@ -76,18 +79,32 @@ def _local_entry(rank: int, world: int, port: int, fn: Callable[..., Any], args:
             dist.destroy_process_group()
 
 
+#: what the processes of :func:`spawn_local` find imported: they fork from a server that imported
+#: these once (torch's compiler modules are imported by the first optimizer a process builds)
+_PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "autosync_transfer.runtime.ddp")
+
+
 def spawn_local(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 300) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` local gloo processes; return results
-    by rank. ``fn`` must be importable (a module-level function)."""
+    by rank. ``fn`` must be importable (a module-level function).
+
+    The processes start as spawned ones do (a fresh interpreter's state: the caller's
+    ``sys.path``, working folder and environment at the call, ``fn`` imported by name), but
+    fork from multiprocessing's forkserver, which imports torch and the runtime once per calling
+    process, and they end without the interpreter's teardown: a call costs its work, not two
+    torch start-ups and shutdowns per rank."""
     import multiprocessing as mp
     import queue as queue_mod
 
     if world_size < 1:
         raise ConfigError(f"world_size must be >= 1, got {world_size}")
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(list(_PRELOAD))  # read when the server starts (first call)
     q = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_local_entry, args=(r, world_size, port, fn, args, q), daemon=True)
+    environ = dict(os.environ)
+    procs = [ctx.Process(target=_local_entry, args=(r, world_size, port, fn, args, q, environ),
+                         daemon=True)
              for r in range(world_size)]
     for p in procs:
         p.start()

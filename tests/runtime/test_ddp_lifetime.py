@@ -1,7 +1,8 @@
 """DistributedModel's lifetime: start -> train -> exit, many times, never aborts.
 
 A launcher interpreter imports torch and the runtime once, then, round after round, forks W
-fresh worker processes (so each round costs a process group, not an interpreter start-up). Each
+fresh worker processes (so each round costs a process group, not an interpreter start-up; the
+launcher builds an optimizer first, which imports what every worker's optimizer needs). Each
 worker trains a few steps with the lossless all-reduce builder and ends its interpreter the way
 users end a job: ``destroy_process_group()`` without ``close()``, ``del model`` first, no destroy
 at all, an exception in the middle of a training step (uncaught, or caught and training goes on)
@@ -30,6 +31,9 @@ from autosync_transfer.strategies.builders import build
 from autosync_transfer.testing.models import TinyNet, tiny_batches
 
 ENDINGS = ("destroy", "del", "no-destroy", "raise", "recover")
+# a process's first optimizer imports torch's compiler modules (about a second): imported here
+# once, before the forks
+torch.optim.SGD(TinyNet().parameters(), lr=0.1)
 
 
 def train(rank, world, port, ending):
