@@ -11,7 +11,9 @@ the baseline of every tuning round, the start when no strategy is given, and the
 - warm-up is detected and dropped (a switch, the job's first steps), a candidate leaves the pool
   once the comparison has decided about it (slower, equivalent or faster), and the round budget
   is bounded: the steps run with candidates other than DDP stay within ``budget_share`` of the
-  planned steps and ``max_tuning_steps``, with as many candidates as that budget can decide on;
+  planned steps and ``max_tuning_steps``; the budget goes to the first candidates (the
+  proposer's best first), as many as it gives ``target_rounds`` rounds each (at least one):
+  a few candidates measured well enough to decide rather than many measured too little;
 - a candidate replaces DDP only when it is faster with confidence (the interval's lower bound
   above 1); otherwise the job locks in DDP. A budget too small for ``min_rounds`` of even one
   candidate tunes nothing.
@@ -78,6 +80,9 @@ class AutotuneConfig(BaseModel):
             the Trainer); ``None``: the budget is ``max_tuning_steps``.
         min_rounds: rounds before the first decision (at least 3).
         max_rounds: at most this many rounds.
+        target_rounds: the budget is shared by as many candidates as it gives this many rounds
+            each (at least one candidate, given ``min_rounds``); the rounds the budget leaves
+            are run too, up to ``max_rounds``.
         margin: a candidate within this relative margin of DDP is "equivalent" (DDP stays).
         allow_lossy: also try compressed candidates (otherwise they are skipped, logged).
         include_initial: the model's initial strategy (when one was given) is a candidate.
@@ -98,6 +103,7 @@ class AutotuneConfig(BaseModel):
     planned_steps: int | None = Field(default=None, ge=1)
     min_rounds: int = Field(default=4, ge=3)
     max_rounds: int = Field(default=12, ge=3)
+    target_rounds: int = Field(default=8, ge=3)
     margin: float = Field(default=0.02, ge=0.0, lt=1.0)
     allow_lossy: bool = False
     include_initial: bool = True
@@ -111,6 +117,23 @@ class AutotuneConfig(BaseModel):
         if self.planned_steps is None:
             return self.max_tuning_steps
         return min(self.max_tuning_steps, int(self.budget_share * self.planned_steps))
+
+    def schedule(self, candidates: int) -> tuple[int, int, int]:
+        """``(candidates compared, max rounds, rounds between looks)`` for a tuning round with
+        ``candidates`` available: ``(0, 0, 0)`` when the budget cannot give one candidate
+        ``min_rounds``. The verdicts are looked at no more than three times (each look costs
+        confidence: :class:`~autosync_transfer.measure.Design`)."""
+        budget = self.budget_steps()
+        s = self.steps_per_candidate
+        if budget < s * self.min_rounds:
+            return 0, 0, 0
+        wanted = min(max(self.min_rounds, self.target_rounds), self.max_rounds)
+        fit = min(candidates, self.max_candidates, max(1, budget // (s * wanted)))
+        if fit < 1:
+            return 0, 0, 0
+        max_rounds = max(self.min_rounds, min(self.max_rounds, budget // (s * fit)))
+        look_every = max(1, -(-(max_rounds - self.min_rounds) // 2))
+        return fit, max_rounds, look_every
 
 
 @dataclass(frozen=True)
@@ -239,7 +262,7 @@ class Autotuner:
         cfg = self.config
         budget = cfg.budget_steps()
         per_round = cfg.steps_per_candidate * cfg.min_rounds
-        fit = min(len(self._candidates), cfg.max_candidates, budget // per_round)
+        fit, max_rounds, look_every = cfg.schedule(len(self._candidates))
         if fit < 1:
             reason = (f"a budget of {budget} steps cannot decide on one candidate "
                       f"({cfg.min_rounds} rounds x {cfg.steps_per_candidate} steps)"
@@ -247,13 +270,11 @@ class Autotuner:
             self._lock(TORCH_DDP if self.locked is None else self.locked, reason=reason)
             return
         cands = self._candidates[:fit]
-        max_rounds = max(cfg.min_rounds, min(cfg.max_rounds, budget // (cfg.steps_per_candidate
-                                                                        * len(cands))))
         self._choices = {TORCH_DDP: TORCH_DDP}
         for i, s in enumerate(cands):
             self._choices[f"{i}:{s.id}"] = s
         design = Design(baseline=TORCH_DDP, min_rounds=cfg.min_rounds, max_rounds=max_rounds,
-                        look_every=1, margin=cfg.margin, seed=cfg.seed + self.round)
+                        look_every=look_every, margin=cfg.margin, seed=cfg.seed + self.round)
         self._cmp = Interleaved(list(self._choices), design)
         self._blocks = {n: [] for n in self._choices}
         self._first_step = {}
