@@ -38,13 +38,12 @@ demo: venv-ml
 	@echo "  held-out metrics and plots (rank_scatter_heldout.png); select two versions > Compare."
 	@echo "  $(BIN)/autosync-transfer registry show autosync-bert-B   lists the same in the terminal."
 
-# the suite in JOBS pytest-xdist workers, then the tests that measure the whole machine (its foreign
-# CPU share, shaped link rates: marked `exclusive`) alone
+# the suite in JOBS pytest-xdist workers; a test that measures the whole machine (its foreign CPU
+# share, a shaped link's rate: marked `exclusive`) runs while no other test does (tests/conftest.py);
+# bytecode is written: the test processes and the hundreds of worker processes they start reuse it
 JOBS ?= 2
-# (bytecode is written: the test processes and the hundreds of worker processes they start reuse it)
 test: venv-test
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(JOBS) --dist worksteal -m "not exclusive"
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -p no:xdist -m exclusive
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(JOBS) --dist worksteal
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -20,7 +20,7 @@ then what each autotuned fit locked in and what tuning cost.
 
     python benchmarks/autotune_lightning.py [--cluster B | --cluster-file F.yml]
         [--launcher emulated|local] [--steps 300] [--rounds 5] [--builders all_reduce,ddp]
-        [--hidden 512] [--control]
+        [--hidden 512] [--target-rounds 4] [--control]
 
 ``--launcher local`` is a quick check on this host (Lightning starts ``cluster`` workers);
 ``emulated`` (the default as root) shapes every node's NIC to the cluster's bandwidth.
@@ -54,6 +54,9 @@ def _parse() -> argparse.Namespace:
                     help=f"the classifier's hidden width (default {HIDDEN}: an 18 ms step on B; "
                          "2048: bandwidth-bound)")
     ap.add_argument("--steps-per-candidate", type=int, default=4)
+    ap.add_argument("--target-rounds", type=int, default=None,
+                    help="AutotuneConfig.target_rounds (default: its own, 4): fewer candidates, "
+                         "more rounds each")
     ap.add_argument("--simulator", default=None, help="registry URI or name (default: the step-time simulator)")
     ap.add_argument("--candidates", type=int, default=500, help="sampled strategies to rank")
     ap.add_argument("--builders", default="all_reduce,ddp")

@@ -70,8 +70,11 @@ def autotune_config(args: argparse.Namespace):  # noqa: ANN201 - an AutotuneConf
     from autosync_transfer import AutotuneConfig
     from autosync_transfer.search import TrialRecorder
 
+    extra = {}
+    if getattr(args, "target_rounds", None) is not None:  # the benchmark's --target-rounds
+        extra["target_rounds"] = args.target_rounds
     return AutotuneConfig(steps_per_candidate=args.steps_per_candidate,
-                          on_trial=TrialRecorder(args.trials) if args.trials else None)
+                          on_trial=TrialRecorder(args.trials) if args.trials else None, **extra)
 
 
 def lightning_layout(cluster, launcher: str) -> tuple[int, int]:  # noqa: ANN001 - a Cluster

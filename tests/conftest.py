@@ -21,6 +21,44 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 import pytest  # noqa: E402
 
 
+def _run_lock_path(config) -> str | None:  # noqa: ANN001 - pytest's Config
+    """The lock file shared by the workers of one pytest-xdist run, in the run's base temporary
+    folder (xdist gives each worker a folder of its own in it; pytest keeps the last few runs'),
+    ``None`` outside xdist."""
+    basetemp = getattr(config.option, "basetemp", None)
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not basetemp:
+        return None
+    return os.path.join(os.path.dirname(os.path.abspath(basetemp)), "exclusive.lock")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):  # noqa: ANN001, ANN201 - pytest's hook
+    """Tests marked ``exclusive`` measure the whole machine (its foreign CPU share, a shaped
+    link's rate): under pytest-xdist such a test runs while no other test does. Every test holds
+    a shared lock on the run's lock file for its setup, call and teardown (module fixtures
+    included); an exclusive test holds it exclusively. A turnstile lets a waiting exclusive test
+    in before the other workers' next tests."""
+    path = _run_lock_path(item.config)
+    if path is None:
+        return (yield)
+    import fcntl
+
+    exclusive = item.get_closest_marker("exclusive") is not None
+    with open(path + ".turnstile", "a") as gate, open(path, "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            if not exclusive:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if exclusive:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+
+
 class CliResult:
     def __init__(self, code: int, out: str, err: str):
         self.code, self.out, self.err = code, out, err

@@ -153,15 +153,15 @@ def test_config_is_checked() -> None:
         AutotuneConfig(budget_share=0.0)
     assert AutotuneConfig(planned_steps=1000).budget_steps() == 50
     assert AutotuneConfig(planned_steps=100_000).budget_steps() == 300
-    # the budget goes to as many candidates as it gives target_rounds (8) rounds each: at 1,000
-    # planned steps (50 candidate steps, blocks of 4) one candidate for 12 rounds, looked at
-    # after 4, 8 and 12, rather than three for 4 rounds each
-    assert AutotuneConfig(planned_steps=1000).schedule(3) == (1, 12, 4)
+    # the budget goes to as many candidates as it gives target_rounds (default min_rounds, 4)
+    # rounds each; the rounds it leaves are run too, looked at no more than three times
+    assert AutotuneConfig(planned_steps=1000).schedule(3) == (3, 4, 1)
     assert AutotuneConfig(planned_steps=100_000).schedule(20) == (8, 9, 3)
     assert AutotuneConfig(planned_steps=100_000).schedule(2) == (2, 12, 4)
     assert AutotuneConfig(planned_steps=400).schedule(3) == (1, 5, 1)
     assert AutotuneConfig(planned_steps=300).schedule(3) == (0, 0, 0)  # < 4 rounds x 4 steps
-    assert AutotuneConfig(target_rounds=4, planned_steps=1000).schedule(3) == (3, 4, 1)
+    # fewer candidates, more rounds each: at 1,000 planned steps one candidate for 12 rounds
+    assert AutotuneConfig(target_rounds=8, planned_steps=1000).schedule(3) == (1, 12, 4)
     cands = _candidates(tiny_net_graph(), _cluster())
     assert [is_lossless(s) for s in cands] == [True, False, True, True]
     with pytest.raises(ConfigError, match="sync_on must be one of"):

@@ -266,7 +266,8 @@ def test_a_killed_search_continues_without_repeating(tmp_path: Path) -> None:
     argv = [sys.executable, "-c", "from autosync_transfer.cli import main; main()", "search", "ncf",
             "--cluster-file", str(spec), "--launcher", "local", "--method", "random", "--budget", "6",
             "-k", "3", "--candidates", "40", "--warmup", "1", "--iters", "2", "--no-log",
-            "--max-foreign-cpu", "1", "--store", str(store), "--objective", "step-time"]
+            "--max-foreign-cpu", "1", "--store", str(store), "--objective", "step-time",
+            "--confirm", "2"]  # the confirmation's own behaviour: test_every_method_spends_...
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
