@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -95,3 +96,30 @@ def test_torchrun_pool_writes_jobs_reads_results_and_resumes(tmp_path: Path) -> 
     assert STOP not in queue.read_text().splitlines()
     with pytest.raises(ConfigError, match="no result for 'ncf-A/new' from the torchrun workers"):
         again.run(None, job_id="ncf-A/new")
+
+
+def _environment(rank: int, world: int, name: str) -> tuple[int, int, str | None, str, bool]:
+    import sys
+
+    return rank, world, os.environ.get(name), os.getcwd(), "torch._dynamo" in sys.modules
+
+
+def test_spawn_local_processes_see_the_caller_s_environment_and_folder_at_each_call(
+        tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
+    # the processes fork from a server started at the first call; each call's processes still
+    # see the environment and working folder of that call, as spawned processes do
+    from autosync_transfer.runtime.launch import spawn_local
+
+    name = "AUTOSYNC_TEST_SPAWN_VALUE"
+    monkeypatch.setenv(name, "first")
+    first = spawn_local(_environment, 2, name, timeout_s=120)
+    monkeypatch.setenv(name, "second")
+    monkeypatch.chdir(tmp_path)
+    second = spawn_local(_environment, 2, name, timeout_s=120)
+    monkeypatch.delenv(name)
+    third = spawn_local(_environment, 1, name, timeout_s=120)
+    assert [r[:3] for r in first] == [(0, 2, "first"), (1, 2, "first")]
+    assert [r[:4] for r in second] == [(0, 2, "second", str(tmp_path)),
+                                       (1, 2, "second", str(tmp_path))]
+    assert third[0][2] is None
+    assert all(r[4] for r in first + second + third)  # torch's compiler modules came preloaded
