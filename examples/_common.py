@@ -43,8 +43,10 @@ def default_launcher() -> str:
     return "emulated" if os.geteuid() == 0 else "local"
 
 
-def describe(strategy) -> str:  # noqa: ANN001 - a Strategy
+def describe(strategy) -> str:  # noqa: ANN001 - a Strategy, or "torch_ddp" (autotune's DDP)
     """One line: how many variables use which synchronizer."""
+    if isinstance(strategy, str):
+        return f"{strategy} (torch's DistributedDataParallel)"
     kinds: Counter[str] = Counter()
     for n in strategy.nodes:
         for _, s in n.items():

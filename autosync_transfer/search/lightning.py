@@ -58,6 +58,7 @@ from autosync_transfer.domains.graph import ModelGraph
 from autosync_transfer.errors import ConfigError, NotFittedError
 from autosync_transfer.runtime.accuracy import ConvergenceCheck
 from autosync_transfer.runtime.ddp import DistributedModel, as_cluster, ddp_equivalent
+from autosync_transfer.runtime.torch_ddp import TORCH_DDP
 from autosync_transfer.runtime.lightning import (CHECKPOINT_KEY, STRATEGY_NAME, Picker,
                                                  match_names, planned_steps)
 from autosync_transfer.strategies.types import Strategy
@@ -235,11 +236,14 @@ class AutoSyncStrategy(DDPStrategy):
 
     # -- the strategy in use ------------------------------------------------------------------
     @property
-    def sync_strategy(self) -> Strategy:
+    def sync_strategy(self) -> Strategy | str:
         """The strategy in use, with the ``LightningModule``'s variable names (known once the
         Trainer has set up; given strategies as given until then; with autotuning, the one
-        locked in)."""
+        locked in): :data:`~autosync_transfer.runtime.torch_ddp.TORCH_DDP` (``"torch_ddp"``)
+        while the job runs torch's own ``DistributedDataParallel``."""
         model = self.model if isinstance(self.model, DistributedModel) else self._finished
+        if model is not None and model.backend == TORCH_DDP:
+            return TORCH_DDP
         if model is not None and model.strategy is not None:
             return model.strategy
         if self._sync_strategy is None:
