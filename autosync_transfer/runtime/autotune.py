@@ -82,10 +82,7 @@ class AutotuneConfig(BaseModel):
         target_rounds: the budget is shared by as many candidates as it gives this many rounds
             each (at least one candidate, given ``min_rounds``); the rounds the budget leaves
             are run too, up to ``max_rounds``. The default, ``min_rounds``, tries many
-            candidates: on the held-out cluster of ``examples/clusters`` (1,000 steps) three
-            candidates over 4 rounds found a 7-9 % faster one in 2 of 4 jobs, the proposer's
-            first candidate alone over 12 rounds (``target_rounds=8``) in none
-            (``docs/results.md``).
+            candidates (breadth against depth: ``docs/results.md``).
         margin: a candidate within this relative margin of DDP is "equivalent" (DDP stays).
         allow_lossy: also try compressed candidates (otherwise they are skipped, logged).
         include_initial: the model's initial strategy (when one was given) is a candidate.
@@ -194,8 +191,7 @@ class Autotuner:
         t0 = time.perf_counter()
         # a budget that cannot decide on one candidate proposes none (a simulator's ranking
         # costs time the job would not win back)
-        affordable = config.budget_steps() // (config.steps_per_candidate * config.min_rounds)
-        self._candidates = self._propose() if affordable >= 1 else []
+        self._candidates = self._propose() if config.schedule(1)[0] >= 1 else []
         self.propose_s = time.perf_counter() - t0
         state = model._autotune_state
         if state is not None and state.get("locked"):
