@@ -1,7 +1,7 @@
 """Autotuning inside a Lightning job vs Lightning's DDP and hand-optimized builders, fairly.
 
-Every configuration trains the same LightningModule (examples/_common.py: a text classifier with
-an embedding) for the same number of steps on the same data, in the same worker processes,
+Every configuration trains the same LightningModule (``autosync_transfer.demos``: the examples'
+text classifier with an embedding) for the same number of steps on the same data, in the same worker processes,
 ``--rounds`` times, in an order shuffled per round (randomized interleaved trials):
 
 - ``AutoSync autotune``: ``AutoSyncStrategy(autotune=...)``: the job starts on torch DDP and
@@ -32,12 +32,8 @@ import argparse
 import os
 import statistics
 import sys
-from pathlib import Path
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-sys.path.insert(0, str(EXAMPLES))
-
-from _common import HIDDEN, TOKENS, default_launcher, run_emulated  # noqa: E402
+from autosync_transfer.demos import HIDDEN, TOKENS, run_emulated
 
 LOSSLESS_BUILDERS = ("ps", "ps_lb", "partitioned_ps", "all_reduce", "partitioned_ar", "parallax",
                      "ddp")
@@ -46,7 +42,8 @@ LOSSLESS_BUILDERS = ("ps", "ps_lb", "partitioned_ps", "all_reduce", "partitioned
 def _parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cluster", default="B", help="catalog cluster (default B)")
-    ap.add_argument("--launcher", choices=["local", "emulated"], default=default_launcher())
+    ap.add_argument("--launcher", choices=["local", "emulated"],
+                    default="emulated" if os.geteuid() == 0 else "local")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch-size", type=int, default=32, help="per worker")
     ap.add_argument("--lr", type=float, default=1.0)
@@ -67,10 +64,7 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--control", action="store_true",
                     help="also run Lightning DDP a second time as its own configuration (an A/A "
                          "control: its interval is the machine's noise between fits)")
-    args = ap.parse_args()
-    args.autotune = True
-    args.compare_ddp = False
-    return args
+    return ap.parse_args()
 
 
 def _builder_picker(name: str):  # noqa: ANN202 - picker(graph, cluster) -> Strategy
@@ -89,8 +83,9 @@ def _bench(args: argparse.Namespace) -> int:
 
     import torch
     from lightning.pytorch.strategies import DDPStrategy
-    from train_lightning import autotune_config, fit, lightning_layout, quiet_lightning
 
+    from autosync_transfer import AutotuneConfig
+    from autosync_transfer.demos import fit_classifier, lightning_layout, quiet_lightning
     from autosync_transfer.domains.catalog import get_cluster
     from autosync_transfer.measure import paired_speedup
     from autosync_transfer.search.lightning import AutoSyncStrategy
@@ -105,10 +100,22 @@ def _bench(args: argparse.Namespace) -> int:
     kw = {"batch_size": args.batch_size, "seq_len": TOKENS}
     builders = [b for b in args.builders.split(",") if b]
 
+    def tuning() -> AutotuneConfig:  # what examples/train_lightning.py --autotune configures
+        from autosync_transfer.search import TrialRecorder
+
+        extra = {} if args.target_rounds is None else {"target_rounds": args.target_rounds}
+        return AutotuneConfig(steps_per_candidate=args.steps_per_candidate,
+                              on_trial=TrialRecorder(args.trials) if args.trials else None, **extra)
+
+    def fit(strategy) -> dict:  # noqa: ANN001 - a Lightning strategy
+        return fit_classifier(strategy, devices=devices, num_nodes=num_nodes, steps=args.steps,
+                              batch_size=args.batch_size, lr=args.lr, hidden=args.hidden,
+                              seed=args.seed)
+
     def make(name: str):  # noqa: ANN202 - a fresh Lightning strategy per fit
         if name == "AutoSync autotune":
             return AutoSyncStrategy(None, cluster, simulator=args.simulator,
-                                    candidates=args.candidates, autotune=autotune_config(args),
+                                    candidates=args.candidates, autotune=tuning(),
                                     **kw)
         if name.startswith("Lightning DDP"):
             return DDPStrategy(process_group_backend="gloo")
@@ -120,13 +127,13 @@ def _bench(args: argparse.Namespace) -> int:
     tuners = []
     # the first fit of the run starts the worker processes and the rendezvous (seconds): one
     # Lightning DDP fit outside the comparison pays that for all
-    fit(args, make("Lightning DDP"), devices, num_nodes)
+    fit(make("Lightning DDP"))
     for r in range(args.rounds):  # every rank shuffles alike (seeded): the same order
         order = list(names)
         random.Random(f"{args.seed}/{r}").shuffle(order)
         for name in order:
             strategy = make(name)
-            fits[name].append(fit(args, strategy, devices, num_nodes))
+            fits[name].append(fit(strategy))
             if name == "AutoSync autotune":
                 tuners.append(strategy.autotuner)
     if not fits["Lightning DDP"][0]["global_zero"]:

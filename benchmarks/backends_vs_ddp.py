@@ -23,9 +23,6 @@ import copy
 import os
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 BACKENDS = ("torch_ddp", "ddp_reducer", "none", "executor")
 
@@ -47,20 +44,21 @@ def _parse() -> argparse.Namespace:
 
 
 class _Classifier:
-    """The examples' text classifier (``examples/_common.py``), 32 samples per worker, as the
-    little of a workload this benchmark uses."""
+    """The examples' text classifier (``autosync_transfer.demos``), 32 samples per worker, as
+    the little of a workload this benchmark uses."""
 
     def build(self, device: str, *, seed: int = 0):  # noqa: ANN201
         import torch
-        from _common import TextClassifier
+
+        from autosync_transfer.demos import TextClassifier
 
         torch.manual_seed(seed)
         return TextClassifier().to(device)
 
     def batch(self, gen):  # noqa: ANN001, ANN201
-        from _common import batch
+        from autosync_transfer.demos import classifier_batch
 
-        return batch(gen, 32)
+        return classifier_batch(gen, 32)
 
     def loss(self, model, inputs, targets):  # noqa: ANN001, ANN201
         import torch.nn.functional as F
@@ -153,8 +151,7 @@ def _bench(args: argparse.Namespace) -> None:
 def main() -> int:
     args = _parse()
     if args.device == "cpu" and "RANK" not in os.environ:
-        from _common import run_emulated  # noqa: E402
-
+        from autosync_transfer.demos import run_emulated
         from autosync_transfer.domains.catalog import get_cluster
 
         cluster = get_cluster(args.cluster)

@@ -24,17 +24,12 @@ node's network namespace, NICs shaped to the cluster's bandwidth; Lightning join
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import statistics
 import sys
-import time
-import warnings
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import default_launcher, describe
 
-from _common import HIDDEN, TOKENS, TextClassifier, batch, default_launcher, describe, run_emulated  # noqa: E402
+from autosync_transfer.demos import HIDDEN, TOKENS, run_emulated
 
 
 def _parse() -> argparse.Namespace:
@@ -70,110 +65,8 @@ def autotune_config(args: argparse.Namespace):  # noqa: ANN201 - an AutotuneConf
     from autosync_transfer import AutotuneConfig
     from autosync_transfer.search import TrialRecorder
 
-    extra = {}
-    if getattr(args, "target_rounds", None) is not None:  # the benchmark's --target-rounds
-        extra["target_rounds"] = args.target_rounds
     return AutotuneConfig(steps_per_candidate=args.steps_per_candidate,
-                          on_trial=TrialRecorder(args.trials) if args.trials else None, **extra)
-
-
-def lightning_layout(cluster, launcher: str) -> tuple[int, int]:  # noqa: ANN001 - a Cluster
-    """``(devices, num_nodes)`` for the Trainer of this worker.
-
-    ``local``: Lightning starts every worker on this host. ``emulated``: the workers are started
-    one per rank inside their nodes' namespaces; Lightning's layout is ``devices`` per node on
-    every node, so a cluster whose nodes run different numbers of workers is described to it as
-    one "node" per worker (global rank = node rank), which gives every worker its own rank; the
-    network path of every message is still its real node's."""
-    if launcher == "local":
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        return cluster.world_size, 1
-    per_node = {n.workers for n in cluster.nodes}
-    if len(per_node) == 1:
-        return per_node.pop(), cluster.num_nodes
-    if "RANK" in os.environ:
-        os.environ.update(NODE_RANK=os.environ["RANK"], LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
-    return 1, cluster.world_size
-
-
-def quiet_lightning() -> None:
-    for name in ("lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
-    warnings.filterwarnings("ignore", ".*LeafSpec.*")
-
-
-def _lit_classes():  # noqa: ANN202 - (LitClassifier, StepTimer); Lightning imported here only
-    import lightning.pytorch as pl
-    import torch
-    import torch.nn.functional as F
-
-    class LitClassifier(pl.LightningModule):
-        def __init__(self, lr: float, hidden: int = HIDDEN) -> None:
-            super().__init__()
-            self.model = TextClassifier(hidden)
-            self.lr = lr
-            self.losses: list[float] = []
-
-        def training_step(self, b, batch_idx):  # noqa: ANN001, ANN201
-            x, y = b
-            loss = F.cross_entropy(self.model(x), y)
-            self.losses.append(loss.item())
-            return loss
-
-        def configure_optimizers(self):  # noqa: ANN201
-            return torch.optim.SGD(self.parameters(), lr=self.lr)
-
-    class StepTimer(pl.Callback):
-        """Training time (first step to last, without process start-up and setup) and the time
-        of every step."""
-
-        def __init__(self) -> None:
-            self.step_s: list[float] = []
-            self.train_s = 0.0
-            self._t = self._t0 = 0.0
-
-        def on_train_start(self, trainer, pl_module) -> None:  # noqa: ANN001
-            self._t0 = time.perf_counter()
-
-        def on_train_end(self, trainer, pl_module) -> None:  # noqa: ANN001
-            self.train_s = time.perf_counter() - self._t0
-
-        def on_train_batch_start(self, trainer, pl_module, b, batch_idx) -> None:  # noqa: ANN001
-            self._t = time.perf_counter()
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, b, batch_idx) -> None:  # noqa: ANN001
-            self.step_s.append(time.perf_counter() - self._t)
-
-    return LitClassifier, StepTimer
-
-
-def fit(args: argparse.Namespace, strategy, devices: int, num_nodes: int) -> dict:  # noqa: ANN001
-    import lightning.pytorch as pl
-    import torch
-
-    LitClassifier, StepTimer = _lit_classes()
-    torch.manual_seed(args.seed)  # this script is the entry point: it owns the global seed
-    lit = LitClassifier(args.lr, args.hidden)
-    world = devices * num_nodes
-    gen = torch.Generator().manual_seed(args.seed)
-    x, y = batch(gen, args.steps * args.batch_size * world)  # one epoch = --steps steps
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y),
-                                         batch_size=args.batch_size)
-    timer = StepTimer()
-    trainer = pl.Trainer(accelerator="cpu", devices=devices, num_nodes=num_nodes, strategy=strategy,
-                         max_steps=args.steps, max_epochs=1, callbacks=[timer], logger=False,
-                         enable_model_summary=False, enable_progress_bar=False,
-                         enable_checkpointing=False, num_sanity_val_steps=0)
-    t0 = time.perf_counter()
-    trainer.fit(lit, loader)
-    fit_s = time.perf_counter() - t0
-    # final loss: the last 20 steps, averaged over every worker
-    tail = torch.tensor(sum(lit.losses[-20:]) / len(lit.losses[-20:]))
-    final = float(trainer.strategy.reduce(tail, reduce_op="mean"))
-    return {"final_loss": final, "train_s": timer.train_s, "fit_s": fit_s, "steps": len(timer.step_s),
-            "median_step_ms": statistics.median(timer.step_s[10:] or timer.step_s) * 1000,
-            "global_zero": trainer.is_global_zero}
+                          on_trial=TrialRecorder(args.trials) if args.trials else None)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -181,6 +74,7 @@ def _train(args: argparse.Namespace) -> int:
     from lightning.pytorch.strategies import DDPStrategy
 
     from autosync_transfer import AutoSyncStrategy
+    from autosync_transfer.demos import fit_classifier, lightning_layout, quiet_lightning
     from autosync_transfer.domains import get_cluster
 
     quiet_lightning()
@@ -191,10 +85,14 @@ def _train(args: argparse.Namespace) -> int:
           "autotune": autotune_config(args)}
     ours = (AutoSyncStrategy.from_registry(args.simulator, cluster, **kw) if args.simulator
             else AutoSyncStrategy(None, cluster, **kw))
-    results = {"AutoSync": fit(args, ours, devices, num_nodes)}
+    def fit(strategy):  # noqa: ANN001, ANN202 - a Lightning strategy -> fit_classifier's dict
+        return fit_classifier(strategy, devices=devices, num_nodes=num_nodes, steps=args.steps,
+                              batch_size=args.batch_size, lr=args.lr, hidden=args.hidden,
+                              seed=args.seed)
+
+    results = {"AutoSync": fit(ours)}
     if args.compare_ddp:
-        results["Lightning DDP"] = fit(args, DDPStrategy(process_group_backend="gloo"), devices,
-                                        num_nodes)
+        results["Lightning DDP"] = fit(DDPStrategy(process_group_backend="gloo"))
     if not results["AutoSync"]["global_zero"]:
         return 0
     chooser = args.simulator or "step-time simulator"

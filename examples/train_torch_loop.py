@@ -22,10 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import default_launcher, describe, report_line, run_summary, worker_main
 
-from _common import (TextClassifier, batch, default_launcher, describe, report_line,  # noqa: E402
-                     run_emulated, run_summary, worker_main)
+from autosync_transfer.demos import TextClassifier, classifier_batch, run_emulated
 
 
 def train(rank: int, world: int, cfg: dict) -> dict:
@@ -44,7 +43,7 @@ def train(rank: int, world: int, cfg: dict) -> dict:
     step_s, losses = [], []
     t0 = time.perf_counter()
     for step in range(cfg["steps"]):
-        x, y = batch(gen, cfg["batch_size"])
+        x, y = classifier_batch(gen, cfg["batch_size"])
         t = time.perf_counter()
         opt.zero_grad()
         loss = F.cross_entropy(model(x), y)

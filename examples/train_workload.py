@@ -27,10 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import default_launcher, describe, report_line, run_summary, worker_main
 
-from _common import (default_launcher, describe, report_line, run_emulated,  # noqa: E402
-                     run_summary, worker_main)
+from autosync_transfer.demos import run_emulated
 
 
 def train(rank: int, world: int, cfg: dict) -> dict:

@@ -39,6 +39,8 @@ ALLOWED: dict[str, set[str]] = {
     "registry": {"domains", "measure", "strategies", "rankers"},
     "adapt": {"domains", "measure", "strategies", "rankers", "runtime", "dataset", "registry"},
     "search": {"domains", "measure", "strategies", "rankers", "runtime", "dataset", "registry", "adapt"},
+    # the demo task the examples and benchmarks share (a classifier, its Lightning fit, a launcher)
+    "demos": {"domains", "runtime"},
     "testing": {"domains", "measure", "strategies", "rankers", "runtime", "dataset", "registry"},
     "cli": {"domains", "measure", "strategies", "rankers", "runtime", "dataset", "registry", "adapt",
             "search", "testing"},

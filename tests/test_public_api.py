@@ -145,3 +145,38 @@ def test_the_examples_import_only_public_names() -> None:
                 internal += [f"{path.name}:{node.lineno}: from {node.module} import {a.name}"
                              for a in node.names if a.name not in public]
     assert not internal, "examples import internal names:\n" + "\n".join(internal)
+
+
+def _listed_names(module: str) -> set[str]:
+    """What a benchmark may import from ``module``: the names its own ``__all__`` or its
+    subpackage's lists, and its submodules."""
+    mod = importlib.import_module(module)
+    names = set(getattr(mod, "__all__", ()))
+    parts = module.split(".")
+    if len(parts) > 2:
+        names |= set(getattr(importlib.import_module(".".join(parts[:2])), "__all__", ()))
+    if hasattr(mod, "__path__"):
+        names |= {p.stem for p in Path(mod.__path__[0]).glob("*.py") if not p.stem.startswith("_")}
+    return names
+
+
+def test_benchmarks_and_examples_import_listed_names_and_leave_sys_path_alone() -> None:
+    """A product benchmark reproduces a figure with the library as a user has it: no name a
+    module does not list in its ``__all__`` (nor a private one), no ``sys.path`` edits to reach
+    the examples or one another; the examples reach their siblings as scripts do (their folder
+    is the script's)."""
+    scripts = sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "examples").glob("*.py"))
+    assert len(scripts) > 5
+    found = []
+    for path in scripts:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "path" and \
+                    isinstance(node.value, ast.Name) and node.value.id == "sys":
+                found.append(f"{path.name}:{node.lineno}: sys.path")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    "autosync_transfer"):
+                listed = _listed_names(node.module)
+                found += [f"{path.name}:{node.lineno}: from {node.module} import {a.name}"
+                          for a in node.names if a.name.startswith("_") or a.name not in listed]
+    assert not found, "benchmarks or examples reach past the listed names:\n" + "\n".join(found)

@@ -49,6 +49,7 @@ __all__ = [
     "reference_noise",
     "drift_normalized",
     "normalized_reference_noise",
+    "normalized_noise_ceiling",
     "superseded_ids",
     "valid_remeasurement",
     "file_meta",

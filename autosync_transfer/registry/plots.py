@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["rank_scatter", "score_histogram", "training_curves"]
+__all__ = ["rank_scatter", "score_histogram", "search_curves", "training_curves"]
 
 
 def _pyplot() -> Any:

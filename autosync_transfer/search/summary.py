@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from autosync_transfer.dataset.store import TrialRecord
     from autosync_transfer.search.config import SearchConfig
 
-__all__ = ["HIT_MARGIN", "SearchProgress", "SearchResult", "summarize"]
+__all__ = ["HIT_MARGIN", "SearchProgress", "SearchResult", "format_speedup", "summarize"]
 
 #: a trial is a *hit* when it is at least this much faster than the best builder (a margin of
 #: the order of the trial-to-trial noise, so that a builder's near-copy does not count by luck)
