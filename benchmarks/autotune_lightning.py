@@ -29,6 +29,7 @@ then what each autotuned fit locked in and what tuning cost.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -78,13 +79,22 @@ def _builder_picker(name: str):  # noqa: ANN202 - picker(graph, cluster) -> Stra
     return pick
 
 
+def _tuning(args: argparse.Namespace):  # noqa: ANN202 - an AutotuneConfig
+    """What ``examples/train_lightning.py --autotune`` configures, with ``--target-rounds``."""
+    from autosync_transfer import AutotuneConfig
+    from autosync_transfer.search import TrialRecorder
+
+    extra = {} if args.target_rounds is None else {"target_rounds": args.target_rounds}
+    return AutotuneConfig(steps_per_candidate=args.steps_per_candidate,
+                          on_trial=TrialRecorder(args.trials) if args.trials else None, **extra)
+
+
 def _bench(args: argparse.Namespace) -> int:
     import random
 
     import torch
     from lightning.pytorch.strategies import DDPStrategy
 
-    from autosync_transfer import AutotuneConfig
     from autosync_transfer.demos import fit_classifier, lightning_layout, quiet_lightning
     from autosync_transfer.domains.catalog import get_cluster
     from autosync_transfer.measure import paired_speedup
@@ -100,22 +110,14 @@ def _bench(args: argparse.Namespace) -> int:
     kw = {"batch_size": args.batch_size, "seq_len": TOKENS}
     builders = [b for b in args.builders.split(",") if b]
 
-    def tuning() -> AutotuneConfig:  # what examples/train_lightning.py --autotune configures
-        from autosync_transfer.search import TrialRecorder
-
-        extra = {} if args.target_rounds is None else {"target_rounds": args.target_rounds}
-        return AutotuneConfig(steps_per_candidate=args.steps_per_candidate,
-                              on_trial=TrialRecorder(args.trials) if args.trials else None, **extra)
-
-    def fit(strategy) -> dict:  # noqa: ANN001 - a Lightning strategy
-        return fit_classifier(strategy, devices=devices, num_nodes=num_nodes, steps=args.steps,
-                              batch_size=args.batch_size, lr=args.lr, hidden=args.hidden,
-                              seed=args.seed)
+    fit = functools.partial(fit_classifier, devices=devices, num_nodes=num_nodes,
+                            steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                            hidden=args.hidden, seed=args.seed)
 
     def make(name: str):  # noqa: ANN202 - a fresh Lightning strategy per fit
         if name == "AutoSync autotune":
             return AutoSyncStrategy(None, cluster, simulator=args.simulator,
-                                    candidates=args.candidates, autotune=tuning(),
+                                    candidates=args.candidates, autotune=_tuning(args),
                                     **kw)
         if name.startswith("Lightning DDP"):
             return DDPStrategy(process_group_backend="gloo")
