@@ -211,6 +211,13 @@ class Interleaved:
         self._order = order
         return list(order)
 
+    def stop(self) -> None:
+        """End the comparison now (the caller's budget ran out): :meth:`next_round` returns
+        ``None`` and :meth:`result`'s verdicts are those of the last planned look before this
+        round (``undecided`` before the first), so stopping adds no look."""
+        self._order = []
+        self._done = True
+
     def record(self, name: str, times: Sequence[float]) -> None:
         """The step times (seconds) of ``name``'s block in the current round."""
         if name not in self._order:
@@ -228,30 +235,40 @@ class Interleaved:
             self._after_round()
 
     # -- analysis ------------------------------------------------------------------------------
-    def _levels(self) -> tuple[dict[str, dict[int, float]], dict[str, int], int]:
+    def _levels(self, upto: int | None = None
+                ) -> tuple[dict[str, dict[int, float]], dict[str, int], int]:
+        """Block levels, warm-up steps and the session's warm-up rounds of the rounds before
+        ``upto`` (default: every block recorded)."""
         levels: dict[str, dict[int, float]] = {}
         warm: dict[str, int] = {}
         for n, blocks in self._blocks.items():
             levels[n] = {}
             warm[n] = 0
             for r in blocks:
+                if upto is not None and r >= upto:
+                    continue
                 lv, dropped = self._level[n][r]
                 levels[n][r] = lv
                 warm[n] += dropped
-        return levels, warm, self._session_warmup()
+        return levels, warm, self._session_warmup(self._round if upto is None else upto)
 
-    def _session_warmup(self) -> int:
-        """Leading rounds to drop: the session's steps in the order they ran, each divided by
-        its candidate's median step, smoothed; rounds up to the one holding the last warm step
-        are dropped (at most a third of them)."""
-        if self._round < 3:
+    def _session_warmup(self, rounds: int) -> int:
+        """Leading rounds to drop of the first ``rounds``: the session's steps in the order
+        they ran, each divided by its candidate's median step, smoothed; rounds up to the one
+        holding the last warm step are dropped (at most a third of them)."""
+        if rounds < 3:
             return 0
-        med = {n: float(np.median([v for t in b.values() for v in t]))
-               for n, b in self._blocks.items() if b}
+        every = rounds >= self._round  # not truncated: the pending round's blocks count too
+
+        def kept(r: int) -> bool:
+            return every or r < rounds
+
+        med = {n: float(np.median([v for r, t in b.items() if kept(r) for v in t]))
+               for n, b in self._blocks.items() if any(kept(r) for r in b)}
         series: list[float] = []
         round_of: list[int] = []
         for r, n in self._log:
-            if r >= self._round:
+            if r >= rounds:
                 break
             t = self._blocks[n][r]
             series.extend(v / med[n] for v in t)
@@ -259,7 +276,7 @@ class Interleaved:
         warm = detect_warmup(series, window=5, max_fraction=1 / 3)
         if warm == 0:
             return 0
-        return min(round_of[warm - 1] + 1, self._round // 3)
+        return min(round_of[warm - 1] + 1, rounds // 3)
 
     def _evaluate(self, confidence: float,
                   lv: tuple[dict[str, dict[int, float]], dict[str, int], int] | None = None
@@ -310,8 +327,10 @@ class Interleaved:
         lv = self._levels() if self._round >= 1 else None  # once: both evaluations share it
         report = self._evaluate(d.confidence, lv) if lv is not None else {}
         verdicts: dict[str, Verdict] = {}
-        if self._round >= d.min_rounds:
-            last_look = self._evaluate(d.look_confidence, lv)
+        if self._round >= d.min_rounds:  # the last planned look (the current round unless stopped)
+            look = max(r for r in d.looks if r <= self._round)
+            last_look = self._evaluate(d.look_confidence,
+                                       lv if look == self._round else self._levels(upto=look))
             verdicts = {n: c.verdict for n, c in last_look.items()}
         out: dict[str, CandidateResult] = {}
         for n in self.names:

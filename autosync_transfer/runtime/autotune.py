@@ -13,6 +13,10 @@ the baseline of every tuning round, the start when no strategy is given, and the
   is bounded: the steps run with candidates other than DDP stay within ``budget_share`` of the
   planned steps and ``max_tuning_steps``; the budget goes to the first candidates (the
   proposer's best first), as many as it gives ``target_rounds`` rounds each (at least one);
+  and what the round costs over running DDP (its steps' time beyond DDP's median step, switches
+  included) stays within ``max_cost_share`` of the planned job's time: at a round boundary
+  past it, the round stops and keeps the verdicts of its last planned look (a tuning round
+  that finds nothing costs the job at most about that share plus one round);
 - a candidate replaces DDP only when it is faster with confidence (the interval's lower bound
   above 1); otherwise the job locks in DDP. A budget too small for ``min_rounds`` of even one
   candidate tunes nothing.
@@ -83,6 +87,11 @@ class AutotuneConfig(BaseModel):
             each (at least one candidate, given ``min_rounds``); the rounds the budget leaves
             are run too, up to ``max_rounds``. The default, ``min_rounds``, tries many
             candidates (breadth against depth: ``docs/results.md``).
+        max_cost_share: a tuning round stops at the first round boundary where its cost over
+            running DDP throughout (its steps' time minus as many of DDP's median steps; the
+            switches are in it) exceeds this share of ``planned_steps`` DDP steps; its
+            verdicts are then those of its last planned look. ``None``, or no
+            ``planned_steps``: no bound on the cost.
         margin: a candidate within this relative margin of DDP is "equivalent" (DDP stays).
         allow_lossy: also try compressed candidates (otherwise they are skipped, logged).
         include_initial: the model's initial strategy (when one was given) is a candidate.
@@ -104,6 +113,7 @@ class AutotuneConfig(BaseModel):
     min_rounds: int = Field(default=4, ge=3)
     max_rounds: int = Field(default=12, ge=3)
     target_rounds: int = Field(default=4, ge=3)
+    max_cost_share: float | None = Field(default=0.01, gt=0.0, le=0.5)
     margin: float = Field(default=0.02, ge=0.0, lt=1.0)
     allow_lossy: bool = False
     include_initial: bool = True
@@ -117,6 +127,13 @@ class AutotuneConfig(BaseModel):
         if self.planned_steps is None:
             return self.max_tuning_steps
         return min(self.max_tuning_steps, int(self.budget_share * self.planned_steps))
+
+    def cost_budget_s(self, ddp_step_s: float) -> float | None:
+        """The most a tuning round may cost over running DDP throughout, in seconds, when DDP's
+        step takes ``ddp_step_s``; ``None``: unbounded."""
+        if self.max_cost_share is None or self.planned_steps is None:
+            return None
+        return self.max_cost_share * self.planned_steps * ddp_step_s
 
     def schedule(self, candidates: int) -> tuple[int, int, int]:
         """``(candidates compared, max rounds, rounds between looks)`` for a tuning round with
@@ -287,14 +304,18 @@ class Autotuner:
         box: list[Any] = [None]
         if dist.get_rank() == 0:
             assert self._cmp is not None
-            if not self._order:
+            reason = ""
+            if not self._order and not self._cmp.done:
+                reason = self._over_cost()
+                if reason:
+                    self._cmp.stop()
                 order = self._cmp.next_round()
                 self._order = order or []
-            box[0] = self._order.pop(0) if self._order else None
+            box[0] = (self._order.pop(0) if self._order else None, reason)
         dist.broadcast_object_list(box, src=0, group=self._group)
-        name = box[0]
+        name, reason = box[0]
         if name is None:
-            self._finish_round()
+            self._finish_round(reason)
             return
         self._current = name
         self._times = []
@@ -354,7 +375,23 @@ class Autotuner:
             self._cmp.record(self._current, block)
         self._next_block()
 
-    def _finish_round(self) -> None:
+    def _over_cost(self) -> str:
+        """Why the round stops for its cost (rank 0, at a round boundary), or ``""``: what it
+        ran so far against as many of DDP's median steps (each block's first step, the switch,
+        left out of that median)."""
+        ddp = [t for b in self._blocks.get(TORCH_DDP, []) for t in b[1:]]
+        if not ddp:
+            return ""
+        med = float(torch.tensor(ddp).median())
+        budget = self.config.cost_budget_s(med)
+        cost = sum(self._round_steps) - len(self._round_steps) * med
+        if budget is None or cost <= budget:
+            return ""
+        return (f"stopped after {len(self._round_steps)} steps: tuning cost {cost:.2f} s over "
+                f"torch DDP, more than max_cost_share={self.config.max_cost_share:g} of "
+                f"{self.config.planned_steps} planned steps ({budget:.2f} s)")
+
+    def _finish_round(self, reason: str = "") -> None:
         """Rank 0 reads the comparison's verdict and broadcasts the choice; trials reported."""
         box: list[Any] = [None]
         if dist.get_rank() == 0:
@@ -366,7 +403,7 @@ class Autotuner:
         self._report_trials()
         self._cmp = None
         self._current = None
-        self._lock(self._choices[best], comparison=comparison, name=best)
+        self._lock(self._choices[best], comparison=comparison, name=best, reason=reason)
 
     def _report_trials(self) -> None:
         for name, choice in self._choices.items():

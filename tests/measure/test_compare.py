@@ -173,6 +173,38 @@ def test_identical_candidates_end_equivalent_or_undecided_and_the_baseline_stays
     assert c.best() == "a"
 
 
+def test_a_stopped_comparison_keeps_the_verdicts_of_its_last_planned_look():
+    """``stop`` ends the comparison between looks without adding one: the verdicts are those
+    of the last planned look (undecided before the first), the intervals cover every round."""
+    m = NoisyMachine({"base": 0.02, "fast": 0.015, "same": 0.02}, seed=4, noise_cv=0.01,
+                     outlier_p=0.0, drift=0.0)
+    early = Interleaved(["base", "fast"], Design(baseline="base", min_rounds=3, max_rounds=9))
+    for _ in range(2):
+        for n in early.next_round():
+            early.record(n, m.time_block(n))
+    early.stop()
+    assert early.done and early.next_round() is None
+    res = early.result()
+    assert res.rounds == 2 and res["fast"].verdict is Verdict.UNDECIDED and res.best() == "base"
+
+    cmp = Interleaved(["base", "fast", "same"],
+                      Design(baseline="base", min_rounds=3, max_rounds=9, look_every=6))
+    for _ in range(3):
+        for n in cmp.next_round():
+            cmp.record(n, m.time_block(n))
+    at_look = {n: c.verdict for n, c in cmp.result().candidates.items()}
+    assert at_look["fast"] is Verdict.FASTER and "fast" not in cmp.active  # decided, raced out
+    assert at_look["same"] is Verdict.UNDECIDED
+    for _ in range(5):  # rounds 4-8, before the next look (9): "same" now runs 3x slower
+        for n in cmp.next_round():
+            cmp.record(n, [0.06] * 4 if n == "same" else m.time_block(n))
+    cmp.stop()
+    res = cmp.result()
+    assert {n: c.verdict for n, c in res.candidates.items()} == at_look
+    assert res.rounds == 8 and res["same"].rounds == 8 and res.best() == "fast"
+    assert res["same"].speedup.high < 1  # what a look now would call slower
+
+
 def test_session_warmup_rounds_are_dropped():
     m = NoisyMachine({"a": 0.02, "b": 0.02 / 1.05}, seed=2, warmup_steps=40,
                      warmup_factor=4.0, drift=0.0)

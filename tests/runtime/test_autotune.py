@@ -31,6 +31,33 @@ def _candidates(graph, cluster):  # noqa: ANN001, ANN202 - a proposer: (graph, c
             build("ps", d)]  # a duplicate and a lossy one: both skipped
 
 
+def _ps_only(graph, cluster):  # noqa: ANN001, ANN202 - a proposer of one candidate
+    return _candidates(graph, cluster)[:1]
+
+
+def _costly(rank: int, world: int, share: float | None) -> tuple:
+    """A candidate made 30 ms per step slower than DDP, 1,000 planned steps (a budget of 50):
+    what the tuning round ran and locked in."""
+    import time
+
+    from autosync_transfer.runtime.autotune import TORCH_DDP, AutotuneConfig
+    from autosync_transfer.runtime.ddp import DistributedModel
+
+    m = DistributedModel(TinyNet(), None, _cluster(), autotune=AutotuneConfig(
+        candidates=_ps_only, steps_per_candidate=3, min_rounds=3, max_rounds=6,
+        planned_steps=1000, max_cost_share=share))
+    opt = torch.optim.SGD(m.parameters(), lr=LR)
+    for step in tiny_batches(40, world):
+        opt.zero_grad()
+        m(*step[rank]).backward()
+        opt.step()
+        if m.backend != TORCH_DDP:
+            time.sleep(0.03)
+    rec = m._tuner.records[0]
+    verdicts = [c["verdict"] for c in rec["comparison"]["candidates"][1:]]
+    return rec["steps"], rec["locked"], rec["reason"], rec["comparison"]["rounds"], verdicts
+
+
 def _worker(rank: int, world: int) -> dict:
     from autosync_transfer.runtime.autotune import TORCH_DDP, AutotuneConfig
     from autosync_transfer.runtime.ddp import DistributedModel
@@ -76,6 +103,7 @@ def _worker(rank: int, world: int) -> dict:
         "resumed_tuning": resumed._tuner.tuning, "locked_kind": (
             TORCH_DDP if first["locked"] == TORCH_DDP else None),
         "small": (small.backend, small._tuner.tuning, small._tuner.record["reason"]),
+        "costly": {share: _costly(rank, world, share) for share in (0.001, None)},
     }
 
 
@@ -140,6 +168,19 @@ def test_a_budget_too_small_keeps_torch_ddp(runs: list[dict]) -> None:
         assert "budget of 5 steps cannot decide on one candidate" in reason
 
 
+def test_a_round_that_costs_more_than_its_share_stops_and_keeps_torch_ddp(runs: list[dict]) -> None:
+    """At 0.1 % of 1,000 planned steps the round stops at its first boundary (one round: a
+    block of each, 6 steps) with DDP and no verdict; unbounded it runs to its first look
+    (round 3, 5 or 6: it runs until the candidate is decided, slower)."""
+    for r in runs:
+        steps, locked, reason, rounds, verdicts = r["costly"][0.001]
+        assert (steps, locked, rounds, verdicts) == (6, "torch_ddp", 1, ["undecided"])
+        assert "max_cost_share=0.001" in reason and "stopped after 6 steps" in reason
+        steps, locked, reason, rounds, verdicts = r["costly"][None]
+        assert rounds in (3, 5, 6) and steps == 6 * rounds  # its looks (3, 5, 6)
+        assert (locked, reason) == ("torch_ddp", "") and verdicts[0] in ("slower", "undecided")
+
+
 def test_config_is_checked() -> None:
     from pydantic import ValidationError
 
@@ -153,6 +194,11 @@ def test_config_is_checked() -> None:
         AutotuneConfig(budget_share=0.0)
     assert AutotuneConfig(planned_steps=1000).budget_steps() == 50
     assert AutotuneConfig(planned_steps=100_000).budget_steps() == 300
+    assert AutotuneConfig(planned_steps=1000).cost_budget_s(0.02) == pytest.approx(0.2)
+    assert AutotuneConfig(planned_steps=1000, max_cost_share=None).cost_budget_s(0.02) is None
+    assert AutotuneConfig().cost_budget_s(0.02) is None  # no planned steps: unbounded
+    with pytest.raises(ValidationError, match="max_cost_share"):
+        AutotuneConfig(max_cost_share=0.0)
     # the budget goes to as many candidates as it gives target_rounds (default min_rounds, 4)
     # rounds each; the rounds it leaves are run too, looked at no more than three times
     assert AutotuneConfig(planned_steps=1000).schedule(3) == (3, 4, 1)
