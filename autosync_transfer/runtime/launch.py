@@ -55,8 +55,51 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _end_with(caller: int) -> None:
+    """Kill this process when process ``caller`` ends: a daemon thread waits on the caller's
+    pidfd (Linux; elsewhere it polls every second). A :func:`spawn_local` process is the
+    forkserver's child, and the server outlives a killed caller while any of its children lives,
+    so the processes watch the caller itself: one killed, even with SIGKILL, leaves no worker
+    training on behind it."""
+    import signal
+    import threading
+
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    try:
+        fd = os.pidfd_open(caller)
+    except ProcessLookupError:
+        die()
+        return
+    except (AttributeError, OSError):  # no pidfd: poll
+        def poll() -> None:
+            import time
+
+            while True:
+                time.sleep(1.0)
+                try:
+                    os.kill(caller, 0)
+                except ProcessLookupError:
+                    die()
+
+        threading.Thread(target=poll, name="spawn_local-caller", daemon=True).start()
+        return
+
+    def wait() -> None:
+        import select
+
+        select.select([fd], [], [])  # readable once the caller has ended
+        die()
+
+    threading.Thread(target=wait, name="spawn_local-caller", daemon=True).start()
+
+
 def _local_entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple,
-                 queue: Any, environ: dict[str, str] | None = None) -> None:
+                 queue: Any, environ: dict[str, str] | None = None,
+                 caller: int | None = None) -> None:
+    if caller is not None:
+        _end_with(caller)
     import torch
     import torch.distributed as dist
 
@@ -93,7 +136,8 @@ def spawn_local(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: 
     fork from multiprocessing's forkserver, which imports torch and the runtime once per calling
     process, and they end without the interpreter's teardown: a call costs its work, not two
     torch start-ups and shutdowns per rank. The server stays idle for the life of the calling
-    process (about 300 MB resident: torch imported) and ends with it."""
+    process (about 300 MB resident: torch imported) and ends with it; the processes end with it
+    too, even when it is killed (they watch it)."""
     import multiprocessing as mp
     import queue as queue_mod
 
@@ -104,7 +148,8 @@ def spawn_local(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: 
     q = ctx.Queue()
     port = free_port()
     environ = dict(os.environ)
-    procs = [ctx.Process(target=_local_entry, args=(r, world_size, port, fn, args, q, environ),
+    procs = [ctx.Process(target=_local_entry,
+                         args=(r, world_size, port, fn, args, q, environ, os.getpid()),
                          daemon=True)
              for r in range(world_size)]
     for p in procs:

@@ -123,3 +123,54 @@ def test_spawn_local_processes_see_the_caller_s_environment_and_folder_at_each_c
                                        (1, 2, "second", str(tmp_path))]
     assert third[0][2] is None
     assert all(r[4] for r in first + second + third)  # torch's compiler modules came preloaded
+
+
+_KILLED_CALLER = """
+import os, sys, time
+from pathlib import Path
+from autosync_transfer.runtime.launch import spawn_local
+
+def work(rank, world, folder):
+    Path(folder, f"pid{rank}").write_text(str(os.getpid()))
+    time.sleep(120)
+
+if __name__ == "__main__":
+    spawn_local(work, 2, sys.argv[1], timeout_s=300)
+"""
+
+
+def test_spawn_local_processes_end_with_a_killed_caller(tmp_path: Path) -> None:
+    """A caller killed with SIGKILL (no clean-up of its own) leaves no worker behind: they end
+    with the forkserver, which ends with the caller."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "caller.py"
+    script.write_text(_KILLED_CALLER)
+    caller = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("pid*"))) < 2:
+            assert caller.poll() is None and time.monotonic() < deadline, "workers never started"
+            time.sleep(0.2)
+        pids = [int(p.read_text()) for p in tmp_path.glob("pid*")]
+        caller.send_signal(signal.SIGKILL)
+        caller.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.2)
+            alive = [p for p in pids if _running(p)]
+        assert not alive, f"workers {alive} outlived their killed caller"
+    finally:
+        caller.kill()
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
