@@ -118,3 +118,18 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def two_emulated_hosts():  # noqa: ANN201 - a Cluster
+    """Three workers on two hosts (two on the chief) for an emulated cluster; skips where
+    network namespaces are not available (root and iproute2)."""
+    from autosync_transfer.domains.cluster import Cluster, Node
+    from autosync_transfer.runtime.emulation import available
+
+    ok, why = available()
+    if not ok:
+        pytest.skip(why)
+    return Cluster(name="t", nodes=(
+        Node(name="a", address="10.88.0.1", workers=2, bandwidth_gbps=1, chief=True),
+        Node(name="b", address="10.88.0.2", workers=1, bandwidth_gbps=1)))

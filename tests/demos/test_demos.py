@@ -57,18 +57,14 @@ sys.exit(int(sys.argv[2]) if os.environ["RANK"] == "2" else 0)
 
 @pytest.mark.netns
 @pytest.mark.parametrize("code", [0, 3])
-def test_run_emulated_runs_every_worker_in_its_node_with_torchrun_s_environment(tmp_path, code) -> None:  # noqa: ANN001
+def test_run_emulated_runs_every_worker_in_its_node_with_torchrun_s_environment(
+        tmp_path, code, two_emulated_hosts) -> None:  # noqa: ANN001
     """Three workers on two emulated nodes: each sees its rank, its node's rank and local rank,
     and rank 0's address; a failing worker's exit code is returned."""
     from autosync_transfer.demos import run_emulated
-    from autosync_transfer.runtime.emulation import available, list_namespaces
+    from autosync_transfer.runtime.emulation import list_namespaces
 
-    ok, why = available()
-    if not ok:
-        pytest.skip(why)
-    c = Cluster(name="t", nodes=(
-        Node(name="a", address="10.88.0.1", workers=2, bandwidth_gbps=1, chief=True),
-        Node(name="b", address="10.88.0.2", workers=1, bandwidth_gbps=1)))
+    c = two_emulated_hosts
     script = tmp_path / "report.py"
     script.write_text(_REPORT)
     before = set(list_namespaces())

@@ -150,21 +150,16 @@ print(json.dumps({"nodes": [[n.name, n.address, n.workers, n.chief] for n in mod
 
 
 @pytest.mark.netns
-def test_without_a_cluster_an_emulated_cluster_is_found_node_by_node():
+def test_without_a_cluster_an_emulated_cluster_is_found_node_by_node(two_emulated_hosts) -> None:  # noqa: ANN001
     """Three ranks on two emulated hosts (two on the chief): the derived cluster has the
     hosts' addresses in rank order, and a strategy naming n0 and n1 trains to equal replicas."""
     import json
     import subprocess
     import sys
 
-    from autosync_transfer.runtime.emulation import EmulatedCluster, available
+    from autosync_transfer.runtime.emulation import EmulatedCluster
 
-    ok, why = available()
-    if not ok:
-        pytest.skip(why)
-    c = Cluster(name="t", nodes=(
-        Node(name="a", address="10.88.0.1", workers=2, bandwidth_gbps=1, chief=True),
-        Node(name="b", address="10.88.0.2", workers=1, bandwidth_gbps=1)))
+    c = two_emulated_hosts
     with EmulatedCluster(c) as ec:
         procs = [ec.popen(node, [sys.executable, "-c", _EMULATED_WORKER],
                           env={"RANK": str(r), "WORLD_SIZE": "3", "MASTER_PORT": "29533"},
