@@ -20,7 +20,7 @@ then what each autotuned fit locked in and what tuning cost.
 
     python benchmarks/autotune_lightning.py [--cluster B | --cluster-file F.yml]
         [--launcher emulated|local] [--steps 300] [--rounds 5] [--builders all_reduce,ddp]
-        [--hidden 512] [--target-rounds 4] [--control]
+        [--hidden 512] [--target-rounds 4] [--max-cost-share 0.01|none] [--control]
 
 ``--launcher local`` is a quick check on this host (Lightning starts ``cluster`` workers);
 ``emulated`` (the default as root) shapes every node's NIC to the cluster's bandwidth.
@@ -55,6 +55,9 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--target-rounds", type=int, default=None,
                     help="AutotuneConfig.target_rounds (default: its own, 4): fewer candidates, "
                          "more rounds each")
+    ap.add_argument("--max-cost-share", default=None,
+                    help="AutotuneConfig.max_cost_share (default: its own, 0.01); 'none': no bound "
+                         "on a tuning round's cost (the rows measured before the bound)")
     ap.add_argument("--simulator", default=None, help="registry URI or name (default: the step-time simulator)")
     ap.add_argument("--candidates", type=int, default=500, help="sampled strategies to rank")
     ap.add_argument("--builders", default="all_reduce,ddp")
@@ -84,7 +87,10 @@ def _tuning(args: argparse.Namespace):  # noqa: ANN202 - an AutotuneConfig
     from autosync_transfer import AutotuneConfig
     from autosync_transfer.search import TrialRecorder
 
-    extra = {} if args.target_rounds is None else {"target_rounds": args.target_rounds}
+    extra: dict = {} if args.target_rounds is None else {"target_rounds": args.target_rounds}
+    if args.max_cost_share is not None:
+        extra["max_cost_share"] = (None if args.max_cost_share.lower() == "none"
+                                   else float(args.max_cost_share))
     return AutotuneConfig(steps_per_candidate=args.steps_per_candidate,
                           on_trial=TrialRecorder(args.trials) if args.trials else None, **extra)
 

@@ -85,6 +85,7 @@ def _train(args: argparse.Namespace) -> int:
           "autotune": autotune_config(args)}
     ours = (AutoSyncStrategy.from_registry(args.simulator, cluster, **kw) if args.simulator
             else AutoSyncStrategy(None, cluster, **kw))
+
     def fit(strategy):  # noqa: ANN001, ANN202 - a Lightning strategy -> fit_classifier's dict
         return fit_classifier(strategy, devices=devices, num_nodes=num_nodes, steps=args.steps,
                               batch_size=args.batch_size, lr=args.lr, hidden=args.hidden,

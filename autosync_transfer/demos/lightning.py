@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from autosync_transfer.demos.task import HIDDEN, TextClassifier, classifier_batch
+from autosync_transfer.errors import ConfigError
 
 if TYPE_CHECKING:
     from autosync_transfer.domains.cluster import Cluster
@@ -108,6 +109,8 @@ def lightning_layout(cluster: Cluster, launcher: str) -> tuple[int, int]:
     it as one "node" per worker (global rank = node rank, set in the environment here), which
     gives every worker its own rank; the network path of every message is still its real
     node's."""
+    if launcher not in ("local", "emulated"):
+        raise ConfigError(f"launcher must be 'local' or 'emulated', got {launcher!r}")
     if launcher == "local":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         return cluster.world_size, 1

@@ -214,7 +214,8 @@ class Interleaved:
     def stop(self) -> None:
         """End the comparison now (the caller's budget ran out): :meth:`next_round` returns
         ``None`` and :meth:`result`'s verdicts are those of the last planned look before this
-        round (``undecided`` before the first), so stopping adds no look."""
+        round (``undecided`` before the first), so stopping adds no look; the reported
+        intervals still cover every round, so an undecided candidate's may exclude 1."""
         self._order = []
         self._done = True
 

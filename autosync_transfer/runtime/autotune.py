@@ -388,7 +388,7 @@ class Autotuner:
         if budget is None or cost <= budget:
             return ""
         return (f"stopped after {len(self._round_steps)} steps: tuning cost {cost:.2f} s over "
-                f"torch DDP, more than max_cost_share={self.config.max_cost_share:g} of "
+                f"torch DDP's median step, more than max_cost_share={self.config.max_cost_share:g} of "
                 f"{self.config.planned_steps} planned steps ({budget:.2f} s)")
 
     def _finish_round(self, reason: str = "") -> None:

@@ -82,6 +82,8 @@ def _end_with(caller: int) -> None:
                     os.kill(caller, 0)
                 except ProcessLookupError:
                     die()
+                except PermissionError:  # the pid is another user's: the caller has ended
+                    die()
 
         threading.Thread(target=poll, name="spawn_local-caller", daemon=True).start()
         return
@@ -89,7 +91,10 @@ def _end_with(caller: int) -> None:
     def wait() -> None:
         import select
 
-        select.select([fd], [], [])  # readable once the caller has ended
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.poll()  # readable once the caller has ended
+        os.close(fd)
         die()
 
     threading.Thread(target=wait, name="spawn_local-caller", daemon=True).start()

@@ -33,8 +33,9 @@ def test_lightning_layout_describes_uneven_nodes_as_one_node_per_worker(monkeypa
                                     Node(name="b", address="10.0.0.2", workers=2, bandwidth_gbps=1)))
     uneven = Cluster(name="u", nodes=(Node(name="a", address="10.0.0.1", workers=2, bandwidth_gbps=1, chief=True),
                                       Node(name="b", address="10.0.0.2", workers=1, bandwidth_gbps=1)))
-    for name in ("GLOO_SOCKET_IFNAME", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):  # restored afterwards
-        monkeypatch.delenv(name, raising=False)
+    for name in ("GLOO_SOCKET_IFNAME", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.setenv(name, "x")  # recorded, so that what the layout sets is undone
+        monkeypatch.delenv(name)
     assert lightning_layout(uneven, "local") == (3, 1)
     assert lightning_layout(even, "emulated") == (2, 2)
     monkeypatch.setenv("RANK", "2")

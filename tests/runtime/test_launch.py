@@ -140,8 +140,8 @@ if __name__ == "__main__":
 
 
 def test_spawn_local_processes_end_with_a_killed_caller(tmp_path: Path) -> None:
-    """A caller killed with SIGKILL (no clean-up of its own) leaves no worker behind: they end
-    with the forkserver, which ends with the caller."""
+    """A caller killed with SIGKILL (no clean-up of its own) leaves no worker behind: the
+    workers watch the caller itself (the forkserver outlives it while any of them lives)."""
     import signal
     import subprocess
     import sys
