@@ -9,7 +9,11 @@ The layouts (``--sets``, comma-separated) cover one question each:
   row-sparse ones on one server (or cut over every node);
 * ``mixes``: the same with every third dense variable on a parameter server (those variables
   round-robin over the nodes), every dense variable on the servers (round-robin), and each with
-  its dense variables cut in 4 shards (where the first dimension allows).
+  its dense variables cut in 4 shards (where the first dimension allows);
+* ``ps_buckets``: parameter-server-heavy mixes that differ only in their number of all-reduce
+  buckets: every other dense variable on the servers (round-robin), the rest all-reduced in 1,
+  4, 16 or one bucket per variable (does each extra collective cost the PS threads time on a
+  host whose processes outnumber its cores? ``research/notebook.md``, 2026-11-27).
 
 Every layout is measured in one pool of trial workers, in ``--rounds`` interleaved rounds
 (``--warmup`` + ``--iters`` steps each; the median of the rounds' median steps is printed).
@@ -35,7 +39,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SETS = ("replication", "buckets", "mixes")
+SETS = ("replication", "buckets", "mixes", "ps_buckets")
 
 
 def layouts(domain, sets: list[str]) -> dict:  # noqa: ANN001
@@ -86,6 +90,10 @@ def layouts(domain, sets: list[str]) -> dict:  # noqa: ANN001
         found.update({"AR1": mixed(1), "AR16": mixed(16), "AR1_fp16": mixed(1, "fp16"),
                       "AR16_fp16": mixed(16, "fp16"),
                       "AR16_rows_cut": mixed(16, emb=tuple(nodes))})
+    if "ps_buckets" in sets:
+        n_ar = sum(1 for k in dense.values() if k % 2)
+        for groups in (1, 4, 16, n_ar):
+            found[f"PS2_AR{groups}"] = mixed(groups, every_ps=2)
     if "mixes" in sets:
         found.update({"AR16_ps3": mixed(16, every_ps=3),
                       "AR16_ps3_sh4": mixed(16, every_ps=3, shards=4),
