@@ -259,13 +259,10 @@ class Interleaved:
         holding the last warm step are dropped (at most a third of them)."""
         if rounds < 3:
             return 0
-        every = rounds >= self._round  # not truncated: the pending round's blocks count too
-
-        def kept(r: int) -> bool:
-            return every or r < rounds
-
-        med = {n: float(np.median([v for r, t in b.items() if kept(r) for v in t]))
-               for n, b in self._blocks.items() if any(kept(r) for r in b)}
+        # not truncated (rounds == self._round): the pending round's blocks count too
+        limit = rounds if rounds < self._round else math.inf
+        med = {n: float(np.median([v for r, t in b.items() if r < limit for v in t]))
+               for n, b in self._blocks.items() if any(r < limit for r in b)}
         series: list[float] = []
         round_of: list[int] = []
         for r, n in self._log:

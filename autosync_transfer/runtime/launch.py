@@ -80,9 +80,7 @@ def _end_with(caller: int) -> None:
                 time.sleep(1.0)
                 try:
                     os.kill(caller, 0)
-                except ProcessLookupError:
-                    die()
-                except PermissionError:  # the pid is another user's: the caller has ended
+                except (ProcessLookupError, PermissionError):  # gone, or its pid reused
                     die()
 
         threading.Thread(target=poll, name="spawn_local-caller", daemon=True).start()
