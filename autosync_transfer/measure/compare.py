@@ -212,10 +212,11 @@ class Interleaved:
         return list(order)
 
     def stop(self) -> None:
-        """End the comparison now (the caller's budget ran out): :meth:`next_round` returns
-        ``None`` and :meth:`result`'s verdicts are those of the last planned look before this
-        round (``undecided`` before the first), so stopping adds no look; the reported
-        intervals still cover every round, so an undecided candidate's may exclude 1."""
+        """End the comparison now (the caller's budget ran out), between rounds or within one
+        (the blocks it leaves are not run): :meth:`next_round` returns ``None`` and
+        :meth:`result`'s verdicts are those of the last planned look (``undecided`` before the
+        first), so stopping adds no look; the reported intervals still cover every block
+        recorded, so an undecided candidate's may exclude 1."""
         self._order = []
         self._done = True
 
@@ -327,8 +328,10 @@ class Interleaved:
         verdicts: dict[str, Verdict] = {}
         if self._round >= d.min_rounds:  # the last planned look (the current round unless stopped)
             look = max(r for r in d.looks if r <= self._round)
-            last_look = self._evaluate(d.look_confidence,
-                                       lv if look == self._round else self._levels(upto=look))
+            # stopped within a round: its recorded blocks were not part of that look
+            partial = any(self._round in b for b in self._blocks.values())
+            last_look = self._evaluate(d.look_confidence, lv if look == self._round and not partial
+                                       else self._levels(upto=look))
             verdicts = {n: c.verdict for n, c in last_look.items()}
         out: dict[str, CandidateResult] = {}
         for n in self.names:

@@ -14,9 +14,11 @@ the baseline of every tuning round, the start when no strategy is given, and the
   planned steps and ``max_tuning_steps``; the budget goes to the first candidates (the
   proposer's best first), as many as it gives ``target_rounds`` rounds each (at least one);
   and what the round costs over running DDP (its steps' time beyond DDP's median step, switches
-  included) stays within ``max_cost_share`` of the planned job's time: at a round boundary
-  past it, the round stops and keeps the verdicts of its last planned look (a tuning round
-  that finds nothing costs the job at most about that share plus one round);
+  included) stays within ``max_cost_share`` of the planned job's time: before each block, when
+  the cost so far plus what that block cost the last time it ran would pass it, the round
+  stops and keeps the verdicts of its last planned look (a tuning round that finds nothing
+  costs the job about that share, at most one block more: a choice's first block, or a slow
+  switch, is known only once it has run);
 - a candidate replaces DDP only when it is faster with confidence (the interval's lower bound
   above 1); otherwise the job locks in DDP. A budget too small for ``min_rounds`` of even one
   candidate tunes nothing.
@@ -87,11 +89,11 @@ class AutotuneConfig(BaseModel):
             each (at least one candidate, given ``min_rounds``); the rounds the budget leaves
             are run too, up to ``max_rounds``. The default, ``min_rounds``, tries many
             candidates (breadth against depth: ``docs/results.md``).
-        max_cost_share: a tuning round stops at the first round boundary where its cost over
-            running DDP throughout (its steps' time minus as many of DDP's median steps; the
-            switches are in it) exceeds this share of ``planned_steps`` DDP steps; its
-            verdicts are then those of its last planned look. ``None``, or no
-            ``planned_steps``: no bound on the cost.
+        max_cost_share: a tuning round stops before the first block that would take its cost
+            over running DDP throughout (its steps' time minus as many of DDP's median steps;
+            the switches are in it), counting what that block cost the last time it ran, past
+            this share of ``planned_steps`` DDP steps; its verdicts are then those of its last
+            planned look. ``None``, or no ``planned_steps``: no bound on the cost.
         margin: a candidate within this relative margin of DDP is "equivalent" (DDP stays).
         allow_lossy: also try compressed candidates (otherwise they are skipped, logged).
         include_initial: the model's initial strategy (when one was given) is a candidate.
@@ -306,11 +308,12 @@ class Autotuner:
             assert self._cmp is not None
             reason = ""
             if not self._order and not self._cmp.done:
-                reason = self._over_cost()
-                if reason:
+                self._order = self._cmp.next_round() or []
+            if self._order:
+                reason = self._over_cost(self._order[0])
+                if reason:  # the blocks left are not run
                     self._cmp.stop()
-                order = self._cmp.next_round()
-                self._order = order or []
+                    self._order = []
             box[0] = (self._order.pop(0) if self._order else None, reason)
         dist.broadcast_object_list(box, src=0, group=self._group)
         name, reason = box[0]
@@ -375,20 +378,26 @@ class Autotuner:
             self._cmp.record(self._current, block)
         self._next_block()
 
-    def _over_cost(self) -> str:
-        """Why the round stops for its cost (rank 0, at a round boundary), or ``""``: what it
-        ran so far against as many of DDP's median steps (each block's first step, the switch,
-        left out of that median)."""
+    def _over_cost(self, next_block: str) -> str:
+        """Why the round stops for its cost before ``next_block`` runs (rank 0), or ``""``:
+        what it ran so far against as many of DDP's median steps (each block's first step, the
+        switch, left out of that median), plus what ``next_block`` cost the last time it ran
+        (nothing for a choice not run yet), past the budget."""
         ddp = [t for b in self._blocks.get(TORCH_DDP, []) for t in b[1:]]
         if not ddp:
             return ""
         med = float(torch.tensor(ddp).median())
         budget = self.config.cost_budget_s(med)
+        if budget is None:
+            return ""
         cost = sum(self._round_steps) - len(self._round_steps) * med
-        if budget is None or cost <= budget:
+        last = (self._blocks.get(next_block) or [[]])[-1]
+        expected = max(0.0, sum(last) - len(last) * med)
+        if cost + expected <= budget:
             return ""
         return (f"stopped after {len(self._round_steps)} steps: tuning cost {cost:.2f} s over "
-                f"torch DDP's median step, more than max_cost_share={self.config.max_cost_share:g} of "
+                f"torch DDP's median step (and {expected:.2f} s expected of the next block), "
+                f"more than max_cost_share={self.config.max_cost_share:g} of "
                 f"{self.config.planned_steps} planned steps ({budget:.2f} s)")
 
     def _finish_round(self, reason: str = "") -> None:

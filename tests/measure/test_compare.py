@@ -204,6 +204,24 @@ def test_a_stopped_comparison_keeps_the_verdicts_of_its_last_planned_look():
     assert res.rounds == 8 and res["same"].rounds == 8 and res.best() == "fast"
     assert res["same"].speedup.high < 1  # what a look now would call slower
 
+    # stopped within a round (a block left unrun): the blocks it recorded were in no look
+    part = Interleaved(["base", "slow", "other"],
+                       Design(baseline="base", min_rounds=3, max_rounds=9, look_every=3, seed=4))
+    slowdown = {"slow": [1.02, 1.06, 1.04, 1.05], "other": [0.99, 1.04, 1.02, 1.0]}
+    for r in range(3):
+        for n in part.next_round():
+            part.record(n, [0.02 * (slowdown[n][r] if n != "base" else 1.0)] * 4)
+    assert part.result()["slow"].verdict is Verdict.UNDECIDED
+    order = part.next_round()
+    assert order[-1] == "other"  # the seed's order: base and slow run, other is left
+    for n in order[:2]:
+        part.record(n, [0.02 * slowdown[n][3] if n != "base" else 0.02] * 4)
+    part.stop()
+    res = part.result()
+    assert res.rounds == 3 and res["slow"].rounds == 4  # the interval covers the 4th block
+    # a look with the 4th round's blocks would call it slower; the last planned look did not
+    assert res["slow"].verdict is Verdict.UNDECIDED and res.best() == "base"
+
 
 def test_session_warmup_rounds_are_dropped():
     m = NoisyMachine({"a": 0.02, "b": 0.02 / 1.05}, seed=2, warmup_steps=40,
