@@ -18,7 +18,7 @@ from enum import Enum
 import numpy as np
 
 __all__ = ["Verdict", "RatioEstimate", "detect_warmup", "block_level", "paired_speedup",
-           "verdict_for", "upper_bound"]
+           "verdict_for", "seeds_to_show", "upper_bound"]
 
 
 class Verdict(str, Enum):
@@ -162,6 +162,28 @@ def verdict_for(est: RatioEstimate, margin: float) -> Verdict:
     if est.low >= 1.0 / (1.0 + margin) and est.high <= 1.0 + margin:
         return Verdict.EQUIVALENT
     return Verdict.UNDECIDED
+
+
+def seeds_to_show(values: Sequence[float], limit: float, *, confidence: float = 0.95,
+                  log: bool = False, most: int = 1000) -> int | None:
+    """How many values :func:`upper_bound` would need to lie at or under ``limit`` if their
+    mean and standard deviation held: the smallest ``n >= len(values)`` (at least 2) with
+    ``mean + t(n - 1) * sd / sqrt(n) <= limit``; ``None`` when the mean is not under ``limit``
+    (no number of values shows it), a value is not finite, or more than ``most`` are needed."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2 or not np.all(np.isfinite(x)) or (log and np.any(x <= 0)):
+        return None
+    if log:
+        x, limit = np.log(x), math.log(limit)
+    mean, sd = float(np.mean(x)), float(np.std(x, ddof=1))
+    if mean > limit or (mean == limit and sd > 0):
+        return None
+    for n in range(len(x), most + 1):
+        if mean + float(stats.t.ppf(confidence, n - 1)) * sd / math.sqrt(n) <= limit:
+            return n
+    return None
 
 
 def upper_bound(values: Sequence[float], *, confidence: float = 0.95, log: bool = False) -> float:

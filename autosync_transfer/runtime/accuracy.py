@@ -125,6 +125,24 @@ class ConvergenceCheck(BaseModel):
         return self.step_ratio, self.final_gap
 
     @property
+    def seeds_to_pass(self) -> int | None:
+        """Seeds a check over several seeds would need for both upper bounds to lie within the
+        tolerance if each figure's mean and spread held (:func:`~autosync_transfer.measure.
+        seeds_to_show`): its own number when it passed; ``None`` for one seed, or when a mean
+        lies beyond the tolerance (no number of seeds shows it within)."""
+        from autosync_transfer.measure import seeds_to_show
+
+        if not self.seeds:
+            return None
+        if self.passed:
+            return len(self.seeds)
+        tol = self.tolerance
+        need = (seeds_to_show(self.step_ratios, tol.max_step_ratio, confidence=self.confidence,
+                              log=True),
+                seeds_to_show(self.final_gaps, tol.max_final_gap, confidence=self.confidence))
+        return None if None in need else max(need)  # type: ignore[type-var]
+
+    @property
     def credited_step_ratio(self) -> float:
         """The steps-to-target ratio time to loss may use: below 1 only when that is
         significant (the upper bound over seeds below 1), otherwise at least 1."""
@@ -143,11 +161,23 @@ class ConvergenceCheck(BaseModel):
                     f"{100 * self.confidence:.0f} % bound {self.step_ratio_high:.2f}, tolerance "
                     f"{self.tolerance.max_step_ratio:.2f}); final loss gap "
                     f"{self.final_gap:+.1%} (upper bound {self.final_gap_high:+.1%}, tolerance "
-                    f"{self.tolerance.max_final_gap:.0%}) over {self.steps} steps")
+                    f"{self.tolerance.max_final_gap:.0%}) over {self.steps} steps"
+                    f"{self._undecided()}")
         return (f"convergence check {verdict}: target loss {self.target_loss:.4g} {reached} vs "
                 f"{self.exact_steps_to_target} exact (ratio {self.step_ratio:.2f}, tolerance "
                 f"{self.tolerance.max_step_ratio:.2f}); final loss gap {self.final_gap:+.1%} "
                 f"(tolerance {self.tolerance.max_final_gap:.0%}) over {self.steps} steps")
+
+
+    def _undecided(self) -> str:
+        """For a failed check over seeds: whether more seeds could show it within tolerance."""
+        if self.passed:
+            return ""
+        n = self.seeds_to_pass
+        if n is None:
+            return "; a mean lies beyond the tolerance"
+        return (f"; the means lie within the tolerance but the seeds spread too much to show it: "
+                f"about {n} seeds would if they held")
 
 
 def over_seeds(checks: list[ConvergenceCheck], *, confidence: float = 0.95) -> ConvergenceCheck:

@@ -118,6 +118,25 @@ def test_upper_bound_over_seeds():
     assert upper_bound([0.0, 0.01, -0.01]) == pytest.approx(0.0169, abs=1e-3)
 
 
+def test_seeds_to_show_is_the_count_at_which_the_bound_would_reach_the_limit():
+    from autosync_transfer.measure import seeds_to_show
+
+    gaps = [0.014, 0.025, 0.010]  # mean 1.6 %, sd 0.8 %: 3 seeds bound it at 3 %, not 2 %
+    n = seeds_to_show(gaps, 0.02)
+    assert upper_bound(gaps) > 0.02 and n is not None and n > 3
+    # the same mean and spread over n values (a rescaled sample) is bounded at or under 2 %,
+    # over n - 1 values not
+    def sample(k: int) -> list[float]:
+        z = np.linspace(-1, 1, k)
+        return list(np.mean(gaps) + np.std(gaps, ddof=1) * z / np.std(z, ddof=1))
+    assert upper_bound(sample(n)) <= 0.02 + 1e-12 < upper_bound(sample(n - 1))
+    assert seeds_to_show([0.0, 0.001, -0.001], 0.02) == 3  # already shown
+    assert seeds_to_show([0.077, -0.003, 0.013], 0.02) is None  # mean 2.9 %: never
+    assert seeds_to_show([1.04, 1.05, 1.09], 1.10, log=True) == 4
+    assert seeds_to_show([1.0, math.inf, 1.0], 1.10, log=True) is None
+    assert seeds_to_show([0.01], 0.02) is None
+
+
 # -- the interleaved design ---------------------------------------------------------------------
 def test_design_rejects_bad_values():
     with pytest.raises(ConfigError, match="min_rounds must be >= 3, got 2"):

@@ -175,6 +175,22 @@ def test_over_seeds_is_a_non_inferiority_test(ratios, gaps, passed, credited) ->
         assert c.credited_step_ratio == credited
 
 
+def test_a_failed_check_says_whether_more_seeds_could_pass_it() -> None:
+    """Within tolerance on average but too spread for 3 seeds (what a lossless strategy shows on
+    a chaotic workload): how many seeds would show it; a mean beyond it: none would."""
+    from autosync_transfer.runtime.accuracy import over_seeds
+
+    spread = over_seeds([_seed_check(i, 1.0, g) for i, g in enumerate((-0.05, 0.044, -0.018))])
+    assert not spread.passed and spread.seeds_to_pass is not None and spread.seeds_to_pass > 3
+    assert f"about {spread.seeds_to_pass} seeds would" in spread.summary()
+    worse = over_seeds([_seed_check(i, 1.0, g) for i, g in enumerate((0.077, -0.003, 0.013))])
+    assert not worse.passed and worse.seeds_to_pass is None
+    assert "a mean lies beyond the tolerance" in worse.summary()
+    ok = over_seeds([_seed_check(i, 1.0, g) for i, g in enumerate((0.0, 0.001, -0.001))])
+    assert ok.passed and ok.seeds_to_pass == 3 and "seeds would" not in ok.summary()
+    assert _seed_check(0, 1.0, 0.05).seeds_to_pass is None  # one seed: no spread to go by
+
+
 def test_one_seed_is_its_own_check_and_never_credited_below_1() -> None:
     from autosync_transfer.runtime.accuracy import over_seeds
 
