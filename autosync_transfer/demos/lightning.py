@@ -75,7 +75,9 @@ def fit_classifier(strategy: Any, *, devices: int, num_nodes: int, steps: int,
 
     Returns ``final_loss`` (the last 20 steps, averaged over workers), ``train_s`` (first step to
     last), ``fit_s`` (the whole ``Trainer.fit``: set-up, proposal and tuning included),
-    ``steps``, ``median_step_ms`` (steps after the tenth) and ``global_zero``."""
+    ``steps``, ``median_step_ms`` (steps after the tenth), ``late_step_ms`` (the median step of
+    the second half: after an autotuner's first tuning round, what the job runs at) and
+    ``global_zero``."""
     torch.manual_seed(seed)
     lit = LitClassifier(lr, hidden)
     world = devices * num_nodes
@@ -96,6 +98,8 @@ def fit_classifier(strategy: Any, *, devices: int, num_nodes: int, steps: int,
     return {"final_loss": final, "train_s": timer.train_s, "fit_s": fit_s,
             "steps": len(timer.step_s),
             "median_step_ms": statistics.median(timer.step_s[10:] or timer.step_s) * 1000,
+            "late_step_ms": statistics.median(timer.step_s[len(timer.step_s) // 2:]
+                                              or timer.step_s) * 1000,
             "global_zero": trainer.is_global_zero}
 
 
