@@ -176,6 +176,8 @@ def _bench(args: argparse.Namespace) -> int:
     for n in names:
         print(f"  fit wall times of {n} by round: "
               + ", ".join(f"{f['fit_s']:.2f} s" for f in fits[n]))
+        print(f"  second half's median step of {n} by round: "
+              + ", ".join(f"{f['late_step_ms']:.1f} ms" for f in fits[n]))
     late_ddp = [f["late_step_ms"] for f in fits["Lightning DDP"]]
     for n in names:
         if n != "Lightning DDP":
