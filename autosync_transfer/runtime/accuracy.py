@@ -168,7 +168,6 @@ class ConvergenceCheck(BaseModel):
                 f"{self.tolerance.max_step_ratio:.2f}); final loss gap {self.final_gap:+.1%} "
                 f"(tolerance {self.tolerance.max_final_gap:.0%}) over {self.steps} steps")
 
-
     def _undecided(self) -> str:
         """For a failed check over seeds: whether more seeds could show it within tolerance."""
         if self.passed:
