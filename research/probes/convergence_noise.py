@@ -32,6 +32,7 @@ def main() -> None:
 
     from autosync_transfer.domains.tasks import learnable_batches, training_lr
     from autosync_transfer.domains.workload import load_workload
+    from autosync_transfer.runtime.convergence import _step_seed  # a convergence run's batches
 
     workload = load_workload(f"zoo:{args.model}")
     batches = learnable_batches(workload, seed=0)
@@ -46,8 +47,8 @@ def main() -> None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed * 1009)
             for k in range(args.steps):
-                x, y = batches(workload.batch_size, torch.Generator().manual_seed(
-                    (seed * 1_000_003 + k * 1009 + 1) % (2**63 - 1)))
+                x, y = batches(workload.batch_size,
+                               torch.Generator().manual_seed(_step_seed(seed, k, 0)))
                 opt.zero_grad()
                 loss = workload.loss(module, x, y)
                 loss.backward()
