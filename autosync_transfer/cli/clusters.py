@@ -70,7 +70,9 @@ def _calibration_lines(cal) -> list[str]:  # noqa: ANN001 - ClusterCalibration
         + ("" if cal.ps_piece_s is None else
            f"; parameter-server piece {cal.ps_piece_s * 1e6:.0f} us")
         + ("" if cal.ps_sparse_piece_s is None else
-           f", row-sparse piece {cal.ps_sparse_piece_s * 1e6:.0f} us"),
+           f", row-sparse piece {cal.ps_sparse_piece_s * 1e6:.0f} us")
+        + ("" if cal.ar_collective_s is None else
+           f"; all-reduce collective beside PS work {cal.ar_collective_s * 1e6:.0f} us"),
         f"  compute slowdown by concurrent workers ({cal.host_cores} cores): {slow}",
         *([f"  all-reduce: {ar}"] if ar else []),
     ]

@@ -166,6 +166,12 @@ class ClusterCalibration(BaseModel):
         default=None, ge=0, allow_inf_nan=False, description=(
             "the same for a row-sparse piece (a header, then indices and rows, then the "
             "answer), from tables with one touched row; None: not measured"))
+    ar_collective_s: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description=(
+            "seconds one more all-reduce collective adds to a step whose parameter-server work "
+            "binds (its wake-ups take CPU from the PS threads where the workers outnumber the "
+            "cores), from the dense pieces beside 1 and 17 one-element all-reduce buckets; "
+            "None: not measured (calibrations written before it)"))
 
     def slowdown(self, processes: int) -> float:
         """Compute slowdown of ``processes`` concurrent workers on one host (interpolated; beyond

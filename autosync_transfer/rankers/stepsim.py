@@ -31,7 +31,9 @@ One iteration (every worker alike, times from the start of the step)
       piece's pushes and answers one after the other; every rank also spends the calibrated
       per-piece cost. Pieces of different servers follow each other (:meth:`StepSimulator.
       _server_chain`: a max-plus recurrence solved in closed form per strategy), sharing the
-      NICs with the all-reduces launched between them.
+      NICs with the all-reduces launched between them. Every all-reduce collective also takes
+      the calibrated ``ar_collective_s`` from the PS threads (its wake-ups, where workers
+      outnumber cores), from its bucket's launch slot on.
     * Row-sparse PS pieces are replayed as the executor runs them, a chain of dependent steps per
       piece (:meth:`StepSimulator._sparse_chain`): touched rows pushed with their indices,
       gathered, averaged and answered, the server's receives posted only when its PS thread
@@ -218,6 +220,14 @@ class StepSimVariant(BaseModel):
         "per-piece work for such pieces overlaps its NIC's bytes (max of the two); a server "
         "waits for the bytes, then does its per-piece work (their sum). False: the sum on "
         "every node"))
+    collectives_take_ps_cpu: bool = Field(default=True, description=(
+        "every all-reduce collective delays the parameter-server threads by the calibration's "
+        "ar_collective_s (what one more collective adds to a step whose PS work binds: its "
+        "wake-ups take CPU from the PS threads where the workers outnumber the cores), from "
+        "its bucket's launch slot on: every node's PS queue and the dense pieces' chain; "
+        "research/probes/layout_probe.py --sets ps_buckets measures the step against the "
+        "bucket count. False, or no such calibration figure: collectives cost only the AR "
+        "thread"))
     ring_shares_cores: bool = Field(default=False, description=(
         "slow all-reduce buckets by the same slowdown (the older model); by default a ring "
         "streams at the links' rate, as the calibration's all-reduce measurement shows"))
@@ -261,12 +271,15 @@ class _Physics:
             self.intra = calibration.intra_bandwidth_gbps * 1e9 / 8
             self.intra_lat = calibration.intra_latency_s
             self.coll_lat = calibration.collective_latency_s
+            self.ar_ps_cpu_s = (float(calibration.ar_collective_s or 0.0)
+                                if variant.collectives_take_ps_cpu else 0.0)
         else:
             self.nic, self.lat, self.intra = nominal_network(
                 cluster, goodput=config.goodput, default_latency_s=config.default_latency_s,
                 intra_node_gbps=config.intra_node_gbps)
             self.intra_lat = 0.0
             self.coll_lat = 0.0
+            self.ar_ps_cpu_s = 0.0
         self.ring_factor, self.ring_bw = ring(self.workers, self.nic, self.intra)
         max_lat = float(self.lat.max()) if N > 1 else self.intra_lat
         self.ar_lat_per_coll = (2.0 * (W - 1) * max_lat + self.coll_lat) if W > 1 else 0.0
@@ -497,6 +510,7 @@ class StepSimulator:
         ar_work = np.zeros(B * V)
         nic_work = np.zeros((B * V, N))
         comp_total = np.zeros(B)
+        coll_cpu = None  # [B * V]: PS-thread time the collectives launched in a slot take
         if ar.size:
             ctab, codes = rows.ctab, rows.codes[ar]
             comp = ctab[4][codes]
@@ -526,6 +540,9 @@ class StepSimulator:
             ar_work += np.bincount(rel, weights=b_time[present], minlength=B * V)
             nic_work += (np.bincount(rel, weights=b_bytes[present], minlength=B * V)[:, None]
                          * (ph.ring_scale * ph.ar_nic)[None, :])
+            if ph.ar_ps_cpu_s > 0.0:
+                coll_cpu = np.bincount(rel, weights=coll[present] * ph.ar_ps_cpu_s,
+                                       minlength=B * V)
             b_strat = np.flatnonzero(present) // NB
             comp_total = np.bincount(b_strat, weights=b_comp[present], minlength=B)
             out["ar_buckets"] = np.bincount(b_strat, minlength=B)
@@ -588,7 +605,7 @@ class StepSimulator:
                     # the busiest NIC's share of the all-reduces launched in each slot
                     ar_slot = (np.bincount(rel, weights=b_bytes[present], minlength=B * V)
                                * (ph.ring_scale * float(ph.ar_nic.max())))
-                chain_end = self._server_chain(rows, wire, ps[dense_ps], B, ar_slot)
+                chain_end = self._server_chain(rows, wire, ps[dense_ps], B, ar_slot, coll_cpu)
         ps_work *= ph.comm_scale
         ps_work += ph.wire_scale * ps_wire
         if send_wire is not None:
@@ -609,11 +626,14 @@ class StepSimulator:
             # the PS thread reaches a piece once the pieces before it are done (the queue's
             # closed form, forwards: its end is the last finish of a slot with work)
             work = _slots_last(ps_work, B, V, N)  # [B, N, V]
+            has_work = work > 0
+            if coll_cpu is not None:  # the collectives' wake-ups delay every node's PS thread
+                work += coll_cpu.reshape(B, 1, V)
             before = np.cumsum(work, axis=-1)
             before -= work
             reach = before + np.maximum.accumulate(t - before, axis=-1)
             finish = reach + work
-            finish *= work > 0
+            finish *= has_work
             ps_end_nodes = finish.max(axis=-1)
         ps_end = ps_end_nodes.max(axis=1)
         if chain_end is not None:
@@ -664,7 +684,8 @@ class StepSimulator:
         return out
 
     def _server_chain(self, rows: Rows, wire: np.ndarray, dense: np.ndarray, B: int,
-                      ar_slot: np.ndarray | None = None) -> np.ndarray:
+                      ar_slot: np.ndarray | None = None,
+                      coll_cpu: np.ndarray | None = None) -> np.ndarray:
         """``[B]``: when the dense PS pieces (``dense``: their rows) are complete at the earliest,
         replaying the executor's order of pieces.
 
@@ -684,7 +705,9 @@ class StepSimulator:
         in closed form, ``G_i = C_i + max_(j <= i)(r_j - C_j)`` with ``C`` the running sum of
         ``c`` and ``r_j = release_j + in_j + k``, segmented by strategy. ``ar_slot [B * V]``:
         the busiest NIC's time for the all-reduces launched in each slot, which lengthen the
-        next piece's ``c`` (``ps_chain_shares_nic``)."""
+        next piece's ``c`` (``ps_chain_shares_nic``); ``coll_cpu [B * V]``: the PS threads' time
+        the collectives launched in each slot take, added to the next piece's ``c``
+        (``collectives_take_ps_cpu``)."""
         ph = self.physics
         if rows.ordered and ph.launch_reversed:
             # rows in (strategy, variable, shard) order, launched in reverse variable order:
@@ -726,6 +749,9 @@ class StepSimulator:
             here = np.cumsum(ar_slot)[st * len(ph.rank_of_var) + k_row]
             launched = here - np.r_[0.0, here[:-1]]
             c += np.minimum(launched, c / ph.ps_remote_sources[pl])
+        if coll_cpu is not None:
+            here = np.cumsum(coll_cpu)[st * len(ph.rank_of_var) + k_row]
+            c += here - np.r_[0.0, here[:-1]]
         c += cost
         c[first] = 0.0
         r = ph.release_sorted[k_row] + t_in + cost

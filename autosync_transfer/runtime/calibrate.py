@@ -25,7 +25,9 @@ script (``python -m autosync_transfer.runtime.calibrate '<json>'``) on a gloo pr
   over ``reps_small`` steps after warm-up steps); the step divided by the pieces is what one
   piece costs beyond its bytes (every rank's PS thread, the messages' latencies). The same
   with row-sparse pieces (``ps_pieces / 2`` tables of 64 x 16, one row touched per step: the
-  header, the rows and the answer of the executor's row-sparse exchange).
+  header, the rows and the answer of the executor's row-sparse exchange). Then the same dense
+  pieces beside 1 or 17 one-element parameters all-reduced in buckets of their own, in
+  interleaved blocks: what one more collective costs such a step.
 
 From these (:class:`~autosync_transfer.domains.profile.ClusterCalibration`):
 
@@ -38,6 +40,10 @@ From these (:class:`~autosync_transfer.domains.profile.ClusterCalibration`):
 * ``collective_latency_s``: the 4-byte all-reduce time beyond the ``2 (W - 1)`` message
   latencies of a ring over ``W`` workers (at least 0); ``allreduce_s`` keeps every size;
 * ``ps_piece_s`` / ``ps_sparse_piece_s``: the parameter-server steps divided by their pieces;
+* ``ar_collective_s``: what one more all-reduce collective adds to a step whose
+  parameter-server work binds (the ``ps_pieces`` dense pieces beside 1, then 17, one-element
+  parameters all-reduced in buckets of their own, interleaved; the difference over 16). Where
+  the workers outnumber the cores, a collective's wake-ups take CPU from the PS threads;
 * ``compute_slowdown[k] = (cpu_k / cpu_1) * max(1, k / host_cores)``: ``cpu_k`` the step's CPU
   seconds with ``k`` workers computing at once (shared caches and memory bandwidth), and
   ``k / host_cores`` the time slicing once the workers outnumber the cores. Measured in CPU
@@ -212,6 +218,7 @@ def _bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     if world > 1 and cfg.get("cluster") is not None:
         result["ps_piece_s"] = _ps_pieces(cfg, reps_small, sparse=False)
         result["ps_sparse_piece_s"] = _ps_pieces(cfg, reps_small, sparse=True)
+        result["ar_collective_s"] = _ar_collectives(cfg, reps_small)
     dist.barrier()
     return result if rank == 0 else None
 
@@ -255,6 +262,56 @@ def _ps_pieces(cfg: dict[str, Any], reps: int, *, sparse: bool) -> float:
     mine = torch.tensor([statistics.median(times) / pieces])
     dist.all_reduce(mine, op=dist.ReduceOp.MAX)
     return float(mine.item())
+
+
+def _ar_collectives(cfg: dict[str, Any], reps: int, extra: int = 16) -> float:
+    """What one more all-reduce collective adds to a step whose parameter-server work binds:
+    the executor synchronizing ``ps_pieces`` one-element parameters on the first node's
+    parameter server beside one, then ``1 + extra``, one-element parameters all-reduced each in
+    a bucket of its own; the difference of the two steps' medians (interleaved, three blocks of
+    ``reps`` steps each, every rank's slowest) over ``extra``, at least 0."""
+    import torch
+    import torch.distributed as dist
+
+    from autosync_transfer.domains.cluster import Cluster
+    from autosync_transfer.domains.importers import graph_from_torch
+    from autosync_transfer.runtime.executor import CommGroups, StrategyExecutor
+    from autosync_transfer.runtime.plan import make_plan
+    from autosync_transfer.strategies.types import PS, AllReduce, Strategy, VarConfig
+
+    cluster = Cluster.model_validate(cfg["cluster"])
+    pieces = int(cfg.get("ps_pieces", 64))
+    server = PS(destination=cluster.nodes[0].name)
+    groups = CommGroups.create()
+    runs = []
+    for buckets in (1, 1 + extra):
+        module = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(1))
+                                         for _ in range(pieces + buckets)])
+        graph = graph_from_torch(module, f"ar-collectives-{buckets}")
+        nodes = tuple(VarConfig(var_name=v.name, synchronizer=server if i < pieces
+                                else AllReduce(group=i - pieces))
+                      for i, v in enumerate(graph.variables))
+        strategy = Strategy(id=f"ar-collectives-{buckets}", kind="calibration", nodes=nodes)
+        runs.append((module, StrategyExecutor(module, make_plan(strategy, graph, cluster),
+                                              groups).setup()))
+    times: list[list[float]] = [[], []]
+    try:
+        for block in range(3):
+            for i, (module, executor) in enumerate(runs):
+                for k in range(reps + 2):
+                    dist.barrier()
+                    t0 = time.perf_counter()
+                    torch.stack([p[0] for p in module]).sum().backward()
+                    executor.finish()
+                    if k >= 2:  # the block's first steps: the switch between the two
+                        times[i].append(time.perf_counter() - t0)
+                    module.zero_grad(set_to_none=False)
+    finally:
+        for _, executor in runs:
+            executor.close()
+    mine = torch.tensor([statistics.median(times[0]), statistics.median(times[1])])
+    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+    return max(0.0, float(mine[1] - mine[0]) / extra)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -368,7 +425,8 @@ def _summarize(cluster: Cluster, launcher: str, raw: dict[str, Any], seconds: fl
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         allreduce_s={int(k): v for k, v in raw["allreduce"].items()},
         foreign_cpu=None if foreign is None else round(foreign, 4),
-        ps_piece_s=raw.get("ps_piece_s"), ps_sparse_piece_s=raw.get("ps_sparse_piece_s"))
+        ps_piece_s=raw.get("ps_piece_s"), ps_sparse_piece_s=raw.get("ps_sparse_piece_s"),
+        ar_collective_s=raw.get("ar_collective_s"))
 
 
 def calibrate_cluster(cluster: Cluster, launcher: str | Any = "emulated", *,

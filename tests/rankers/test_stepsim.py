@@ -618,3 +618,32 @@ def test_any_cluster_and_graph_gives_finite_steps_that_slower_physics_never_shor
     step = StepSimulator(dom, profile, calibration, config,
                          variant=slowed).simulate(batch)["step_s"]
     assert (step >= base * (1 - 1e-9)).all(), (step, base)
+
+
+def test_every_collective_takes_the_calibrated_time_from_the_ps_threads_after_its_launch() -> None:
+    """Two tiny PS pieces on n0 (0.2 s each to every PS thread) and two tiny all-reduced
+    variables, all ready at 0.15 s. Launched in reverse forward order, the all-reduces (v2, v3)
+    go first: each collective delays the PS threads by ``ar_collective_s`` (10 ms), so the
+    step grows by 10 ms per bucket; a collective launched after the PS pieces delays nothing,
+    and without the calibration's figure (or with the variant off) buckets cost the PS
+    threads nothing."""
+    g = _graph([1, 1, 1, 1])
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(2, 1))
+    prof = _profile(g, [0.05] * 4)
+    cal = _calibration(dom).model_copy(update={"ps_piece_s": 0.2, "ar_collective_s": 0.01})
+    ps = PS(destination="n0")
+    one = _strategy([ps, ps, AllReduce(group=0), AllReduce(group=0)])
+    two = _strategy([ps, ps, AllReduce(group=0), AllReduce(group=1)])
+    late = _strategy([AllReduce(group=0), ps, ps, AllReduce(group=1)])
+    out = StepSimulator(dom, prof, cal).simulate([one, two, late])
+    ps_end = 0.15 + 2 * 0.2
+    assert out["step_s"][0] == pytest.approx(ps_end + 0.01 + 0.05)
+    assert out["step_s"][1] == pytest.approx(ps_end + 0.02 + 0.05)
+    assert out["step_s"][2] == pytest.approx(ps_end + 0.01 + 0.05)  # v0's bucket comes last
+    for unmeasured, variant in ((cal.model_copy(update={"ar_collective_s": None}), None),
+                                (cal, StepSimVariant(collectives_take_ps_cpu=False))):
+        flat = StepSimulator(dom, prof, unmeasured, variant=variant).simulate([one, two, late])
+        assert flat["step_s"] == pytest.approx([ps_end + 0.05] * 3)
+    # no PS piece: nothing to delay
+    ar = _strategy([AllReduce(group=i) for i in range(4)])
+    assert StepSimulator(dom, prof, cal).simulate([ar])[0]["step_s"] == pytest.approx(0.35)

@@ -58,6 +58,8 @@ def test_local_calibration_is_stored_and_reused(tmp_path) -> None:
     assert sorted(cal.allreduce_s) == [4, 65536, 1 << 20, 8 << 20]
     # the executor's cost per parameter-server piece, dense and row-sparse (milliseconds here)
     assert 0 < cal.ps_piece_s < 0.05 and 0 < cal.ps_sparse_piece_s < 0.1
+    # what one more all-reduce collective adds to a step bound by its PS work (0 when nothing)
+    assert cal.ar_collective_s is not None and 0 <= cal.ar_collective_s < 0.05
     again, measured = get_calibration(cluster, "local", folder=tmp_path)
     assert not measured and again == cal
     # a changed cluster has another fingerprint: nothing stored is found for it
@@ -97,6 +99,7 @@ def test_emulated_calibration_recovers_shaped_bandwidth() -> None:
     assert all(0 < n.latency_s < 0.05 for n in cal.nodes)
     assert set(cal.compute_slowdown) == {1, 2, 3}
     assert 0 < cal.ps_piece_s < 0.05 and 0 < cal.ps_sparse_piece_s < 0.1
+    assert cal.ar_collective_s is not None and 0 <= cal.ar_collective_s < 0.05
     assert json.loads(cal.model_dump_json())["launcher"] == "emulated"
 
 
