@@ -157,7 +157,10 @@ def _bench(args: argparse.Namespace) -> int:
         if rec is not None:
             print(f"  autotune round {i}: locked in {rec['locked']} after {rec['steps']} steps, "
                   f"{rec['switches']} switches, proposal {rec['propose_s']:.2f} s, cost "
-                  f"{rec['cost_s']:.2f} s{'; ' + rec['reason'] if rec['reason'] else ''}")
+                  f"{rec['cost_s']:.2f} s{'; ' + rec['reason'] if rec['reason'] else ''}"
+                  + ("" if not rec.get("dropped") or "every candidate left" in rec["reason"]
+                     else "; left after a slow block: " + ", ".join(
+                         f"{n} {r:.2f}x" for n, r in rec["dropped"].items())))
     ddp = [f["fit_s"] for f in fits["Lightning DDP"]]
     print(f"{'configuration':28s}{'median fit':>12s}{'median step':>13s}{'2nd half':>10s}"
           f"{'final loss':>12s}   speed-up vs Lightning DDP [95 % interval]")

@@ -220,6 +220,27 @@ class Interleaved:
         self._order = []
         self._done = True
 
+    def drop(self, name: str) -> None:
+        """``name`` leaves the pool now (its caller judged it not worth its cost): it runs no
+        more blocks, its verdict stays that of its last look (``undecided`` before the
+        first), so dropping never makes a candidate win; the comparison is over once the
+        baseline is alone (its block pending in this round is not run). A block of ``name``
+        pending in this round is not run."""
+        if name == self.design.baseline:
+            raise ConfigError(f"the baseline {name!r} cannot leave the comparison")
+        if name not in self.names:
+            raise ConfigError(f"unknown candidate {name!r}")
+        if name in self._active:
+            self._active.remove(name)
+        if name in self._order:
+            self._order.remove(name)
+            if not self._order:  # its block was the round's last one
+                self._round += 1
+                self._after_round()
+        if len(self._active) < 2:  # the baseline alone: its pending block is not run
+            self._order = []
+            self._done = True
+
     def record(self, name: str, times: Sequence[float]) -> None:
         """The step times (seconds) of ``name``'s block in the current round."""
         if name not in self._order:

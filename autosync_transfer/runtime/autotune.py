@@ -9,7 +9,9 @@ the baseline of every tuning round, the start when no strategy is given, and the
   each (:class:`~autosync_transfer.measure.Interleaved`): the job's own steps, forward, backward,
   synchronization, optimizer and data, each timed as the slowest rank's;
 - warm-up is detected and dropped (a switch, the job's first steps), a candidate leaves the pool
-  once the comparison has decided about it (slower, equivalent or faster), and the round budget
+  once the comparison has decided about it (slower, equivalent or faster), or as soon as one of
+  its blocks runs more than ``drop_slower`` slower than DDP's latest block (a cost rule, not a
+  verdict: it can only keep DDP), and the round budget
   is bounded: the steps run with candidates other than DDP stay within ``budget_share`` of the
   planned steps and ``max_tuning_steps``; the budget goes to the first candidates (the
   proposer's best first), as many as it gives ``target_rounds`` rounds each (at least one);
@@ -54,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.measure import Design, Interleaved
+from autosync_transfer.measure.stats import block_level
 from autosync_transfer.runtime.accuracy import is_lossless
 from autosync_transfer.runtime.torch_ddp import TORCH_DDP
 from autosync_transfer.runtime.trial import Protocol, TrialResult
@@ -95,6 +98,10 @@ class AutotuneConfig(BaseModel):
             this share of ``planned_steps`` DDP steps; its verdicts are then those of its last
             planned look. ``None``, or no ``planned_steps``: no bound on the cost.
         margin: a candidate within this relative margin of DDP is "equivalent" (DDP stays).
+        drop_slower: a candidate whose block runs more than this share slower than torch
+            DDP's latest block (each block's level: its median step after its detected
+            warm-up) leaves the tuning round: it could only cost, and leaving never makes a
+            candidate win. ``None``: every candidate runs until the comparison decides.
         allow_lossy: also try compressed candidates (otherwise they are skipped, logged).
         include_initial: the model's initial strategy (when one was given) is a candidate.
         retune_every: compare again after this many steps with the locked choice (``None``:
@@ -117,6 +124,7 @@ class AutotuneConfig(BaseModel):
     target_rounds: int = Field(default=4, ge=3)
     max_cost_share: float | None = Field(default=0.01, gt=0.0, le=0.5)
     margin: float = Field(default=0.02, ge=0.0, lt=1.0)
+    drop_slower: float | None = Field(default=0.05, gt=0.0, lt=1.0)
     allow_lossy: bool = False
     include_initial: bool = True
     retune_every: int | None = Field(default=None, ge=1)
@@ -207,6 +215,7 @@ class Autotuner:
         self._first_step: dict[str, int] = {}
         self._switches = 0
         self._round_steps: list[float] = []
+        self._dropped: dict[str, float] = {}
         t0 = time.perf_counter()
         # a budget that cannot decide on one candidate proposes none (a simulator's ranking
         # costs time the job would not win back)
@@ -298,6 +307,7 @@ class Autotuner:
         self._first_step = {}
         self._switches = 0
         self._round_steps = []
+        self._dropped = {}
         self._order = []
         self._next_block()
 
@@ -314,6 +324,10 @@ class Autotuner:
                 if reason:  # the blocks left are not run
                     self._cmp.stop()
                     self._order = []
+            if not self._order and not reason and self._dropped and len(self._cmp.active) < 2:
+                reason = ("every candidate left: a block ran more than drop_slower="
+                          f"{self.config.drop_slower:g} slower than torch DDP's ("
+                          + ", ".join(f"{n} {r:.2f}x" for n, r in self._dropped.items()) + ")")
             box[0] = (self._order.pop(0) if self._order else None, reason)
         dist.broadcast_object_list(box, src=0, group=self._group)
         name, reason = box[0]
@@ -376,7 +390,27 @@ class Autotuner:
         if dist.get_rank() == 0:
             assert self._cmp is not None
             self._cmp.record(self._current, block)
+            self._drop_slow(self._current)
         self._next_block()
+
+    def _drop_slow(self, name: str) -> None:
+        """Rank 0, after ``name``'s block: the candidates whose latest block ran more than
+        ``drop_slower`` slower than DDP's latest leave the round (after a DDP block, every
+        candidate that ran in this round is looked at again)."""
+        limit = self.config.drop_slower
+        ddp = self._blocks.get(TORCH_DDP) or []
+        if limit is None or not ddp:
+            return
+        assert self._cmp is not None
+        ref = block_level(ddp[-1])[0]
+        looked = [n for n in self._cmp.active if n != TORCH_DDP and self._blocks.get(n)
+                  and (name == TORCH_DDP and n not in self._order or n == name)]
+        for n in looked:
+            ratio = block_level(self._blocks[n][-1])[0] / ref
+            if ratio > 1.0 + limit:
+                self._cmp.drop(n)
+                self._order = [] if self._cmp.done else [m for m in self._order if m != n]
+                self._dropped[n] = ratio
 
     def _over_cost(self, next_block: str) -> str:
         """Why the round stops for its cost before ``next_block`` runs (rank 0), or ``""``:
@@ -406,9 +440,9 @@ class Autotuner:
         if dist.get_rank() == 0:
             assert self._cmp is not None
             result = self._cmp.result()
-            box[0] = (result.best(), result.to_dict())
+            box[0] = (result.best(), result.to_dict(), self._dropped)
         dist.broadcast_object_list(box, src=0, group=self._group)
-        best, comparison = box[0]
+        best, comparison, self._dropped = box[0]
         self._report_trials()
         self._cmp = None
         self._current = None
@@ -450,7 +484,8 @@ class Autotuner:
         self.tuning_s += cost
         record = {"round": self.round, "locked": name, "steps": steps,
                   "switches": self._switches, "propose_s": self.propose_s if self.round == 0
-                  else 0.0, "cost_s": cost, "comparison": comparison, "reason": reason}
+                  else 0.0, "cost_s": cost, "comparison": comparison, "reason": reason,
+                  "dropped": dict(self._dropped)}
         self.records.append(record)
         if dist.get_rank() == 0:
             if comparison is None:

@@ -242,6 +242,38 @@ def test_a_stopped_comparison_keeps_the_verdicts_of_its_last_planned_look():
     assert res["slow"].verdict is Verdict.UNDECIDED and res.best() == "base"
 
 
+def test_a_dropped_candidate_runs_no_more_and_never_wins():
+    """``drop`` takes a candidate out of the pool between its blocks or with its block pending
+    (the round then ends without it); its verdict stays undecided; the comparison is over once
+    the baseline is alone; the baseline and unknown names are refused."""
+    m = NoisyMachine({"base": 0.02, "fast": 0.015, "slow": 0.03}, seed=5, noise_cv=0.01,
+                     outlier_p=0.0, drift=0.0)
+    cmp = Interleaved(["base", "fast", "slow"], Design(baseline="base", min_rounds=3, seed=2))
+    for n in cmp.next_round():
+        cmp.record(n, m.time_block(n))
+    cmp.drop("slow")
+    assert cmp.active == ["base", "fast"] and not cmp.done
+    while (order := cmp.next_round()) is not None:
+        assert sorted(order) == ["base", "fast"]
+        for n in order:
+            cmp.record(n, m.time_block(n))
+    res = cmp.result()
+    assert res["slow"].verdict is Verdict.UNDECIDED and res["slow"].rounds == 1
+    assert res["fast"].verdict is Verdict.FASTER and res.best() == "fast"
+    with pytest.raises(ConfigError, match="baseline 'base' cannot leave"):
+        cmp.drop("base")
+    with pytest.raises(ConfigError, match="unknown candidate 'x'"):
+        cmp.drop("x")
+    # with its block pending: the round ends without it, the baseline alone ends the comparison
+    for seed in range(4):  # both orders of the round
+        last = Interleaved(["base", "slow"], Design(baseline="base", min_rounds=3, seed=seed))
+        order = last.next_round()
+        last.record(order[0], m.time_block(order[0]))
+        last.drop("slow")
+        assert last.done and last.next_round() is None
+        assert last.rounds == (1 if order[0] == "base" else 0)
+
+
 def test_session_warmup_rounds_are_dropped():
     m = NoisyMachine({"a": 0.02, "b": 0.02 / 1.05}, seed=2, warmup_steps=40,
                      warmup_factor=4.0, drift=0.0)

@@ -35,9 +35,9 @@ def _ps_only(graph, cluster):  # noqa: ANN001, ANN202 - a proposer of one candid
     return _candidates(graph, cluster)[:1]
 
 
-def _costly(rank: int, world: int, share: float | None) -> tuple:
+def _costly(rank: int, world: int, share: float | None, drop: float | None = None) -> tuple:
     """A candidate made 30 ms per step slower than DDP, 1,000 planned steps (a budget of 50):
-    what the tuning round ran and locked in."""
+    what the tuning round ran and locked in (``drop``: ``drop_slower``)."""
     import time
 
     from autosync_transfer.runtime.autotune import TORCH_DDP, AutotuneConfig
@@ -45,7 +45,7 @@ def _costly(rank: int, world: int, share: float | None) -> tuple:
 
     m = DistributedModel(TinyNet(), None, _cluster(), autotune=AutotuneConfig(
         candidates=_ps_only, steps_per_candidate=3, min_rounds=3, max_rounds=6,
-        planned_steps=1000, max_cost_share=share))
+        planned_steps=1000, max_cost_share=share, drop_slower=drop))
     opt = torch.optim.SGD(m.parameters(), lr=LR)
     for step in tiny_batches(40, world):
         opt.zero_grad()
@@ -55,7 +55,8 @@ def _costly(rank: int, world: int, share: float | None) -> tuple:
             time.sleep(0.03)
     rec = m._tuner.records[0]
     verdicts = [c["verdict"] for c in rec["comparison"]["candidates"][1:]]
-    return rec["steps"], rec["locked"], rec["reason"], rec["comparison"]["rounds"], verdicts
+    return (rec["steps"], rec["locked"], rec["reason"], rec["comparison"]["rounds"], verdicts,
+            rec["dropped"])
 
 
 def _worker(rank: int, world: int) -> dict:
@@ -67,7 +68,7 @@ def _worker(rank: int, world: int) -> dict:
     net = TinyNet()
     cfg = AutotuneConfig(candidates=_candidates, steps_per_candidate=PER_CANDIDATE,
                          min_rounds=ROUNDS, max_rounds=ROUNDS, on_trial=tried.append,
-                         retune_every=4)
+                         retune_every=4, drop_slower=None)
     model = DistributedModel(net, None, _cluster(), autotune=cfg)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     ran = []
@@ -104,6 +105,7 @@ def _worker(rank: int, world: int) -> dict:
             TORCH_DDP if first["locked"] == TORCH_DDP else None),
         "small": (small.backend, small._tuner.tuning, small._tuner.record["reason"]),
         "costly": {share: _costly(rank, world, share) for share in (0.001, None)},
+        "dropped": _costly(rank, world, None, drop=0.05),
     }
 
 
@@ -174,13 +176,26 @@ def test_a_round_that_costs_more_than_its_share_stops_and_keeps_torch_ddp(runs: 
     more), with DDP and no verdict; unbounded it runs to its first look (round 3, 5 or 6: it
     runs until the candidate is decided, slower)."""
     for r in runs:
-        steps, locked, reason, rounds, verdicts = r["costly"][0.001]
+        steps, locked, reason, rounds, verdicts, _ = r["costly"][0.001]
         assert steps in (3, 6) and (locked, rounds) == ("torch_ddp", int(steps == 6))
         assert verdicts in ([], ["undecided"])
         assert "max_cost_share=0.001" in reason and f"stopped after {steps} steps" in reason
-        steps, locked, reason, rounds, verdicts = r["costly"][None]
+        steps, locked, reason, rounds, verdicts, _ = r["costly"][None]
         assert rounds in (3, 5, 6) and steps == 6 * rounds  # its looks (3, 5, 6)
         assert (locked, reason) == ("torch_ddp", "") and verdicts[0] in ("slower", "undecided")
+
+
+def test_a_candidate_whose_block_runs_past_drop_slower_leaves_the_round(runs: list[dict]) -> None:
+    """30 ms a step slower than DDP's few milliseconds: once a block of each has run (in
+    either order), the candidate leaves, the round is over after 6 steps and DDP stays; the
+    candidate's verdict is not "slower" (leaving is a cost rule, not a verdict)."""
+    for r in runs:
+        steps, locked, reason, rounds, verdicts, dropped = r["dropped"]
+        assert (steps, locked, rounds) == (6, "torch_ddp", 1)
+        assert reason.startswith("every candidate left: a block ran more than drop_slower=0.05")
+        assert verdicts == ["undecided"]
+        [(name, ratio)] = dropped.items()
+        assert name.startswith("0:") and ratio > 1.05
 
 
 def test_the_cost_bound_counts_what_the_next_block_cost_the_last_time() -> None:
@@ -223,6 +238,8 @@ def test_config_is_checked() -> None:
     assert AutotuneConfig().cost_budget_s(0.02) is None  # no planned steps: unbounded
     with pytest.raises(ValidationError, match="max_cost_share"):
         AutotuneConfig(max_cost_share=0.0)
+    with pytest.raises(ValidationError, match="drop_slower"):
+        AutotuneConfig(drop_slower=0.0)
     # the budget goes to as many candidates as it gives target_rounds (default min_rounds, 4)
     # rounds each; the rounds it leaves are run too, looked at no more than three times
     assert AutotuneConfig(planned_steps=1000).schedule(3) == (3, 4, 1)
