@@ -324,7 +324,8 @@ class Autotuner:
                 if reason:  # the blocks left are not run
                     self._cmp.stop()
                     self._order = []
-            if not self._order and not reason and self._dropped and len(self._cmp.active) < 2:
+            if (not self._order and not reason and self._cmp.done
+                    and set(self._dropped) == set(self._choices) - {TORCH_DDP}):
                 reason = ("every candidate left: a block ran more than drop_slower="
                           f"{self.config.drop_slower:g} slower than torch DDP's ("
                           + ", ".join(f"{n} {r:.2f}x" for n, r in self._dropped.items()) + ")")

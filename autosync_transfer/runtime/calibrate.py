@@ -296,7 +296,7 @@ def _ar_collectives(cfg: dict[str, Any], reps: int, extra: int = 16) -> float:
                                               groups).setup()))
     times: list[list[float]] = [[], []]
     try:
-        for block in range(3):
+        for _ in range(3):  # blocks
             for i, (module, executor) in enumerate(runs):
                 for k in range(reps + 2):
                     dist.barrier()
