@@ -404,8 +404,11 @@ class Autotuner:
             return
         assert self._cmp is not None
         ref = block_level(ddp[-1])[0]
-        looked = [n for n in self._cmp.active if n != TORCH_DDP and self._blocks.get(n)
-                  and (name == TORCH_DDP and n not in self._order or n == name)]
+        if name != TORCH_DDP:  # unless a look just decided it
+            looked = [name] if name in self._cmp.active else []
+        else:  # the candidates whose block of this round ran before it
+            looked = [n for n in self._cmp.active
+                      if n != TORCH_DDP and self._blocks.get(n) and n not in self._order]
         for n in looked:
             ratio = block_level(self._blocks[n][-1])[0] / ref
             if ratio > 1.0 + limit:

@@ -247,21 +247,32 @@ def _ps_pieces(cfg: dict[str, Any], reps: int, *, sparse: bool) -> float:
         VarConfig(var_name=v.name, synchronizer=server) for v in graph.variables))
     executor = StrategyExecutor(module, make_plan(strategy, graph, cluster),
                                 CommGroups.create()).setup()
-    times = []
     try:
-        for k in range(reps + 3):
-            dist.barrier()
-            t0 = time.perf_counter()
-            torch.stack([p[0].sum() for p in module]).sum().backward()
-            executor.finish()
-            if k >= 3:
-                times.append(time.perf_counter() - t0)
-            module.zero_grad(set_to_none=False)
+        times = _executor_steps(module, executor, reps, skip=3)
     finally:
         executor.close()
     mine = torch.tensor([statistics.median(times) / pieces])
     dist.all_reduce(mine, op=dist.ReduceOp.MAX)
     return float(mine.item())
+
+
+def _executor_steps(module: Any, executor: Any, reps: int, *, skip: int) -> list[float]:
+    """Seconds of ``reps`` steps of ``module`` (parameters only: their first elements summed)
+    synchronized by ``executor``, after ``skip`` untimed ones; every rank starts each step
+    together."""
+    import torch
+    import torch.distributed as dist
+
+    times = []
+    for k in range(reps + skip):
+        dist.barrier()
+        t0 = time.perf_counter()
+        torch.stack([p[0].sum() for p in module]).sum().backward()
+        executor.finish()
+        if k >= skip:
+            times.append(time.perf_counter() - t0)
+        module.zero_grad(set_to_none=False)
+    return times
 
 
 def _ar_collectives(cfg: dict[str, Any], reps: int, extra: int = 16) -> float:
@@ -296,16 +307,9 @@ def _ar_collectives(cfg: dict[str, Any], reps: int, extra: int = 16) -> float:
                                               groups).setup()))
     times: list[list[float]] = [[], []]
     try:
-        for _ in range(3):  # blocks
+        for _ in range(3):  # blocks; a block's first steps are the switch between the two
             for i, (module, executor) in enumerate(runs):
-                for k in range(reps + 2):
-                    dist.barrier()
-                    t0 = time.perf_counter()
-                    torch.stack([p[0] for p in module]).sum().backward()
-                    executor.finish()
-                    if k >= 2:  # the block's first steps: the switch between the two
-                        times[i].append(time.perf_counter() - t0)
-                    module.zero_grad(set_to_none=False)
+                times[i] += _executor_steps(module, executor, reps, skip=2)
     finally:
         for _, executor in runs:
             executor.close()
