@@ -22,8 +22,9 @@ the baseline of every tuning round, the start when no strategy is given, and the
   costs the job about that share, at most one block more: a choice's first block, or a slow
   switch, is known only once it has run);
 - a candidate replaces DDP only when it is faster with confidence (the interval's lower bound
-  above 1); otherwise the job locks in DDP. A budget too small for ``min_rounds`` of even one
-  candidate tunes nothing.
+  above 1); otherwise the job locks in DDP. A small budget shortens the blocks (to no fewer
+  than 3 steps); one too small for ``min_rounds`` such blocks of even one candidate tunes
+  nothing.
 
 Every candidate is a complete, correct synchronization (lossless unless ``allow_lossy=True``),
 so training proceeds while it tunes. Switches happen at step boundaries on every rank at once;
@@ -71,6 +72,9 @@ __all__ = ["AutotuneConfig", "AutotuneTrial", "Autotuner", "is_lossless", "TORCH
 
 log = logging.getLogger(__name__)
 
+#: the shortest block a small budget may shorten ``steps_per_candidate`` to
+MIN_BLOCK_STEPS = 3
+
 
 class AutotuneConfig(BaseModel):
     """How the job tunes its synchronization.
@@ -82,6 +86,8 @@ class AutotuneConfig(BaseModel):
             them), ``DistributedModel`` compares its initial strategy with DDP.
         steps_per_candidate: optimizer steps of one block (a candidate's turn in a round; its
             first steps pay the switch and are dropped when detected as warm-up), at least 2.
+            A budget too small for ``min_rounds`` blocks of it shortens the blocks, to no
+            fewer than 3 steps (:meth:`block_steps`).
         budget_share: at most this share of ``planned_steps`` runs candidates other than DDP.
         max_tuning_steps: and at most this many steps.
         planned_steps: the job's planned optimizer steps (the Lightning strategy fills it from
@@ -138,6 +144,15 @@ class AutotuneConfig(BaseModel):
             return self.max_tuning_steps
         return min(self.max_tuning_steps, int(self.budget_share * self.planned_steps))
 
+    def block_steps(self) -> int:
+        """Steps of one block: ``steps_per_candidate``, or fewer when the budget cannot give one
+        candidate ``min_rounds`` blocks of it: as many as it can, but no fewer than
+        :data:`MIN_BLOCK_STEPS` (the median of three steps still sets a switch's slow first step
+        aside)."""
+        s = self.steps_per_candidate
+        fits = self.budget_steps() // self.min_rounds
+        return s if fits >= s else max(min(s, MIN_BLOCK_STEPS), fits)
+
     def cost_budget_s(self, ddp_step_s: float) -> float | None:
         """The most a tuning round may cost over running DDP throughout, in seconds, when DDP's
         step takes ``ddp_step_s``; ``None``: unbounded."""
@@ -151,7 +166,7 @@ class AutotuneConfig(BaseModel):
         ``min_rounds``. The verdicts are looked at no more than three times (each look costs
         confidence: :class:`~autosync_transfer.measure.Design`)."""
         budget = self.budget_steps()
-        s = self.steps_per_candidate
+        s = self.block_steps()
         if budget < s * self.min_rounds:
             return 0, 0, 0
         wanted = min(max(self.min_rounds, self.target_rounds), self.max_rounds)
@@ -216,6 +231,7 @@ class Autotuner:
         self._switches = 0
         self._round_steps: list[float] = []
         self._dropped: dict[str, float] = {}
+        self._block_steps = config.block_steps()
         t0 = time.perf_counter()
         # a budget that cannot decide on one candidate proposes none (a simulator's ranking
         # costs time the job would not win back)
@@ -288,11 +304,12 @@ class Autotuner:
     def _start_round(self) -> None:
         cfg = self.config
         budget = cfg.budget_steps()
-        per_round = cfg.steps_per_candidate * cfg.min_rounds
+        self._block_steps = cfg.block_steps()
+        per_round = self._block_steps * cfg.min_rounds
         fit, max_rounds, look_every = cfg.schedule(len(self._candidates))
         if fit < 1:
             reason = (f"a budget of {budget} steps cannot decide on one candidate "
-                      f"({cfg.min_rounds} rounds x {cfg.steps_per_candidate} steps)"
+                      f"({cfg.min_rounds} rounds x {self._block_steps} steps)"
                       if budget < per_round else "no candidate besides torch DDP")
             self._lock(TORCH_DDP if self.locked is None else self.locked, reason=reason)
             return
@@ -380,7 +397,7 @@ class Autotuner:
                 self._start_round()
             return
         self._times.append(step_s)
-        if len(self._times) < self.config.steps_per_candidate:
+        if len(self._times) < self._block_steps:
             return
         times = torch.tensor(self._times, dtype=torch.float64)
         dist.all_reduce(times, op=dist.ReduceOp.MAX, group=self._group)  # the slowest rank

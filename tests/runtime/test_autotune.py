@@ -246,7 +246,13 @@ def test_config_is_checked() -> None:
     assert AutotuneConfig(planned_steps=100_000).schedule(20) == (8, 9, 3)
     assert AutotuneConfig(planned_steps=100_000).schedule(2) == (2, 12, 4)
     assert AutotuneConfig(planned_steps=400).schedule(3) == (1, 5, 1)
-    assert AutotuneConfig(planned_steps=300).schedule(3) == (0, 0, 0)  # < 4 rounds x 4 steps
+    # a budget too small for 4 blocks of 4 steps shortens them, to no fewer than 3 steps
+    assert AutotuneConfig(planned_steps=400).block_steps() == 4
+    assert AutotuneConfig(planned_steps=300).block_steps() == 3  # budget 15
+    assert AutotuneConfig(planned_steps=300).schedule(3) == (1, 5, 1)
+    assert AutotuneConfig(planned_steps=239).schedule(3) == (0, 0, 0)  # 11 < 4 rounds x 3 steps
+    assert AutotuneConfig(steps_per_candidate=2, planned_steps=160).block_steps() == 2
+    assert AutotuneConfig(steps_per_candidate=10, planned_steps=600).block_steps() == 7
     # fewer candidates, more rounds each: at 1,000 planned steps one candidate for 12 rounds
     assert AutotuneConfig(target_rounds=8, planned_steps=1000).schedule(3) == (1, 12, 4)
     cands = _candidates(tiny_net_graph(), _cluster())
