@@ -10,6 +10,9 @@ text classifier with an embedding) for the same number of steps on the same data
   confidence;
 - ``Lightning DDP``: ``DDPStrategy`` (torch DDP, gloo), the baseline;
 - the ``--builders`` (default ``all_reduce`` and ``ddp``), each run as a fixed strategy;
+- with ``--untuned``, ``AutoSync on DDP (untuned)``: the same strategy with a tuning budget of
+  one step (it proposes and tries nothing: torch DDP inside ``DistributedModel`` from the first
+  step), to tell what tuning leaves behind from what the wrapper costs;
 - with ``--control``, Lightning DDP once more as a configuration of its own: an A/A comparison
   whose interval is what the machine's noise between fits allows any row to show.
 
@@ -21,7 +24,7 @@ then what each autotuned fit locked in and what tuning cost.
 
     python benchmarks/autotune_lightning.py [--cluster B | --cluster-file F.yml]
         [--launcher emulated|local] [--steps 300] [--rounds 5] [--builders all_reduce,ddp]
-        [--hidden 512] [--target-rounds 4] [--max-cost-share 0.01|none] [--control]
+        [--hidden 512] [--target-rounds 4] [--max-cost-share 0.01|none] [--untuned] [--control]
 
 ``--launcher local`` is a quick check on this host (Lightning starts ``cluster`` workers);
 ``emulated`` (the default as root) shapes every node's NIC to the cluster's bandwidth.
@@ -66,6 +69,8 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=5, help="interleaved repetitions")
     ap.add_argument("--cluster-file", default=None, help="an AutoDist resource spec instead")
+    ap.add_argument("--untuned", action="store_true",
+                    help="also AutoSync on torch DDP with no tuning (a budget of one step)")
     ap.add_argument("--control", action="store_true",
                     help="also run Lightning DDP a second time as its own configuration (an A/A "
                          "control: its interval is the machine's noise between fits)")
@@ -126,11 +131,17 @@ def _bench(args: argparse.Namespace) -> int:
             return AutoSyncStrategy(None, cluster, simulator=args.simulator,
                                     candidates=args.candidates, autotune=_tuning(args),
                                     **kw)
+        if name == "AutoSync on DDP (untuned)":
+            from autosync_transfer import AutotuneConfig
+
+            return AutoSyncStrategy(None, cluster, autotune=AutotuneConfig(max_tuning_steps=1),
+                                    **kw)
         if name.startswith("Lightning DDP"):
             return DDPStrategy(process_group_backend="gloo")
         return AutoSyncStrategy(_builder_picker(name.removeprefix("builder ")), cluster, **kw)
 
     names = ["AutoSync autotune", "Lightning DDP", *(f"builder {b}" for b in builders),
+             *(["AutoSync on DDP (untuned)"] if args.untuned else []),
              *(["Lightning DDP (A/A control)"] if args.control else [])]
     fits: dict[str, list[dict]] = {n: [] for n in names}
     tuners = []
