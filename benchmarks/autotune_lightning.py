@@ -20,7 +20,8 @@ Printed: per configuration the median wall time of ``fit`` (from its start: prop
 switches included), median step (after the tenth, and of the second half: what the job runs at
 once tuned), final loss (the last 20 steps, averaged over workers), and the
 speed-up over Lightning DDP paired by round with its 95 % interval and the number of rounds;
-then what each autotuned fit locked in and what tuning cost.
+then what each autotuned fit locked in and what tuning cost, and the time rank 0 spent in
+Python's garbage collector per fit.
 
     python benchmarks/autotune_lightning.py [--cluster B | --cluster-file F.yml]
         [--launcher emulated|local] [--steps 300] [--rounds 5] [--builders all_reduce,ddp]
@@ -37,8 +38,31 @@ import functools
 import os
 import statistics
 import sys
+import time
 
 from autosync_transfer.demos import HIDDEN, TOKENS, run_emulated
+
+
+class _GcClock:
+    """Time this process spends in the garbage collector (``gc.callbacks``), and its full
+    (generation 2) collections, since the last :meth:`reset`."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.seconds, self.full, self._t0 = 0.0, 0, None
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self._t0 is not None:
+            self.seconds += time.perf_counter() - self._t0
+            self.full += int(info.get("generation") == 2)
+            self._t0 = None
+
+    def reset(self) -> None:
+        self.seconds, self.full = 0.0, 0
 
 LOSSLESS_BUILDERS = ("ps", "ps_lb", "partitioned_ps", "all_reduce", "partitioned_ar", "parallax",
                      "ddp")
@@ -148,12 +172,15 @@ def _bench(args: argparse.Namespace) -> int:
     # the first fit of the run starts the worker processes and the rendezvous (seconds): one
     # Lightning DDP fit outside the comparison pays that for all
     fit(make("Lightning DDP"))
+    gc_clock = _GcClock()
     for r in range(args.rounds):  # every rank shuffles alike (seeded): the same order
         order = list(names)
         random.Random(f"{args.seed}/{r}").shuffle(order)
         for name in order:
             strategy = make(name)
-            fits[name].append(fit(strategy))
+            gc_clock.reset()
+            fits[name].append({**fit(strategy), "gc_s": gc_clock.seconds,
+                               "gc_full": gc_clock.full})
             if name == "AutoSync autotune":
                 tuners.append(strategy.autotuner)
     if not fits["Lightning DDP"][0]["global_zero"]:
@@ -192,6 +219,9 @@ def _bench(args: argparse.Namespace) -> int:
               + ", ".join(f"{f['fit_s']:.2f} s" for f in fits[n]))
         print(f"  second half's median step of {n} by round: "
               + ", ".join(f"{f['late_step_ms']:.1f} ms" for f in fits[n]))
+    print("  rank 0's garbage collection per fit (median seconds, full collections): "
+          + "; ".join(f"{n} {statistics.median(f['gc_s'] for f in fits[n]):.3f} s, "
+                      f"{statistics.median(f['gc_full'] for f in fits[n]):g}" for n in names))
     late_ddp = [f["late_step_ms"] for f in fits["Lightning DDP"]]
     for n in names:
         if n != "Lightning DDP":
