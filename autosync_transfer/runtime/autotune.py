@@ -231,7 +231,7 @@ class Autotuner:
         self._switches = 0
         self._round_steps: list[float] = []
         self._dropped: dict[str, float] = {}
-        self._block_steps = config.block_steps()
+        self._block_steps = config.block_steps()  # the config is frozen: once
         t0 = time.perf_counter()
         # a budget that cannot decide on one candidate proposes none (a simulator's ranking
         # costs time the job would not win back)
@@ -304,7 +304,6 @@ class Autotuner:
     def _start_round(self) -> None:
         cfg = self.config
         budget = cfg.budget_steps()
-        self._block_steps = cfg.block_steps()
         per_round = self._block_steps * cfg.min_rounds
         fit, max_rounds, look_every = cfg.schedule(len(self._candidates))
         if fit < 1:
