@@ -20,8 +20,9 @@ Printed: per configuration the median wall time of ``fit`` (from its start: prop
 switches included), median step (after the tenth, and of the second half: what the job runs at
 once tuned), final loss (the last 20 steps, averaged over workers), and the
 speed-up over Lightning DDP paired by round with its 95 % interval and the number of rounds;
-then what each autotuned fit locked in and what tuning cost, and the time rank 0 spent in
-Python's garbage collector per fit.
+then what each autotuned fit locked in and what tuning cost, the time rank 0 spent in
+Python's garbage collector per fit, and where each configuration's fit time differs from
+Lightning DDP's (set-up, the first tenth of the steps, the other steps, between steps).
 
     python benchmarks/autotune_lightning.py [--cluster B | --cluster-file F.yml]
         [--launcher emulated|local] [--steps 300] [--rounds 5] [--builders all_reduce,ddp]
@@ -222,6 +223,22 @@ def _bench(args: argparse.Namespace) -> int:
     print("  rank 0's garbage collection per fit (median seconds, full collections): "
           + "; ".join(f"{n} {statistics.median(f['gc_s'] for f in fits[n]):.3f} s, "
                       f"{statistics.median(f['gc_full'] for f in fits[n]):g}" for n in names))
+    from scipy import stats
+
+    print("  where each configuration's fit time differs from Lightning DDP's (seconds, mean of "
+          "the paired differences by round [95 % t-interval]): setup before the first step and "
+          "after the last; the first tenth of the steps (where tuning runs); the other steps; "
+          "between steps")
+    for n in names:
+        if n == "Lightning DDP" or args.rounds < 2:
+            continue
+        parts = []
+        for phase in ("setup", "early", "later", "between"):
+            d = [f["phases_s"][phase] - g["phases_s"][phase]
+                 for f, g in zip(fits[n], fits["Lightning DDP"])]
+            ci = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
+            parts.append(f"{phase} {statistics.fmean(d):+.3f} s [{ci.low:+.3f}, {ci.high:+.3f}]")
+        print(f"  {n}: " + "; ".join(parts))
     late_ddp = [f["late_step_ms"] for f in fits["Lightning DDP"]]
     for n in names:
         if n != "Lightning DDP":

@@ -76,8 +76,10 @@ def fit_classifier(strategy: Any, *, devices: int, num_nodes: int, steps: int,
     Returns ``final_loss`` (the last 20 steps, averaged over workers), ``train_s`` (first step to
     last), ``fit_s`` (the whole ``Trainer.fit``: set-up, proposal and tuning included),
     ``steps``, ``median_step_ms`` (steps after the tenth), ``late_step_ms`` (the median step of
-    the second half: after an autotuner's first tuning round, what the job runs at) and
-    ``global_zero``."""
+    the second half: after an autotuner's first tuning round, what the job runs at),
+    ``phases_s`` (where ``fit_s`` went, in seconds: ``setup`` before the first step and after
+    the last, ``early`` the first tenth of the steps, where autotuning happens, ``later`` the
+    other steps, ``between`` the time between steps) and ``global_zero``."""
     torch.manual_seed(seed)
     lit = LitClassifier(lr, hidden)
     world = devices * num_nodes
@@ -95,8 +97,12 @@ def fit_classifier(strategy: Any, *, devices: int, num_nodes: int, steps: int,
     fit_s = time.perf_counter() - t0
     tail = torch.tensor(sum(lit.losses[-20:]) / len(lit.losses[-20:]))
     final = float(trainer.strategy.reduce(tail, reduce_op="mean"))
+    early = len(timer.step_s) // 10
+    phases = {"setup": fit_s - timer.train_s, "early": sum(timer.step_s[:early]),
+              "later": sum(timer.step_s[early:]),
+              "between": timer.train_s - sum(timer.step_s)}
     return {"final_loss": final, "train_s": timer.train_s, "fit_s": fit_s,
-            "steps": len(timer.step_s),
+            "steps": len(timer.step_s), "phases_s": phases,
             "median_step_ms": statistics.median(timer.step_s[10:] or timer.step_s) * 1000,
             "late_step_ms": statistics.median(timer.step_s[len(timer.step_s) // 2:]
                                               or timer.step_s) * 1000,
