@@ -199,7 +199,10 @@ def _bench(args: argparse.Namespace) -> int:
                   f"{rec['cost_s']:.2f} s{'; ' + rec['reason'] if rec['reason'] else ''}"
                   + ("" if not rec.get("dropped") or "every candidate left" in rec["reason"]
                      else "; left after a slow block: " + ", ".join(
-                         f"{n} {r:.2f}x" for n, r in rec["dropped"].items())))
+                         f"{n} {r:.2f}x" for n, r in rec["dropped"].items()))
+                  + ("" if not rec.get("screened") or "every candidate left" in rec["reason"]
+                     else "; screened out after the first round: " + ", ".join(
+                         f"{n} {r:.2f}x" for n, r in rec["screened"].items())))
     ddp = [f["fit_s"] for f in fits["Lightning DDP"]]
     print(f"{'configuration':28s}{'median fit':>12s}{'median step':>13s}{'2nd half':>10s}"
           f"{'final loss':>12s}   speed-up vs Lightning DDP [95 % interval]")

@@ -15,8 +15,12 @@ the baseline of every tuning round, the start when no strategy is given, and the
   is bounded: the steps run with candidates other than DDP stay within ``budget_share`` of the
   planned steps and ``max_tuning_steps``; the budget goes to the first candidates (the
   proposer's best first), as many as it gives ``target_rounds`` rounds each (at least one);
+  what it leaves screens more: the next candidates run one block each in the first round, and
+  after it only the compared number stays, those whose block ran fastest against DDP's (a
+  choice of which candidates the comparison gets, not a verdict: it can only keep DDP);
   and what the round costs over running DDP (its steps' time beyond DDP's median step, switches
-  included) stays within ``max_cost_share`` of the planned job's time: before each block, when
+  included, and the proposal's time in the first round) stays within ``max_cost_share`` of
+  the planned job's time: before each block, when
   the cost so far plus what that block cost the last time it ran would pass it, the round
   stops and keeps the verdicts of its last planned look (a tuning round that finds nothing
   costs the job about that share, at most one block more: a choice's first block, or a slow
@@ -95,14 +99,17 @@ class AutotuneConfig(BaseModel):
         min_rounds: rounds before the first decision (at least 3).
         max_rounds: at most this many rounds.
         target_rounds: the budget is shared by as many candidates as it gives this many rounds
-            each (at least one candidate, given ``min_rounds``); the rounds the budget leaves
-            are run too, up to ``max_rounds``. The default, ``min_rounds``, tries many
+            each (at least one candidate, given ``min_rounds``); what it leaves screens the
+            next candidates, one block each in the first round, after which the compared
+            number stays, the fastest of that round against DDP; the rounds the budget still
+            leaves are run too, up to ``max_rounds``. The default, ``min_rounds``, tries many
             candidates (breadth against depth: ``docs/results.md``).
         max_cost_share: a tuning round stops before the first block that would take its cost
             over running DDP throughout (its steps' time minus as many of DDP's median steps;
-            the switches are in it), counting what that block cost the last time it ran, past
-            this share of ``planned_steps`` DDP steps; its verdicts are then those of its last
-            planned look. ``None``, or no ``planned_steps``: no bound on the cost.
+            the switches are in it, and in the first round the proposal's time), counting what
+            that block cost the last time it ran, past this share of ``planned_steps`` DDP
+            steps; its verdicts are then those of its last planned look. ``None``, or no
+            ``planned_steps``: no bound on the cost.
         margin: a candidate within this relative margin of DDP is "equivalent" (DDP stays).
         drop_slower: a candidate whose block runs more than this share slower than torch
             DDP's latest block (each block's level: its median step after its detected
@@ -160,22 +167,28 @@ class AutotuneConfig(BaseModel):
             return None
         return self.max_cost_share * self.planned_steps * ddp_step_s
 
-    def schedule(self, candidates: int) -> tuple[int, int, int]:
-        """``(candidates compared, max rounds, rounds between looks)`` for a tuning round with
-        ``candidates`` available: ``(0, 0, 0)`` when the budget cannot give one candidate
-        ``min_rounds``. The verdicts are looked at no more than three times (each look costs
+    def schedule(self, candidates: int) -> tuple[int, int, int, int]:
+        """``(candidates compared, max rounds, rounds between looks, candidates screened)`` for
+        a tuning round with ``candidates`` available: ``(0, 0, 0, 0)`` when the budget cannot
+        give one candidate ``min_rounds``. The budget goes first to as many candidates as it
+        gives ``target_rounds`` each; what that leaves screens the next candidates, a block
+        each in the first round (after which the compared number stays); what is left then
+        adds rounds. The verdicts are looked at no more than three times (each look costs
         confidence: :class:`~autosync_transfer.measure.Design`)."""
         budget = self.budget_steps()
         s = self.block_steps()
         if budget < s * self.min_rounds:
-            return 0, 0, 0
+            return 0, 0, 0, 0
         wanted = min(max(self.min_rounds, self.target_rounds), self.max_rounds)
         fit = min(candidates, self.max_candidates, max(1, budget // (s * wanted)))
         if fit < 1:
-            return 0, 0, 0
-        max_rounds = max(self.min_rounds, min(self.max_rounds, budget // (s * fit)))
+            return 0, 0, 0, 0
+        screen = max(0, min(min(candidates, self.max_candidates) - fit,
+                            (budget - s * fit * wanted) // s))
+        max_rounds = max(self.min_rounds,
+                         min(self.max_rounds, (budget - s * screen) // (s * fit)))
         look_every = max(1, -(-(max_rounds - self.min_rounds) // 2))
-        return fit, max_rounds, look_every
+        return fit, max_rounds, look_every, screen
 
 
 @dataclass(frozen=True)
@@ -231,6 +244,8 @@ class Autotuner:
         self._switches = 0
         self._round_steps: list[float] = []
         self._dropped: dict[str, float] = {}
+        self._screened: dict[str, float] = {}
+        self._keep: int | None = None  # candidates kept after the first round's screening
         self._block_steps = config.block_steps()  # the config is frozen: once
         t0 = time.perf_counter()
         # a budget that cannot decide on one candidate proposes none (a simulator's ranking
@@ -305,14 +320,15 @@ class Autotuner:
         cfg = self.config
         budget = cfg.budget_steps()
         per_round = self._block_steps * cfg.min_rounds
-        fit, max_rounds, look_every = cfg.schedule(len(self._candidates))
+        fit, max_rounds, look_every, screen = cfg.schedule(len(self._candidates))
         if fit < 1:
             reason = (f"a budget of {budget} steps cannot decide on one candidate "
                       f"({cfg.min_rounds} rounds x {self._block_steps} steps)"
                       if budget < per_round else "no candidate besides torch DDP")
             self._lock(TORCH_DDP if self.locked is None else self.locked, reason=reason)
             return
-        cands = self._candidates[:fit]
+        cands = self._candidates[:fit + screen]
+        self._keep = fit if screen else None
         self._choices = {TORCH_DDP: TORCH_DDP}
         for i, s in enumerate(cands):
             self._choices[f"{i}:{s.id}"] = s
@@ -324,6 +340,7 @@ class Autotuner:
         self._switches = 0
         self._round_steps = []
         self._dropped = {}
+        self._screened = {}
         self._order = []
         self._next_block()
 
@@ -340,11 +357,15 @@ class Autotuner:
                 if reason:  # the blocks left are not run
                     self._cmp.stop()
                     self._order = []
-            if (not self._order and not reason and self._cmp.done
-                    and set(self._dropped) == set(self._choices) - {TORCH_DDP}):
+            if (not self._order and not reason and self._cmp.done and self._dropped
+                    and set(self._dropped) | set(self._screened)
+                    == set(self._choices) - {TORCH_DDP}):
                 reason = ("every candidate left: a block ran more than drop_slower="
                           f"{self.config.drop_slower:g} slower than torch DDP's ("
-                          + ", ".join(f"{n} {r:.2f}x" for n, r in self._dropped.items()) + ")")
+                          + ", ".join(f"{n} {r:.2f}x" for n, r in self._dropped.items()) + ")"
+                          + ("; screened out after the first round: " + ", ".join(
+                              f"{n} {r:.2f}x" for n, r in self._screened.items())
+                             if self._screened else ""))
             box[0] = (self._order.pop(0) if self._order else None, reason)
         dist.broadcast_object_list(box, src=0, group=self._group)
         name, reason = box[0]
@@ -408,6 +429,8 @@ class Autotuner:
             assert self._cmp is not None
             self._cmp.record(self._current, block)
             self._drop_slow(self._current)
+            if self._keep is not None and self._cmp.rounds >= 1:
+                self._screen()
         self._next_block()
 
     def _drop_slow(self, name: str) -> None:
@@ -432,6 +455,23 @@ class Autotuner:
                 self._order = [] if self._cmp.done else [m for m in self._order if m != n]
                 self._dropped[n] = ratio
 
+    def _screen(self) -> None:
+        """Rank 0, once the first round is complete: of the candidates still in it, those whose
+        block ran fastest against DDP's block of that round stay, as many as the comparison
+        was planned for; the others leave (their ratio is in the record)."""
+        assert self._cmp is not None and self._keep is not None
+        keep, self._keep = self._keep, None
+        ddp = self._blocks.get(TORCH_DDP) or []
+        if not ddp or self._cmp.done:
+            return
+        ref = block_level(ddp[0])[0]
+        ratios = {n: block_level(self._blocks[n][0])[0] / ref for n in self._cmp.active
+                  if n != TORCH_DDP and self._blocks.get(n)}
+        ranked = sorted(ratios, key=lambda n: (ratios[n], list(self._choices).index(n)))
+        for n in ranked[keep:]:
+            self._cmp.drop(n)
+            self._screened[n] = ratios[n]
+
     def _over_cost(self, next_block: str) -> str:
         """Why the round stops for its cost before ``next_block`` runs (rank 0), or ``""``:
         what it ran so far against as many of DDP's median steps (each block's first step, the
@@ -445,12 +485,14 @@ class Autotuner:
         if budget is None:
             return ""
         cost = sum(self._round_steps) - len(self._round_steps) * med
+        if self.round == 0:  # the proposal is part of what the first round costs
+            cost += self.propose_s
         last = (self._blocks.get(next_block) or [[]])[-1]
         expected = max(0.0, sum(last) - len(last) * med)
         if cost + expected <= budget:
             return ""
         return (f"stopped after {len(self._round_steps)} steps: tuning cost {cost:.2f} s over "
-                f"torch DDP's median step (and {expected:.2f} s expected of the next block), "
+                f"torch DDP's median step{' with the proposal' if self.round == 0 else ''} (and {expected:.2f} s expected of the next block), "
                 f"more than max_cost_share={self.config.max_cost_share:g} of "
                 f"{self.config.planned_steps} planned steps ({budget:.2f} s)")
 
@@ -460,9 +502,9 @@ class Autotuner:
         if dist.get_rank() == 0:
             assert self._cmp is not None
             result = self._cmp.result()
-            box[0] = (result.best(), result.to_dict(), self._dropped)
+            box[0] = (result.best(), result.to_dict(), self._dropped, self._screened)
         dist.broadcast_object_list(box, src=0, group=self._group)
-        best, comparison, self._dropped = box[0]
+        best, comparison, self._dropped, self._screened = box[0]
         self._report_trials()
         self._cmp = None
         self._current = None
@@ -505,7 +547,7 @@ class Autotuner:
         record = {"round": self.round, "locked": name, "steps": steps,
                   "switches": self._switches, "propose_s": self.propose_s if self.round == 0
                   else 0.0, "cost_s": cost, "comparison": comparison, "reason": reason,
-                  "dropped": dict(self._dropped)}
+                  "dropped": dict(self._dropped), "screened": dict(self._screened)}
         self.records.append(record)
         if dist.get_rank() == 0:
             if comparison is None:

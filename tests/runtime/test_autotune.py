@@ -59,6 +59,34 @@ def _costly(rank: int, world: int, share: float | None, drop: float | None = Non
             rec["dropped"])
 
 
+def _two_lossless(graph, cluster):  # noqa: ANN001, ANN202 - ps first, then ps_lb
+    return [_candidates(graph, cluster)[0], _candidates(graph, cluster)[2]]
+
+
+def _screening(rank: int, world: int) -> dict:
+    """300 planned steps (a budget of 15: one candidate compared over 3-step blocks, one more
+    screened in the first round); the proposer's first candidate (``ps``) made 30 ms per step
+    slower: the screen keeps the second (``ps_lb``) for the comparison."""
+    import time
+
+    from autosync_transfer.runtime.autotune import TORCH_DDP, AutotuneConfig
+    from autosync_transfer.runtime.ddp import DistributedModel
+
+    m = DistributedModel(TinyNet(), None, _cluster(), autotune=AutotuneConfig(
+        candidates=_two_lossless, planned_steps=300, drop_slower=None, max_cost_share=None))
+    opt = torch.optim.SGD(m.parameters(), lr=LR)
+    for step in tiny_batches(30, world):
+        opt.zero_grad()
+        m(*step[rank]).backward()
+        opt.step()
+        if m.backend != TORCH_DDP and m.strategy.kind == "ps":
+            time.sleep(0.03)
+    rec = m._tuner.records[0]
+    return {"screened": rec["screened"],
+            "tried": sorted((t.strategy.kind, len(t.result.iteration_times_s))
+                            for t in m._tuner.trials)}
+
+
 def _worker(rank: int, world: int) -> dict:
     from autosync_transfer.runtime.autotune import TORCH_DDP, AutotuneConfig
     from autosync_transfer.runtime.ddp import DistributedModel
@@ -106,6 +134,7 @@ def _worker(rank: int, world: int) -> dict:
         "small": (small.backend, small._tuner.tuning, small._tuner.record["reason"]),
         "costly": {share: _costly(rank, world, share) for share in (0.001, None)},
         "dropped": _costly(rank, world, None, drop=0.05),
+        "screening": _screening(rank, world),
     }
 
 
@@ -198,6 +227,19 @@ def test_a_candidate_whose_block_runs_past_drop_slower_leaves_the_round(runs: li
         assert name.startswith("0:") and ratio > 1.05
 
 
+def test_a_small_budget_screens_one_more_candidate_in_the_first_round(runs: list[dict]) -> None:
+    """A budget of 15 steps: the proposer's first candidate (30 ms a step slower) and its
+    second run a 3-step block each in the first round; the slower leaves the comparison after
+    it (named in the record with its ratio to DDP's block), and the second goes on through
+    the comparison's rounds: without the screen it would never have run."""
+    for r in runs:
+        sc = r["screening"]
+        [(name, ratio)] = sc["screened"].items()
+        assert name.startswith("0:ps-") and ratio > 1.5
+        # timed steps: each block's first (the switch) left out; ps_lb ran the 4 rounds
+        assert sc["tried"] == [("ps", 2), ("ps_lb", 8)]
+
+
 def test_the_cost_bound_counts_what_the_next_block_cost_the_last_time() -> None:
     """Before each block: the cost so far plus that block's cost when it last ran, against the
     budget (here 1.2 % of 1,000 steps of DDP's 10 ms median: 0.12 s); a choice not run yet adds
@@ -206,6 +248,7 @@ def test_the_cost_bound_counts_what_the_next_block_cost_the_last_time() -> None:
 
     tuner = Autotuner.__new__(Autotuner)  # the rule alone, without a model or processes
     tuner.config = AutotuneConfig(planned_steps=1000, max_cost_share=0.012)
+    tuner.round, tuner.propose_s = 0, 0.0
     ddp, slow = [0.02, 0.01, 0.01, 0.01], [0.035, 0.03, 0.03, 0.03]  # first steps: switches
     tuner._blocks = {TORCH_DDP: [ddp], "0:slow": [], "1:new": []}
     tuner._round_steps = list(ddp)
@@ -216,6 +259,13 @@ def test_the_cost_bound_counts_what_the_next_block_cost_the_last_time() -> None:
     assert tuner._over_cost(TORCH_DDP) == ""  # DDP's last block cost 0.01 s: 0.105 s
     reason = tuner._over_cost("0:slow")  # 0.095 s + its last block's 0.085 s
     assert "stopped after 8 steps" in reason and "0.09 s expected of the next block" in reason
+    # the first round's cost includes the proposal: 0.095 s + 0.035 s is past 0.12 s
+    tuner.propose_s = 0.035
+    reason = tuner._over_cost("1:new")
+    assert "stopped after 8 steps: tuning cost 0.13 s over torch DDP's median step with the " \
+        "proposal" in reason
+    tuner.round = 1  # a later round (retune_every) did not propose
+    assert tuner._over_cost("1:new") == ""
     tuner.config = AutotuneConfig(planned_steps=1000, max_cost_share=None)
     assert tuner._over_cost("0:slow") == ""  # unbounded
 
@@ -242,19 +292,28 @@ def test_config_is_checked() -> None:
         AutotuneConfig(drop_slower=0.0)
     # the budget goes to as many candidates as it gives target_rounds (default min_rounds, 4)
     # rounds each; the rounds it leaves are run too, looked at no more than three times
-    assert AutotuneConfig(planned_steps=1000).schedule(3) == (3, 4, 1)
-    assert AutotuneConfig(planned_steps=100_000).schedule(20) == (8, 9, 3)
-    assert AutotuneConfig(planned_steps=100_000).schedule(2) == (2, 12, 4)
-    assert AutotuneConfig(planned_steps=400).schedule(3) == (1, 5, 1)
+    # (compared, max rounds, rounds between looks, screened)
+    assert AutotuneConfig(planned_steps=1000).schedule(3) == (3, 4, 1, 0)
+    assert AutotuneConfig(planned_steps=100_000).schedule(20) == (8, 9, 3, 0)
+    assert AutotuneConfig(planned_steps=100_000).schedule(2) == (2, 12, 4, 0)
+    # a budget of 20 steps: one candidate for 4 rounds of 4 steps, and the 4 steps left screen
+    # a second one in the first round (the rounds are those of the one compared)
+    assert AutotuneConfig(planned_steps=400).schedule(3) == (1, 4, 1, 1)
+    assert AutotuneConfig(planned_steps=400).schedule(1) == (1, 5, 1, 0)
+    # 30 steps: one compared, three screened (12 steps), 4 rounds
+    assert AutotuneConfig(planned_steps=600).schedule(5) == (1, 4, 1, 3)
+    assert AutotuneConfig(planned_steps=600, max_candidates=2).schedule(5) == (1, 6, 1, 1)
     # a budget too small for 4 blocks of 4 steps shortens them, to no fewer than 3 steps
     assert AutotuneConfig(planned_steps=400).block_steps() == 4
     assert AutotuneConfig(planned_steps=300).block_steps() == 3  # budget 15
-    assert AutotuneConfig(planned_steps=300).schedule(3) == (1, 5, 1)
-    assert AutotuneConfig(planned_steps=239).schedule(3) == (0, 0, 0)  # 11 < 4 rounds x 3 steps
+    assert AutotuneConfig(planned_steps=300).schedule(3) == (1, 4, 1, 1)
+    assert AutotuneConfig(planned_steps=300).schedule(1) == (1, 5, 1, 0)
+    assert AutotuneConfig(planned_steps=239).schedule(3) == (0, 0, 0, 0)  # 11 < 4 rounds x 3
     assert AutotuneConfig(steps_per_candidate=2, planned_steps=160).block_steps() == 2
     assert AutotuneConfig(steps_per_candidate=10, planned_steps=600).block_steps() == 7
-    # fewer candidates, more rounds each: at 1,000 planned steps one candidate for 12 rounds
-    assert AutotuneConfig(target_rounds=8, planned_steps=1000).schedule(3) == (1, 12, 4)
+    # fewer candidates, more rounds each: at 1,000 planned steps one candidate for 10 rounds,
+    # two screened
+    assert AutotuneConfig(target_rounds=8, planned_steps=1000).schedule(3) == (1, 10, 3, 2)
     cands = _candidates(tiny_net_graph(), _cluster())
     assert [is_lossless(s) for s in cands] == [True, False, True, True]
     with pytest.raises(ConfigError, match="sync_on must be one of"):

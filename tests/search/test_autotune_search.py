@@ -49,6 +49,25 @@ def test_the_jobs_baselines_are_always_candidates() -> None:
         SimulatorProposer(baselines=("nope",))
 
 
+def test_the_lightning_strategy_samples_what_the_tuning_budget_can_try() -> None:
+    """The job waits for the proposal: its sampled strategies scale with the candidates the
+    budget can try (100 each), within the strategy's ``candidates`` and 500."""
+    from autosync_transfer.runtime.autotune import AutotuneConfig
+    from autosync_transfer.search.lightning import PROPOSAL_SAMPLES, AutoSyncStrategy
+
+    graph, cluster = tiny_net_graph(), _cluster()
+    strategy = AutoSyncStrategy(None, cluster, autotune=AutotuneConfig())
+    cfg = AutotuneConfig(planned_steps=300)  # one compared, one screened
+    fit, _, _, screen = cfg.schedule(cfg.max_candidates)
+    assert (fit, screen) == (1, 1)
+    proposer = strategy.autotune_candidates(graph, cluster, tries=fit + screen)
+    assert proposer.candidates == 2 * PROPOSAL_SAMPLES == 200
+    assert strategy.autotune_candidates(graph, cluster, tries=8).candidates == 500
+    assert strategy.autotune_candidates(graph, cluster).candidates == 500  # no budget known
+    few = AutoSyncStrategy(None, cluster, candidates=150, autotune=AutotuneConfig())
+    assert few.autotune_candidates(graph, cluster, tries=3).candidates == 150
+
+
 def test_trial_recorder_appends_the_jobs_steps_as_trials(tmp_path) -> None:
     from autosync_transfer.dataset.store import TrialStore
     from autosync_transfer.search.autotune import AUTOTUNE_LAUNCHER, SimulatorProposer, TrialRecorder
