@@ -491,8 +491,10 @@ class Autotuner:
         expected = max(0.0, sum(last) - len(last) * med)
         if cost + expected <= budget:
             return ""
+        proposal = " with the proposal" if self.round == 0 else ""
         return (f"stopped after {len(self._round_steps)} steps: tuning cost {cost:.2f} s over "
-                f"torch DDP's median step{' with the proposal' if self.round == 0 else ''} (and {expected:.2f} s expected of the next block), "
+                f"torch DDP's median step{proposal} (and {expected:.2f} s expected of the next "
+                f"block), "
                 f"more than max_cost_share={self.config.max_cost_share:g} of "
                 f"{self.config.planned_steps} planned steps ({budget:.2f} s)")
 
