@@ -99,6 +99,9 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--control", action="store_true",
                     help="also run Lightning DDP a second time as its own configuration (an A/A "
                          "control: its interval is the machine's noise between fits)")
+    ap.add_argument("--json-out", default=None,
+                    help="also append the run's fits and tuning records to this JSON-lines file "
+                         "(one line per run; benchmarks/autotune_table.py pools them)")
     return ap.parse_args()
 
 
@@ -126,8 +129,29 @@ def _tuning(args: argparse.Namespace):  # noqa: ANN202 - an AutotuneConfig
                           on_trial=TrialRecorder(args.trials) if args.trials else None, **extra)
 
 
+def package_version() -> str:
+    """The last commit that changed the package (``autosync_transfer/``), ``+dirty`` when it has
+    uncommitted changes: runs of one version measure the same code, whatever else changed."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", root, *a], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    try:
+        commit = git("log", "-1", "--format=%h", "--", "autosync_transfer")
+        dirty = git("status", "--porcelain", "--", "autosync_transfer")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
 def _bench(args: argparse.Namespace) -> int:
     import random
+
+    args.version = package_version()
 
     import torch
     from lightning.pytorch.strategies import DDPStrategy
@@ -203,6 +227,8 @@ def _bench(args: argparse.Namespace) -> int:
                   + ("" if not rec.get("screened") or "every candidate left" in rec["reason"]
                      else "; screened out after the first round: " + ", ".join(
                          f"{n} {r:.2f}x" for n, r in rec["screened"].items())))
+    if args.json_out:
+        _append_run(args, cluster, fits, tuners)
     ddp = [f["fit_s"] for f in fits["Lightning DDP"]]
     print(f"{'configuration':28s}{'median fit':>12s}{'median step':>13s}{'2nd half':>10s}"
           f"{'final loss':>12s}   speed-up vs Lightning DDP [95 % interval]")
@@ -249,6 +275,28 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"  second half's median step of {n} vs Lightning DDP: {est.format()}, "
                   f"{est.n} rounds")
     return 0
+
+
+def _append_run(args: argparse.Namespace, cluster, fits: dict[str, list[dict]],  # noqa: ANN001
+                tuners: list) -> None:
+    """One JSON line: what ran, each configuration's fits by round, each autotuned fit's
+    record. Written whole in one append, so a killed run leaves no partial line."""
+    import datetime
+    import json
+
+    keep = ("fit_s", "median_step_ms", "late_step_ms", "final_loss", "phases_s")
+    line = {
+        "version": args.version,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "argv": sys.argv[1:], "cluster": cluster.name, "steps": args.steps,
+        "hidden": args.hidden, "rounds": args.rounds, "seed": args.seed,
+        "fits": {n: [{k: f[k] for k in keep} for f in fs] for n, fs in fits.items()},
+        "tuning": [None if t is None or t.record is None else
+                   {k: t.record.get(k) for k in ("locked", "steps", "switches", "propose_s",
+                                                  "cost_s", "reason")} for t in tuners],
+    }
+    with open(args.json_out, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
 
 
 def main() -> int:

@@ -1,0 +1,226 @@
+"""The "never slower than DDP" table: autotune in a Lightning job against Lightning DDP, every row.
+
+One command measures what the table still lacks and prints it. Rows: clusters A, B, C and the
+cluster files of ``examples/clusters/`` x 300 and 1,000 planned steps x two workloads of the
+demo classifier (``autosync_transfer.demos``): ``short`` (hidden width 512, 1.7 MB of gradients,
+an 18-85 ms step) and ``bandwidth`` (hidden width 1024, 5 MB: moving gradients is most of the
+step). Each row runs ``benchmarks/autotune_lightning.py --builders ''`` (AutoSync autotune and
+Lightning DDP, interleaved, in an order shuffled per round) in chunks of a few rounds until the
+row has the rounds its plan fixes in advance (``PLAN``, not more: no re-running until a figure
+looks good). Every chunk appends one line to the store (``--store``, append-only; a killed run
+loses at most its chunk in flight), so a later start resumes where the last one stopped.
+
+Rows pool the rounds of the package's current version (the last commit that changed
+``autosync_transfer/``); a row with none at that version shows its newest earlier version's
+figure, marked. Printed per row: the wall time of ``fit`` (from its start: proposal, tuning and
+switches included) as a speed-up over Lightning DDP paired by round with its 95 % t-interval and
+the rounds, whether the interval's lower bound meets the 0.98 floor, the second half's median
+step (what the job runs at once tuned) the same way, the fits that locked in a candidate, and
+the final losses.
+
+    sudo .venv/bin/python benchmarks/autotune_table.py                  # measure what is missing, print
+    sudo .venv/bin/python benchmarks/autotune_table.py --rows B/300/short,A/1000/short
+    python benchmarks/autotune_table.py --show                          # print only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+STORE = os.path.join(HERE, "results", "autotune_table.jsonl")
+FLOOR = 0.98
+
+CLUSTERS = {"A": ["--cluster", "A"], "B": ["--cluster", "B"], "C": ["--cluster", "C"],
+            "lab": ["--cluster-file", "examples/clusters/lab.yml"],
+            "heldout": ["--cluster-file", "examples/clusters/heldout.yml"]}
+WORKLOADS = {"short": 512, "bandwidth": 1024}
+# rounds per row, fixed before measuring; chunk: rounds per run of the benchmark
+PLAN = {("short", 300): (20, 5), ("short", 1000): (6, 3),
+        ("bandwidth", 300): (6, 3), ("bandwidth", 1000): (4, 2)}
+
+
+@dataclass(frozen=True)
+class Row:
+    cluster: str
+    steps: int
+    workload: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.cluster}/{self.steps}/{self.workload}"
+
+    @property
+    def rounds(self) -> int:
+        return PLAN[(self.workload, self.steps)][0]
+
+    @property
+    def chunk(self) -> int:
+        return PLAN[(self.workload, self.steps)][1]
+
+    def argv(self, rounds: int, store: str) -> list[str]:
+        return [*CLUSTERS[self.cluster], "--steps", str(self.steps),
+                "--hidden", str(WORKLOADS[self.workload]), "--builders", "",
+                "--rounds", str(rounds), "--json-out", store]
+
+
+ROWS = [Row(c, s, w) for w in WORKLOADS for s in (300, 1000) for c in CLUSTERS]
+
+
+def parse_rows(text: str | None) -> list[Row]:
+    """``--rows``: comma-separated ``cluster/steps/workload`` keys, in the order to measure."""
+    if not text:
+        return list(ROWS)
+    by_key = {r.key: r for r in ROWS}
+    rows = []
+    for key in (k.strip() for k in text.split(",") if k.strip()):
+        if key not in by_key:
+            raise ValueError(f"--rows: unknown row {key!r} (rows are cluster/steps/workload, "
+                             f"e.g. {ROWS[0].key})")
+        rows.append(by_key[key])
+    return rows
+
+
+def read_store(path: str) -> list[dict]:
+    """The store's runs; a line cut short by a killed write is skipped."""
+    if not os.path.exists(path):
+        return []
+    runs = []
+    with open(path) as fh:
+        for line in fh:
+            try:
+                runs.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return runs
+
+
+def row_of(run: dict) -> str | None:
+    """The table row a stored run belongs to: its arguments, less ``--rounds`` and
+    ``--json-out``, are exactly that row's (None: a run of another shape)."""
+    argv, rest = list(run.get("argv", [])), []
+    while argv:
+        a = argv.pop(0)
+        if a in ("--rounds", "--json-out"):
+            argv[:1] = []
+        else:
+            rest.append(a)
+    return next((r.key for r in ROWS if r.argv(0, "")[:-4] == rest), None)
+
+
+def pooled(runs: list[dict], key: str, version: str) -> tuple[str | None, list[dict]]:
+    """The runs of row ``key`` at ``version``, else at the newest version the store has for
+    it: ``(that version or None, its runs)``."""
+    mine = [r for r in runs if row_of(r) == key]
+    at = [r for r in mine if r.get("version") == version]
+    if at or not mine:
+        return (version if at else None), at
+    newest = mine[-1]["version"]
+    return newest, [r for r in mine if r.get("version") == newest]
+
+
+def summarize(runs: list[dict]) -> dict | None:
+    """One row's figures from its runs (rounds paired within each run)."""
+    from autosync_transfer.measure import paired_speedup
+
+    auto, ddp, auto_late, ddp_late, loss_a, loss_d, tuning = [], [], [], [], [], [], []
+    for run in runs:
+        fa, fd = run["fits"]["AutoSync autotune"], run["fits"]["Lightning DDP"]
+        auto += [f["fit_s"] for f in fa]
+        ddp += [f["fit_s"] for f in fd]
+        auto_late += [f["late_step_ms"] for f in fa]
+        ddp_late += [f["late_step_ms"] for f in fd]
+        loss_a += [f["final_loss"] for f in fa]
+        loss_d += [f["final_loss"] for f in fd]
+        tuning += run.get("tuning", [])
+    if not auto:
+        return None
+    locked = sum(1 for t in tuning if t and t.get("locked") not in (None, "torch_ddp"))
+    return {"rounds": len(auto), "wall": paired_speedup(auto, ddp),
+            "late": paired_speedup(auto_late, ddp_late),
+            "fit_auto": statistics.median(auto), "fit_ddp": statistics.median(ddp),
+            "locked": locked, "fits": len(tuning),
+            "loss_auto": statistics.median(loss_a), "loss_ddp": statistics.median(loss_d),
+            "dates": sorted({r["date"][:10] for r in runs})}
+
+
+def _ratio(est) -> str:  # noqa: ANN001 - a RatioEstimate
+    return est.format() if math.isfinite(est.high) else f"{est.speedup:.3f}x [too few rounds]"
+
+
+def table(runs: list[dict], version: str, rows: list[Row]) -> str:
+    lines = [f"Package version {version}. Wall time of fit (proposal, tuning and switches "
+             f"included) and the second half's median step, AutoSync autotune over Lightning "
+             f"DDP, paired by round, 95 % t-intervals; floor: the wall time's lower bound "
+             f">= {FLOOR}.", "",
+             "| row (cluster/steps/workload) | rounds | median fit, autotune / DDP | wall time "
+             "vs DDP [95 %] | floor | 2nd half's step vs DDP [95 %] | fits that locked in a "
+             "candidate | final loss, autotune / DDP | measured |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        at, mine = pooled(runs, row.key, version)
+        s = summarize(mine) if mine else None
+        if s is None:
+            lines.append(f"| {row.key} | 0 of {row.rounds} | | not measured | | | | | |")
+            continue
+        floor = ("met" if s["wall"].low >= FLOOR else "not met") if s["rounds"] >= 3 else "-"
+        where = ", ".join(s["dates"]) + ("" if at == version else f" (version {at})")
+        lines.append(
+            f"| {row.key} | {s['rounds']} of {row.rounds} | {s['fit_auto']:.2f} / "
+            f"{s['fit_ddp']:.2f} s | **{_ratio(s['wall'])}** | {floor} | {_ratio(s['late'])} | "
+            f"{s['locked']} of {s['fits']} | {s['loss_auto']:.4f} / {s['loss_ddp']:.4f} | "
+            f"{where} |")
+    return "\n".join(lines)
+
+
+def missing(runs: list[dict], row: Row, version: str) -> int:
+    """Rounds row still lacks at ``version``."""
+    have = sum(r["rounds"] for r in runs if row_of(r) == row.key and r.get("version") == version)
+    return max(row.rounds - have, 0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default=None,
+                    help="comma-separated cluster/steps/workload keys, measured in this order "
+                         "(default: every row)")
+    ap.add_argument("--store", default=STORE)
+    ap.add_argument("--show", action="store_true", help="print the table, measure nothing")
+    args = ap.parse_args()
+    try:
+        rows = parse_rows(args.rows)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    sys.path.insert(0, HERE)
+    from autotune_lightning import package_version
+
+    version = package_version()
+    if not args.show:
+        if version.endswith("+dirty") or version == "unknown":
+            print(f"error: package version {version!r}: commit the package before measuring, "
+                  "so the store says what code each row measured", file=sys.stderr)
+            return 2
+        for row in rows:
+            while (left := missing(read_store(args.store), row, version)) > 0:
+                n = min(row.chunk, left)
+                print(f"{row.key}: {n} rounds ({left} left)", flush=True)
+                rc = subprocess.run([sys.executable, os.path.join(HERE, "autotune_lightning.py"),
+                                     *row.argv(n, args.store)], cwd=ROOT).returncode
+                if rc != 0:
+                    print(f"error: {row.key}: the benchmark exited {rc}", file=sys.stderr)
+                    return rc
+    print(table(read_store(args.store), version, rows if args.rows else ROWS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
