@@ -5,16 +5,20 @@ cluster files of ``examples/clusters/`` x 300 and 1,000 planned steps x two work
 demo classifier (``autosync_transfer.demos``): ``short`` (hidden width 512, 1.7 MB of gradients,
 an 18-85 ms step) and ``bandwidth`` (hidden width 1024, 5 MB: moving gradients is most of the
 step). Each row runs ``benchmarks/autotune_lightning.py --builders ''`` (AutoSync autotune and
-Lightning DDP, interleaved, in an order shuffled per round) in chunks of a few rounds until the
-row has the rounds its plan fixes in advance (``PLAN``, not more: no re-running until a figure
-looks good). Every chunk appends one line to the store (``--store``, append-only; a killed run
+Lightning DDP, interleaved, in an order shuffled per round) in chunks of a few rounds. Each row
+is decided by a two-look design fixed in advance (``PLAN``, ``LOOKS``): after its first-stage
+rounds the floor is looked at with a 97.5 % interval (the 95 % of the design spent over its
+two looks, Bonferroni); a row whose interval lies above the floor (met) or below it (not met)
+stops there, an undecided one runs to ``LOOKS`` x its first stage and is decided on that
+interval. No re-running until a figure looks good: the rounds a row gets depend only on this
+rule. Every chunk appends one line to the store (``--store``, append-only; a killed run
 loses at most its chunk in flight), so a later start resumes where the last one stopped.
 
 Rows pool the rounds of the package's current version (the last commit that changed
 ``autosync_transfer/``); a row with none at that version shows its newest earlier version's
 figure, marked. Printed per row: the wall time of ``fit`` (from its start: proposal, tuning and
-switches included) as a speed-up over Lightning DDP paired by round with its 95 % t-interval and
-the rounds, whether the interval's lower bound meets the 0.98 floor, the second half's median
+switches included) as a speed-up over Lightning DDP paired by round with the t-interval of its
+deciding look and the rounds, whether the interval's lower bound meets the 0.98 floor, the second half's median
 step (what the job runs at once tuned) the same way, the fits that locked in a candidate, and
 the final losses.
 
@@ -43,9 +47,11 @@ CLUSTERS = {"A": ["--cluster", "A"], "B": ["--cluster", "B"], "C": ["--cluster",
             "lab": ["--cluster-file", "examples/clusters/lab.yml"],
             "heldout": ["--cluster-file", "examples/clusters/heldout.yml"]}
 WORKLOADS = {"short": 512, "bandwidth": 1024}
-# rounds per row, fixed before measuring; chunk: rounds per run of the benchmark
+# first-stage rounds per row, fixed before measuring; chunk: rounds per run of the benchmark
 PLAN = {("short", 300): (20, 5), ("short", 1000): (6, 3),
         ("bandwidth", 300): (6, 3), ("bandwidth", 1000): (4, 2)}
+LOOKS = 3  # an undecided row's second look: after this many times its first stage
+CONFIDENCE = 0.95  # of the whole design; each of its two looks: 1 - (1 - CONFIDENCE) / 2
 
 
 @dataclass(frozen=True)
@@ -127,28 +133,54 @@ def pooled(runs: list[dict], key: str, version: str) -> tuple[str | None, list[d
     return newest, [r for r in mine if r.get("version") == newest]
 
 
-def summarize(runs: list[dict]) -> dict | None:
-    """One row's figures from its runs (rounds paired within each run)."""
+def _pairs(runs: list[dict], what: str) -> tuple[list[float], list[float]]:
+    """(autotune, DDP) of every round of ``runs``, in the order they were measured."""
+    auto, ddp = [], []
+    for run in runs:
+        auto += [f[what] for f in run["fits"]["AutoSync autotune"]]
+        ddp += [f[what] for f in run["fits"]["Lightning DDP"]]
+    return auto, ddp
+
+
+def decide(auto: list[float], ddp: list[float], first: int) -> dict:
+    """The two-look rule on paired fit times: ``{"target": rounds the row needs, "look": the
+    rounds its figure is taken on (None: not yet at a look), "verdict": "met" | "not met" |
+    None, "estimate": RatioEstimate at the look, or on what there is}``."""
     from autosync_transfer.measure import paired_speedup
 
-    auto, ddp, auto_late, ddp_late, loss_a, loss_d, tuning = [], [], [], [], [], [], []
-    for run in runs:
-        fa, fd = run["fits"]["AutoSync autotune"], run["fits"]["Lightning DDP"]
-        auto += [f["fit_s"] for f in fa]
-        ddp += [f["fit_s"] for f in fd]
-        auto_late += [f["late_step_ms"] for f in fa]
-        ddp_late += [f["late_step_ms"] for f in fd]
-        loss_a += [f["final_loss"] for f in fa]
-        loss_d += [f["final_loss"] for f in fd]
-        tuning += run.get("tuning", [])
+    conf = 1.0 - (1.0 - CONFIDENCE) / 2
+    n = len(auto)
+    for look in (first, LOOKS * first):
+        if n < look:
+            est = paired_speedup(auto, ddp, confidence=conf) if n else None
+            return {"target": look, "look": None, "verdict": None, "estimate": est}
+        est = paired_speedup(auto[:look], ddp[:look], confidence=conf)
+        if est.low >= FLOOR:
+            return {"target": look, "look": look, "verdict": "met", "estimate": est}
+        if est.high < FLOOR or look == LOOKS * first:
+            return {"target": look, "look": look, "verdict": "not met", "estimate": est}
+    raise AssertionError("unreachable")
+
+
+def summarize(runs: list[dict], first: int) -> dict | None:
+    """One row's figures from its runs (rounds paired within each run), on the rounds of its
+    deciding look (all of them while it is still measuring)."""
+    from autosync_transfer.measure import paired_speedup
+
+    auto, ddp = _pairs(runs, "fit_s")
     if not auto:
         return None
+    d = decide(auto, ddp, first)
+    k = d["look"] or len(auto)
+    late_a, late_d = _pairs(runs, "late_step_ms")
+    loss_a, loss_d = _pairs(runs, "final_loss")
+    tuning = [t for run in runs for t in run.get("tuning", [])][:k]
     locked = sum(1 for t in tuning if t and t.get("locked") not in (None, "torch_ddp"))
-    return {"rounds": len(auto), "wall": paired_speedup(auto, ddp),
-            "late": paired_speedup(auto_late, ddp_late),
-            "fit_auto": statistics.median(auto), "fit_ddp": statistics.median(ddp),
+    return {"rounds": k, "decision": d, "wall": d["estimate"],
+            "late": paired_speedup(late_a[:k], late_d[:k], confidence=d["estimate"].confidence),
+            "fit_auto": statistics.median(auto[:k]), "fit_ddp": statistics.median(ddp[:k]),
             "locked": locked, "fits": len(tuning),
-            "loss_auto": statistics.median(loss_a), "loss_ddp": statistics.median(loss_d),
+            "loss_auto": statistics.median(loss_a[:k]), "loss_ddp": statistics.median(loss_d[:k]),
             "dates": sorted({r["date"][:10] for r in runs})}
 
 
@@ -159,22 +191,25 @@ def _ratio(est) -> str:  # noqa: ANN001 - a RatioEstimate
 def table(runs: list[dict], version: str, rows: list[Row]) -> str:
     lines = [f"Package version {version}. Wall time of fit (proposal, tuning and switches "
              f"included) and the second half's median step, AutoSync autotune over Lightning "
-             f"DDP, paired by round, 95 % t-intervals; floor: the wall time's lower bound "
-             f">= {FLOOR}.", "",
-             "| row (cluster/steps/workload) | rounds | median fit, autotune / DDP | wall time "
-             "vs DDP [95 %] | floor | 2nd half's step vs DDP [95 %] | fits that locked in a "
+             f"DDP, paired by round, t-intervals at the confidence of a look "
+             f"({1 - (1 - CONFIDENCE) / 2:.3f}: the design's {CONFIDENCE:.2f} over two looks); "
+             f"floor: the wall time's lower bound >= {FLOOR}.", "",
+             "| row (cluster/steps/workload) | rounds (looks) | median fit, autotune / DDP | "
+             "wall time vs DDP | floor | 2nd half's step vs DDP | fits that locked in a "
              "candidate | final loss, autotune / DDP | measured |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         at, mine = pooled(runs, row.key, version)
-        s = summarize(mine) if mine else None
+        s = summarize(mine, row.rounds) if mine else None
+        looks = f"{row.rounds}, {LOOKS * row.rounds}"
         if s is None:
-            lines.append(f"| {row.key} | 0 of {row.rounds} | | not measured | | | | | |")
+            lines.append(f"| {row.key} | 0 ({looks}) | | not measured | | | | | |")
             continue
-        floor = ("met" if s["wall"].low >= FLOOR else "not met") if s["rounds"] >= 3 else "-"
+        d = s["decision"]
+        floor = d["verdict"] or f"measuring ({s['rounds']} of {d['target']})"
         where = ", ".join(s["dates"]) + ("" if at == version else f" (version {at})")
         lines.append(
-            f"| {row.key} | {s['rounds']} of {row.rounds} | {s['fit_auto']:.2f} / "
+            f"| {row.key} | {s['rounds']} ({looks}) | {s['fit_auto']:.2f} / "
             f"{s['fit_ddp']:.2f} s | **{_ratio(s['wall'])}** | {floor} | {_ratio(s['late'])} | "
             f"{s['locked']} of {s['fits']} | {s['loss_auto']:.4f} / {s['loss_ddp']:.4f} | "
             f"{where} |")
@@ -182,9 +217,10 @@ def table(runs: list[dict], version: str, rows: list[Row]) -> str:
 
 
 def missing(runs: list[dict], row: Row, version: str) -> int:
-    """Rounds row still lacks at ``version``."""
-    have = sum(r["rounds"] for r in runs if row_of(r) == row.key and r.get("version") == version)
-    return max(row.rounds - have, 0)
+    """Rounds ``row`` still lacks at ``version`` under the two-look rule."""
+    auto, ddp = _pairs([r for r in runs if row_of(r) == row.key
+                        and r.get("version") == version], "fit_s")
+    return max(decide(auto, ddp, row.rounds)["target"] - len(auto), 0)
 
 
 def main() -> int:

@@ -72,12 +72,13 @@ def test_the_table_pools_this_versions_rounds_and_marks_an_older_version(tbl):
     rows = [r for r in tbl.ROWS if r.key in ("C/300/short", "A/300/short", "B/300/short")]
     out = tbl.table(runs, "v2", rows)
     c = next(line for line in out.splitlines() if line.startswith("| C/300/short"))
-    assert "| 5 of 20 |" in c and "5 of 5 |" in c and "| met |" in c and "version" not in c
+    assert "| 5 (20, 60) |" in c and "5 of 5 |" in c and "measuring (5 of 20)" in c
+    assert "version" not in c
     a = next(line for line in out.splitlines() if line.startswith("| A/300/short"))
-    assert "(version v1)" in a and "0 of 3 |" in a
+    assert "(version v1)" in a and "0 of 3 |" in a and "[too few rounds]" not in a
     b = next(line for line in out.splitlines() if line.startswith("| B/300/short"))
     assert "not measured" in b
-    s = tbl.summarize([runs[1], runs[2]])
+    s = tbl.summarize([runs[1], runs[2]], 20)
     assert s["rounds"] == 5 and s["wall"].low > 1.1
 
 
@@ -93,3 +94,26 @@ def test_a_line_cut_short_is_skipped_and_a_wrong_row_is_one_line_exit_2(tbl, tmp
     assert r.stderr.strip() == ("error: --rows: unknown row 'B/300/tiny' (rows are "
                                 "cluster/steps/workload, e.g. A/300/short)")
     assert r.stdout == ""
+
+
+def test_two_looks_decide_a_row_and_only_an_undecided_one_runs_on(tbl):
+    rng = __import__("numpy").random.default_rng(0)
+    first = 20
+    ddp = list(1.0 + 0.01 * rng.standard_normal(3 * first))
+    # clearly at DDP's speed: met at the first look, nothing more to run
+    same = [d * (1 + 0.002 * e) for d, e in zip(ddp, rng.standard_normal(3 * first))]
+    d = tbl.decide(same[:first], ddp[:first], first)
+    assert (d["verdict"], d["look"], d["target"]) == ("met", first, first)
+    assert d["estimate"].confidence == 0.975 and d["estimate"].n == first
+    # clearly slower than the floor: not met at the first look
+    slow = [d * 1.05 for d in ddp]
+    assert tbl.decide(slow[:first], ddp[:first], first)["verdict"] == "not met"
+    # 1 % slower with a 3 % spread: undecided at the first look, so it runs to the second
+    noisy = [d * 1.01 * (1 + 0.03 * e) for d, e in zip(ddp, rng.standard_normal(3 * first))]
+    d = tbl.decide(noisy[:first], ddp[:first], first)
+    assert (d["verdict"], d["look"], d["target"]) == (None, None, 3 * first)
+    d = tbl.decide(noisy, ddp, first)
+    assert d["look"] == 3 * first and d["verdict"] in ("met", "not met")
+    assert d["verdict"] == ("met" if d["estimate"].low >= tbl.FLOOR else "not met")
+    # rounds past the deciding look do not change the figure
+    assert tbl.decide(noisy + noisy[:5], ddp + ddp[:5], first)["estimate"] == d["estimate"]
