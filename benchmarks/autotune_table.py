@@ -9,8 +9,8 @@ Lightning DDP, interleaved, in an order shuffled per round) in chunks of a few r
 is decided by a two-look design fixed in advance (``PLAN``, ``LOOKS``): after its first-stage
 rounds the floor is looked at with a 97.5 % interval (the 95 % of the design spent over its
 two looks, Bonferroni); a row whose interval lies above the floor (met) or below it (not met)
-stops there, an undecided one runs to ``LOOKS`` x its first stage and is decided on that
-interval. No re-running until a figure looks good: the rounds a row gets depend only on this
+stops there, an undecided one runs to ``LOOKS`` x its first stage and is looked at once more
+(met, not met, or still undecided: the machine's noise between fits is wider than the margin). No re-running until a figure looks good: the rounds a row gets depend only on this
 rule. Every chunk appends one line to the store (``--store``, append-only; a killed run
 loses at most its chunk in flight), so a later start resumes where the last one stopped.
 
@@ -145,7 +145,7 @@ def _pairs(runs: list[dict], what: str) -> tuple[list[float], list[float]]:
 def decide(auto: list[float], ddp: list[float], first: int) -> dict:
     """The two-look rule on paired fit times: ``{"target": rounds the row needs, "look": the
     rounds its figure is taken on (None: not yet at a look), "verdict": "met" | "not met" |
-    None, "estimate": RatioEstimate at the look, or on what there is}``."""
+    "undecided" (after the second look) | None, "estimate": RatioEstimate at the look, or on what there is}``."""
     from autosync_transfer.measure import paired_speedup
 
     conf = 1.0 - (1.0 - CONFIDENCE) / 2
@@ -157,8 +157,10 @@ def decide(auto: list[float], ddp: list[float], first: int) -> dict:
         est = paired_speedup(auto[:look], ddp[:look], confidence=conf)
         if est.low >= FLOOR:
             return {"target": look, "look": look, "verdict": "met", "estimate": est}
-        if est.high < FLOOR or look == LOOKS * first:
+        if est.high < FLOOR:
             return {"target": look, "look": look, "verdict": "not met", "estimate": est}
+        if look == LOOKS * first:  # the floor inside the interval: not shown either way
+            return {"target": look, "look": look, "verdict": "undecided", "estimate": est}
     raise AssertionError("unreachable")
 
 
