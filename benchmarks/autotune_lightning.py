@@ -99,6 +99,9 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--control", action="store_true",
                     help="also run Lightning DDP a second time as its own configuration (an A/A "
                          "control: its interval is the machine's noise between fits)")
+    ap.add_argument("--version", default="unrecorded",
+                    help="the package version the --json-out line records (benchmarks/"
+                         "autotune_table.py passes it)")
     ap.add_argument("--json-out", default=None,
                     help="also append the run's fits and tuning records to this JSON-lines file "
                          "(one line per run; benchmarks/autotune_table.py pools them)")
@@ -129,29 +132,9 @@ def _tuning(args: argparse.Namespace):  # noqa: ANN202 - an AutotuneConfig
                           on_trial=TrialRecorder(args.trials) if args.trials else None, **extra)
 
 
-def package_version() -> str:
-    """The last commit that changed the package (``autosync_transfer/``), ``+dirty`` when it has
-    uncommitted changes: runs of one version measure the same code, whatever else changed."""
-    import subprocess
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-    def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", root, *a], capture_output=True, text=True,
-                              check=True).stdout.strip()
-
-    try:
-        commit = git("log", "-1", "--format=%h", "--", "autosync_transfer")
-        dirty = git("status", "--porcelain", "--", "autosync_transfer")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit + ("+dirty" if dirty else "")
-
-
 def _bench(args: argparse.Namespace) -> int:
     import random
 
-    args.version = package_version()
 
     import torch
     from lightning.pytorch.strategies import DDPStrategy

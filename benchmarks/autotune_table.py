@@ -77,8 +77,30 @@ class Row:
                 "--hidden", str(WORKLOADS[self.workload]), "--builders", "",
                 "--rounds", str(rounds), "--json-out", store]
 
+    def run_argv(self, rounds: int, store: str, version: str) -> list[str]:
+        return [*self.argv(rounds, store), "--version", version]
+
 
 ROWS = [Row(c, s, w) for w in WORKLOADS for s in (300, 1000) for c in CLUSTERS]
+
+
+def package_version() -> str:
+    """The last commit that changed the package (``autosync_transfer/``), ``+dirty`` when it has
+    uncommitted changes: runs of one version measure the same code, whatever else changed."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", root, *a], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    try:
+        commit = git("log", "-1", "--format=%h", "--", "autosync_transfer")
+        dirty = git("status", "--porcelain", "--", "autosync_transfer")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
 
 
 def parse_rows(text: str | None) -> list[Row]:
@@ -115,7 +137,7 @@ def row_of(run: dict) -> str | None:
     argv, rest = list(run.get("argv", [])), []
     while argv:
         a = argv.pop(0)
-        if a in ("--rounds", "--json-out"):
+        if a in ("--rounds", "--json-out", "--version"):
             argv[:1] = []
         else:
             rest.append(a)
@@ -238,9 +260,6 @@ def main() -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    sys.path.insert(0, HERE)
-    from autotune_lightning import package_version
-
     version = package_version()
     if not args.show:
         if version.endswith("+dirty") or version == "unknown":
@@ -252,7 +271,7 @@ def main() -> int:
                 n = min(row.chunk, left)
                 print(f"{row.key}: {n} rounds ({left} left)", flush=True)
                 rc = subprocess.run([sys.executable, os.path.join(HERE, "autotune_lightning.py"),
-                                     *row.argv(n, args.store)], cwd=ROOT).returncode
+                                     *row.run_argv(n, args.store, version)], cwd=ROOT).returncode
                 if rc != 0:
                     print(f"error: {row.key}: the benchmark exited {rc}", file=sys.stderr)
                     return rc
