@@ -87,12 +87,9 @@ ROWS = [Row(c, s, w) for w in WORKLOADS for s in (300, 1000) for c in CLUSTERS]
 def package_version() -> str:
     """The last commit that changed the package (``autosync_transfer/``), ``+dirty`` when it has
     uncommitted changes: runs of one version measure the same code, whatever else changed."""
-    import subprocess
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
     def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", root, *a], capture_output=True, text=True,
+        return subprocess.run(["git", "-C", ROOT, *a], capture_output=True, text=True,
                               check=True).stdout.strip()
 
     try:
