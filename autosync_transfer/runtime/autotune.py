@@ -41,9 +41,12 @@ over running the locked choice throughout. The locked choice and the record are 
 :meth:`DistributedModel.sync_state_dict`, so a resumed job skips tuning. ``retune_every``
 compares again after that many steps with the locked choice.
 
-Candidates are given (a list of strategies) or proposed at setup by a callable
+Candidates are given (a list of strategies) or proposed by a callable
 ``candidates(graph, cluster) -> list[Strategy]`` called on rank 0 (the runtime never imports the
 simulators: :class:`autosync_transfer.search.autotune.SimulatorProposer` is such a callable).
+With a bounded cost the proposal waits for the job's first steps on torch DDP (they run anyway)
+and gets a time limit, a share of the cost budget they give in seconds: on a short job the
+proposal cannot take what the budget is for.
 """
 
 from __future__ import annotations
@@ -85,9 +88,14 @@ class AutotuneConfig(BaseModel):
 
     Args:
         candidates: strategies to compare with torch DDP, or a callable
-            ``candidates(graph, cluster) -> list[Strategy]`` called on rank 0 at setup; ``None``:
-            the Lightning strategy asks its ``autotune_candidates`` (its simulator proposes
-            them), ``DistributedModel`` compares its initial strategy with DDP.
+            ``candidates(graph, cluster) -> list[Strategy]`` called on rank 0 (a *proposer*);
+            ``None``: the Lightning strategy asks its ``autotune_candidates`` (its simulator
+            proposes them), ``DistributedModel`` compares its initial strategy with DDP. With a
+            bounded cost (``max_cost_share`` and ``planned_steps``) a proposer is called after
+            the job's first :meth:`block_steps` + 1 steps on torch DDP, which give DDP's step
+            time and so the cost budget in seconds; one that takes a ``time_limit_s`` keyword
+            gets ``proposal_share`` of that budget (it returns what it ranked by then). Without
+            a bound it is called at setup, without a limit.
         steps_per_candidate: optimizer steps of one block (a candidate's turn in a round; its
             first steps pay the switch and are dropped when detected as warm-up), at least 2.
             A budget too small for ``min_rounds`` blocks of it shortens the blocks, to no
@@ -110,6 +118,8 @@ class AutotuneConfig(BaseModel):
             that block cost the last time it ran, past this share of ``planned_steps`` DDP
             steps; its verdicts are then those of its last planned look. ``None``, or no
             ``planned_steps``: no bound on the cost.
+        proposal_share: the share of the cost budget a proposer that takes ``time_limit_s``
+            may spend (its time counts in the first round's cost either way).
         margin: a candidate within this relative margin of DDP is "equivalent" (DDP stays).
         drop_slower: a candidate whose block runs more than this share slower than torch
             DDP's latest block (each block's level: its median step after its detected
@@ -136,6 +146,7 @@ class AutotuneConfig(BaseModel):
     max_rounds: int = Field(default=12, ge=3)
     target_rounds: int = Field(default=4, ge=3)
     max_cost_share: float | None = Field(default=0.01, gt=0.0, le=0.5)
+    proposal_share: float = Field(default=0.5, gt=0.0, le=1.0)
     margin: float = Field(default=0.02, ge=0.0, lt=1.0)
     drop_slower: float | None = Field(default=0.05, gt=0.0, lt=1.0)
     allow_lossy: bool = False
@@ -212,6 +223,18 @@ class AutotuneTrial:
 Choice = Strategy | str  # a strategy, or TORCH_DDP
 
 
+def _takes_time_limit(proposer: Callable[..., Any]) -> bool:
+    """Whether ``proposer`` accepts a ``time_limit_s`` keyword."""
+    import inspect
+
+    try:
+        params = inspect.signature(proposer).parameters
+    except (TypeError, ValueError):
+        return False
+    return "time_limit_s" in params or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
 class Autotuner:
     """Drives the tuning of one :class:`DistributedModel` (created by its setup)."""
 
@@ -247,28 +270,58 @@ class Autotuner:
         self._screened: dict[str, float] = {}
         self._keep: int | None = None  # candidates kept after the first round's screening
         self._block_steps = config.block_steps()  # the config is frozen: once
-        t0 = time.perf_counter()
-        # a budget that cannot decide on one candidate proposes none (a simulator's ranking
-        # costs time the job would not win back)
-        self._candidates = self._propose() if config.schedule(1)[0] >= 1 else []
-        self.propose_s = time.perf_counter() - t0
+        self._candidates: list[Strategy] = []
+        self.propose_s = 0.0
+        #: the proposal's time limit (seconds; ``None``: none)
+        self.propose_limit_s: float | None = None
+        #: DDP's step times before a deferred proposal (``None``: not waiting for one)
+        self._probe: list[float] | None = None
         state = model._autotune_state
         if state is not None and state.get("locked"):
-            self.load_state_dict(state)
+            self.load_state_dict(state)  # resumed with its choice: nothing to propose
+        elif config.schedule(1)[0] < 1:
+            # a budget that cannot decide on one candidate proposes none (a simulator's
+            # ranking costs time the job would not win back)
+            self._start_round()
+        elif callable(config.candidates) and config.cost_budget_s(1.0) is not None:
+            self._probe = []  # propose once DDP's first steps give the budget in seconds
         else:
+            self._candidates = self._timed_propose(None)
             self._start_round()
 
     # -- candidates -----------------------------------------------------------------------------
-    def _propose(self) -> list[Strategy]:
-        """The candidate list, chosen on rank 0 and broadcast (JSON)."""
+    def _timed_propose(self, time_limit_s: float | None) -> list[Strategy]:
+        t0 = time.perf_counter()
+        out = self._propose(time_limit_s)
+        self.propose_s = time.perf_counter() - t0
+        return out
+
+    def _probe_step(self, step_s: float) -> None:
+        """A step on torch DDP before a deferred proposal: after :meth:`block_steps` + 1 of
+        them (the first left out: the job's warm-up), rank 0 sets the proposal's time limit
+        from their median (``proposal_share`` of the cost budget), and the round starts."""
+        assert self._probe is not None
+        self._probe.append(step_s)
+        if len(self._probe) < self._block_steps + 1:
+            return
+        probe, self._probe = self._probe, None
+        budget = self.config.cost_budget_s(float(torch.tensor(probe[1:]).median()))
+        limit = None if budget is None else self.config.proposal_share * budget
+        self._candidates = self._timed_propose(limit)
+        self._start_round()
+
+    def _propose(self, time_limit_s: float | None = None) -> list[Strategy]:
+        """The candidate list, chosen on rank 0 (within ``time_limit_s`` where the proposer
+        takes one) and broadcast (JSON)."""
         payload: list[Any] = [None]
         if dist.get_rank() == 0:
             try:
-                payload[0] = ("ok", [s.to_json() for s in self._filter(self._raw_candidates())])
+                raw = self._raw_candidates(time_limit_s)
+                payload[0] = ("ok", [s.to_json() for s in self._filter(raw)], time_limit_s)
             except Exception as e:  # reported to every rank instead of leaving them waiting
-                payload[0] = ("error", f"{type(e).__name__}: {e}")
+                payload[0] = ("error", f"{type(e).__name__}: {e}", time_limit_s)
         dist.broadcast_object_list(payload, src=0, group=self._group)
-        status, body = payload[0]
+        status, body, self.propose_limit_s = payload[0]  # rank 0's limit is the one applied
         if status != "ok":
             raise ConfigError(f"proposing autotune candidates failed on rank 0: {body}")
         return [Strategy.from_json(s) for s in body]
@@ -278,14 +331,16 @@ class Autotuner:
         g = self.model.groups
         return None if g is None else (g.ctl or g.ps)
 
-    def _raw_candidates(self) -> list[Strategy]:
+    def _raw_candidates(self, time_limit_s: float | None = None) -> list[Strategy]:
         c = self.config.candidates
         out: list[Any] = []
         if self.config.include_initial and self.model._configured is not None:
             out.append(self.model._configured)
         if c is not None:
             if callable(c):
-                c = c(self.model.graph, self.model.cluster)
+                kwargs = ({"time_limit_s": time_limit_s}
+                          if time_limit_s is not None and _takes_time_limit(c) else {})
+                c = c(self.model.graph, self.model.cluster, **kwargs)
             out.extend(c)
         bad = [s for s in out if not isinstance(s, Strategy)]
         if bad:
@@ -408,6 +463,9 @@ class Autotuner:
         """Called after an explicit synchronization; nothing to do."""
 
     def _on_step(self, step_s: float) -> None:
+        if self._probe is not None:
+            self._probe_step(step_s)
+            return
         if not self.tuning:
             self._steps_locked += 1
             every = self.config.retune_every
@@ -548,7 +606,9 @@ class Autotuner:
         self.tuning_s += cost
         record = {"round": self.round, "locked": name, "steps": steps,
                   "switches": self._switches, "propose_s": self.propose_s if self.round == 0
-                  else 0.0, "cost_s": cost, "comparison": comparison, "reason": reason,
+                  else 0.0, "propose_limit_s": self.propose_limit_s if self.round == 0 else None,
+                  "candidates": len(self._candidates) if self.round == 0 else None,
+                  "cost_s": cost, "comparison": comparison, "reason": reason,
                   "dropped": dict(self._dropped), "screened": dict(self._screened)}
         self.records.append(record)
         if dist.get_rank() == 0:

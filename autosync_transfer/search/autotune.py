@@ -36,6 +36,9 @@ DEFAULT_BASELINES: tuple[str, ...] = ("ddp", "all_reduce")
 #: the ``launcher`` of trial records written from a job's autotuning steps
 AUTOTUNE_LAUNCHER = "autotune"
 
+#: sampled strategies scored at a time under a proposal's time limit
+PROPOSAL_BATCH = 50
+
 
 class SimulatorProposer:
     """Autotune candidates: ``proposer(graph, cluster)`` is the ``k`` strategies a simulator ranks
@@ -68,8 +71,17 @@ class SimulatorProposer:
             raise ConfigError(f"baselines: unknown builder {unknown[0]!r} (known: "
                               f"{', '.join(BUILDERS)})")
         self.baselines = tuple(baselines)
+        #: sampled strategies the last call ranked (fewer than ``candidates`` under a limit)
+        self.scored = 0
 
-    def __call__(self, graph: ModelGraph, cluster: Cluster) -> list[Strategy]:
+    def __call__(self, graph: ModelGraph, cluster: Cluster, *,
+                 time_limit_s: float | None = None) -> list[Strategy]:
+        """The candidates. ``time_limit_s``: the builders are ranked in any case, then sampled
+        strategies in batches of :data:`PROPOSAL_BATCH` while the next batch (timed as the
+        last one) fits in the limit; the ranking is over what was scored (:attr:`scored`)."""
+        import time
+
+        t0 = time.perf_counter()
         from autosync_transfer.rankers.simulator import Simulator
         from autosync_transfer.strategies.builders import BUILDERS, build
         from autosync_transfer.strategies.sampler import StrategySampler
@@ -82,16 +94,38 @@ class SimulatorProposer:
             simulator = self.simulator = load_simulator(simulator)
         domain = Domain(name=f"{graph.name}-{cluster.name}", model=graph, cluster=cluster)
         builders = [build(b, domain) for b in BUILDERS]
-        sampled = StrategySampler(domain, sampler_preset(self.preset),
-                                  seed=self.seed).sample_batch(self.candidates)
         ranker = simulator if simulator is not None else Simulator("stepsim")
         if self.launcher is not None:
             ranker = ranker.with_launcher(self.launcher)
-        scores = np.concatenate((ranker.score(builders, domain), ranker.score(sampled, domain)))
+        parts = [np.asarray(ranker.score(builders, domain), dtype=float)]
+        sampler = StrategySampler(domain, sampler_preset(self.preset), seed=self.seed)
+        batches: list[Any] = []  # sampled batches (strategies built when indexed)
+        n_sampled = 0
+        step = self.candidates if time_limit_s is None else PROPOSAL_BATCH
+        last = 0.0
+        while n_sampled < self.candidates:
+            if time_limit_s is not None and time.perf_counter() - t0 + last > time_limit_s:
+                break
+            tb = time.perf_counter()
+            more = sampler.sample_batch(min(step, self.candidates - n_sampled))
+            parts.append(np.asarray(ranker.score(more, domain), dtype=float))
+            batches.append(more)
+            n_sampled += len(more)
+            last = time.perf_counter() - tb
+        self.scored = n_sampled
+        scores = np.concatenate(parts)
+        starts = np.cumsum([len(builders)] + [len(b) for b in batches])
+
+        def strategy(i: int) -> Strategy:
+            if i < len(builders):
+                return builders[i]
+            j = int(np.searchsorted(starts, i, side="right")) - 1
+            return batches[j][i - int(starts[j])]
+
         out: list[Strategy] = []
         seen: set[str] = set()
         for i in np.lexsort((np.arange(scores.size), scores)):
-            s = builders[i] if i < len(builders) else sampled[int(i) - len(builders)]
+            s = strategy(int(i))
             if (self.lossless and not is_lossless(s)) or s.fingerprint in seen:
                 continue
             seen.add(s.fingerprint)

@@ -87,6 +87,42 @@ def _screening(rank: int, world: int) -> dict:
                             for t in m._tuner.trials)}
 
 
+def _deferred(rank: int, world: int) -> dict:
+    """A proposer that takes a time limit, 1,000 planned steps with the default cost bound: it
+    is called once DDP's first steps (3-step blocks: 4 steps, the first left out) give the
+    budget in seconds, with half of it; without a cost bound, at setup and without a limit."""
+    from autosync_transfer.runtime.autotune import AutotuneConfig
+    from autosync_transfer.runtime.ddp import DistributedModel
+
+    calls: list = []
+
+    def proposer(graph, cluster, *, time_limit_s=None):  # noqa: ANN001, ANN202
+        calls.append(time_limit_s)
+        return _ps_only(graph, cluster)
+
+    m = DistributedModel(TinyNet(), None, _cluster(), autotune=AutotuneConfig(
+        candidates=proposer, planned_steps=1000, steps_per_candidate=3, min_rounds=3,
+        max_rounds=3, drop_slower=None))
+    opt = torch.optim.SGD(m.parameters(), lr=LR)
+    steps_before, backends = None, []
+    for i, step in enumerate(tiny_batches(30, world)):
+        if m._tuner is not None and m._tuner._probe is None and steps_before is None:
+            steps_before = i  # the proposal was made during the previous step's forward
+        opt.zero_grad()
+        m(*step[rank]).backward()
+        opt.step()
+        backends.append(m.backend)  # what this step ran
+    rec = m._tuner.records[0]
+    calls_before = len(calls)
+    u = DistributedModel(TinyNet(), None, _cluster(), autotune=AutotuneConfig(
+        candidates=proposer, planned_steps=1000, max_cost_share=None)).setup()
+    unbounded = calls[calls_before:]
+    return {"calls": calls[:calls_before], "steps_before": steps_before,
+            "backends": backends[:4], "limit": rec["propose_limit_s"],
+            "candidates": rec["candidates"], "propose_s": rec["propose_s"],
+            "unbounded": unbounded, "unbounded_limit": u._tuner.propose_limit_s}
+
+
 def _worker(rank: int, world: int) -> dict:
     from autosync_transfer.runtime.autotune import TORCH_DDP, AutotuneConfig
     from autosync_transfer.runtime.ddp import DistributedModel
@@ -135,6 +171,7 @@ def _worker(rank: int, world: int) -> dict:
         "costly": {share: _costly(rank, world, share) for share in (0.001, None)},
         "dropped": _costly(rank, world, None, drop=0.05),
         "screening": _screening(rank, world),
+        "deferred": _deferred(rank, world),
     }
 
 
@@ -238,6 +275,25 @@ def test_a_small_budget_screens_one_more_candidate_in_the_first_round(runs: list
         assert name.startswith("0:ps-") and ratio > 1.5
         # timed steps: each block's first (the switch) left out; ps_lb ran the 4 rounds
         assert sc["tried"] == [("ps", 2), ("ps_lb", 8)]
+
+
+def test_with_a_cost_bound_the_proposal_waits_for_ddps_steps_and_gets_a_time_limit(
+        runs: list[dict]) -> None:
+    """The proposer runs on rank 0 only, after 4 steps on torch DDP (they run anyway: the job
+    starts on DDP), with half the cost budget those steps give (1 % of 1,000 planned steps of
+    DDP's median step); its time counts in the record. Without a cost bound there is no
+    budget in seconds: it is called at setup, without a limit."""
+    r0, r1 = runs[0]["deferred"], runs[1]["deferred"]
+    assert len(r0["calls"]) == 1 and r1["calls"] == []
+    [limit] = r0["calls"]
+    assert limit is not None and 0 < limit < 5.0  # 0.5 x 0.01 x 1,000 x a step of ms
+    for r in (r0, r1):
+        assert r["steps_before"] == 5  # four step times: the fifth forward proposes
+        assert r["backends"] == ["torch_ddp"] * 4  # the steps before the proposal
+        assert r["limit"] == pytest.approx(limit) and r["candidates"] == 1
+        assert r["propose_s"] > 0
+        assert r["unbounded_limit"] is None
+    assert r0["unbounded"] == [None] and r1["unbounded"] == []
 
 
 def test_the_cost_bound_counts_what_the_next_block_cost_the_last_time() -> None:

@@ -29,6 +29,23 @@ def test_simulator_proposes_k_distinct_lossless_candidates() -> None:
                                  baselines=())(graph, _cluster())) == 40
 
 
+def test_a_time_limit_ranks_the_builders_and_what_was_sampled_by_then() -> None:
+    """Under ``time_limit_s`` the builders are ranked in any case and sampled strategies in
+    batches while the next fits: no time ranks the builders alone, ample time every sample
+    (the same picks as without a limit: the batches continue one stream)."""
+    from autosync_transfer.search.autotune import SimulatorProposer
+    from autosync_transfer.strategies.builders import BUILDERS
+
+    graph = tiny_net_graph()
+    p = SimulatorProposer(k=3, candidates=120, seed=1, baselines=())
+    unlimited = p(graph, _cluster())
+    assert p.scored == 120
+    none = p(graph, _cluster(), time_limit_s=0.0)
+    assert p.scored == 0 and len(none) == 3
+    assert all(s.id.split("-")[0] in BUILDERS for s in none)
+    assert p(graph, _cluster(), time_limit_s=60.0) == unlimited and p.scored == 120
+
+
 def test_the_jobs_baselines_are_always_candidates() -> None:
     from autosync_transfer.errors import ConfigError
     from autosync_transfer.search.autotune import SimulatorProposer
