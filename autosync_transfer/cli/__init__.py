@@ -98,6 +98,10 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         sys.exit(0)
     except Exception as e:  # the net under the parsers: a bug, said in one line
+        wrapped = _wrapped_interrupt(e)
+        if wrapped is not None or received:  # a signal, wrapped by Python (e.g. in __set_name__)
+            sys.stderr.write("interrupted\n")
+            sys.exit(interrupt_exit_code(wrapped) if wrapped is not None else 128 + received[0])
         if _debug(sys.argv[1:] if argv is None else argv):
             raise
         _error_line(f"unexpected {type(e).__name__}: {_shorten(str(e))} "
@@ -131,6 +135,20 @@ def _shorten(text: str, limit: int = 300) -> str:
     """``text`` on one line, at most ``limit`` characters."""
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _wrapped_interrupt(exc: BaseException) -> KeyboardInterrupt | None:
+    """The :class:`KeyboardInterrupt` (an interrupting signal) that ``exc`` wraps, if any: Python
+    re-raises what interrupts some hooks (a class's ``__set_name__`` while a module imports) as
+    the cause of another exception."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def _interrupt_on_signals(received: list[int]) -> Any:

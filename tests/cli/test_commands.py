@@ -121,3 +121,35 @@ def test_a_strategy_file_with_a_byte_order_mark_is_json_with_a_domain_too(cli, t
     res = cli("strategies", "validate", "bert-3l-A", str(bom))
     assert res.code == 0, res.err
     assert cli("strategies", "show", str(bom), "bert-3l-A").code == 0
+
+
+def test_a_signal_that_python_wraps_exits_as_interrupted(monkeypatch, capsys):
+    """SIGTERM arriving while a module imports (torchrun stopping the other ranks of a failed
+    job) raises inside a class's ``__set_name__``, which Python re-raises as a RuntimeError: the
+    command says "interrupted" and exits 143, never an "error:" line of its own."""
+    import signal
+
+    import pytest
+
+    import autosync_transfer.cli as cli
+    from autosync_transfer.errors import Interrupted
+
+    def wrapped(**_):
+        try:
+            raise Interrupted(signal.SIGTERM)
+        except Interrupted as e:
+            raise RuntimeError("__set_name__ of 'x' in 'Y'") from e
+
+    monkeypatch.setattr(cli, "app", wrapped)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["domains", "list"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 143 and err == "interrupted\n"
+
+    def bug(**_):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli, "app", bug)  # an unrelated error is still one error line, exit 2
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["domains", "list"])
+    assert exit_.value.code == 2 and "unexpected RuntimeError: a bug" in capsys.readouterr().err
