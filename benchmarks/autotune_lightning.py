@@ -85,7 +85,7 @@ def _parse() -> argparse.Namespace:
                     help="AutotuneConfig.target_rounds (default: its own, 4): fewer candidates, "
                          "more rounds each")
     ap.add_argument("--max-cost-share", default=None,
-                    help="AutotuneConfig.max_cost_share (default: its own, 0.01); 'none': no bound "
+                    help="AutotuneConfig.max_cost_share (default: its own, 0.005); 'none': no bound "
                          "on a tuning round's cost (the rows measured before the bound)")
     ap.add_argument("--simulator", default=None, help="registry URI or name (default: the step-time simulator)")
     ap.add_argument("--candidates", type=int, default=500, help="sampled strategies to rank")
@@ -276,14 +276,30 @@ def _append_run(args: argparse.Namespace, cluster, fits: dict[str, list[dict]], 
         "fits": {n: [{k: f[k] for k in keep} for f in fs] for n, fs in fits.items()},
         "tuning": [None if t is None or t.record is None else
                    {k: t.record.get(k) for k in ("locked", "steps", "switches", "propose_s",
-                                                  "cost_s", "reason")} for t in tuners],
+                                                  "propose_limit_s", "candidates", "cost_s",
+                                                  "reason", "dropped", "screened")}
+                   for t in tuners],
     }
     with open(args.json_out, "a") as fh:
         fh.write(json.dumps(line) + "\n")
 
 
+def _compile_package() -> None:
+    """Compile the package's bytecode, as installing it does (pip compiles at install time):
+    a checkout run with ``PYTHONDONTWRITEBYTECODE`` would otherwise compile every module it
+    imports in each worker's first fit, and only the autotuned configuration imports the
+    simulator's modules (Lightning's are compiled in site-packages)."""
+    import compileall
+
+    import autosync_transfer
+
+    compileall.compile_dir(os.path.dirname(autosync_transfer.__file__), quiet=1)
+
+
 def main() -> int:
     args = _parse()
+    if "LOCAL_RANK" not in os.environ:
+        _compile_package()
     if args.launcher == "emulated" and "LOCAL_RANK" not in os.environ:
         from autosync_transfer.domains.catalog import get_cluster
 

@@ -21,10 +21,13 @@ the baseline of every tuning round, the start when no strategy is given, and the
   and what the round costs over running DDP (its steps' time beyond DDP's median step, switches
   included, and the proposal's time in the first round) stays within ``max_cost_share`` of
   the planned job's time: before each block, when
-  the cost so far plus what that block cost the last time it ran would pass it, the round
+  the cost so far plus what that block cost the last time it ran (a candidate not run yet:
+  one of DDP's median steps, what its switch costs at least) would pass it, the round
   stops and keeps the verdicts of its last planned look (a tuning round that finds nothing
-  costs the job about that share, at most one block more: a choice's first block, or a slow
-  switch, is known only once it has run);
+  costs the job about that share, at most one block more: a choice's first block is known
+  only once it has run); in the first round the steps on DDP before the proposal are its
+  reference until DDP's own first block, and a budget that leaves less than one of those
+  steps after the proposal's share proposes nothing (the job stays on DDP);
 - a candidate replaces DDP only when it is faster with confidence (the interval's lower bound
   above 1); otherwise the job locks in DDP. A small budget shortens the blocks (to no fewer
   than 3 steps); one too small for ``min_rounds`` such blocks of even one candidate tunes
@@ -115,9 +118,12 @@ class AutotuneConfig(BaseModel):
         max_cost_share: a tuning round stops before the first block that would take its cost
             over running DDP throughout (its steps' time minus as many of DDP's median steps;
             the switches are in it, and in the first round the proposal's time), counting what
-            that block cost the last time it ran, past this share of ``planned_steps`` DDP
-            steps; its verdicts are then those of its last planned look. ``None``, or no
-            ``planned_steps``: no bound on the cost.
+            that block cost the last time it ran (one DDP median step for a candidate not run
+            yet), past this share of ``planned_steps`` DDP steps; its verdicts are then those
+            of its last planned look. A budget whose part left after ``proposal_share`` is
+            less than one DDP step proposes nothing: with the defaults, a job of fewer than
+            400 planned steps stays on DDP. ``None``, or no ``planned_steps``: no bound on the
+            cost.
         proposal_share: the share of the cost budget a proposer that takes ``time_limit_s``
             may spend (its time counts in the first round's cost either way).
         margin: a candidate within this relative margin of DDP is "equivalent" (DDP stays).
@@ -145,7 +151,7 @@ class AutotuneConfig(BaseModel):
     min_rounds: int = Field(default=4, ge=3)
     max_rounds: int = Field(default=12, ge=3)
     target_rounds: int = Field(default=4, ge=3)
-    max_cost_share: float | None = Field(default=0.01, gt=0.0, le=0.5)
+    max_cost_share: float | None = Field(default=0.005, gt=0.0, le=0.5)
     proposal_share: float = Field(default=0.5, gt=0.0, le=1.0)
     margin: float = Field(default=0.02, ge=0.0, lt=1.0)
     drop_slower: float | None = Field(default=0.05, gt=0.0, lt=1.0)
@@ -276,6 +282,9 @@ class Autotuner:
         self.propose_limit_s: float | None = None
         #: DDP's step times before a deferred proposal (``None``: not waiting for one)
         self._probe: list[float] | None = None
+        #: those steps (the slowest rank's, the first left out): the first round's reference
+        #: for its cost until DDP's own first block has run
+        self._probe_ref: list[float] = []
         state = model._autotune_state
         if state is not None and state.get("locked"):
             self.load_state_dict(state)  # resumed with its choice: nothing to propose
@@ -298,15 +307,29 @@ class Autotuner:
 
     def _probe_step(self, step_s: float) -> None:
         """A step on torch DDP before a deferred proposal: after :meth:`block_steps` + 1 of
-        them (the first left out: the job's warm-up), rank 0 sets the proposal's time limit
-        from their median (``proposal_share`` of the cost budget), and the round starts."""
+        them (the first left out: the job's warm-up), their median (the slowest rank's) sets
+        the cost budget and the proposal's time limit (``proposal_share`` of it), and the round
+        starts; a budget whose rest after that share is less than one such step proposes
+        nothing: it could not pay even a candidate's switch."""
         assert self._probe is not None
         self._probe.append(step_s)
         if len(self._probe) < self._block_steps + 1:
             return
         probe, self._probe = self._probe, None
-        budget = self.config.cost_budget_s(float(torch.tensor(probe[1:]).median()))
-        limit = None if budget is None else self.config.proposal_share * budget
+        times = torch.tensor(probe[1:], dtype=torch.float64)
+        dist.all_reduce(times, op=dist.ReduceOp.MAX, group=self._group)  # alike on every rank
+        self._probe_ref = [max(t, 1e-9) for t in times.tolist()]
+        med = float(times.median())
+        cfg = self.config
+        budget = cfg.cost_budget_s(med)
+        limit = None if budget is None else cfg.proposal_share * budget
+        if budget is not None and limit is not None and budget - limit < med:
+            self._lock(TORCH_DDP, reason=(
+                f"nothing proposed: a cost budget of {budget * 1e3:.1f} ms (max_cost_share="
+                f"{cfg.max_cost_share:g} of {cfg.planned_steps} planned steps of torch DDP's "
+                f"{med * 1e3:.1f} ms median step) leaves less than one step after the "
+                f"proposal's share ({cfg.proposal_share:g})"))
+            return
         self._candidates = self._timed_propose(limit)
         self._start_round()
 
@@ -533,9 +556,13 @@ class Autotuner:
     def _over_cost(self, next_block: str) -> str:
         """Why the round stops for its cost before ``next_block`` runs (rank 0), or ``""``:
         what it ran so far against as many of DDP's median steps (each block's first step, the
-        switch, left out of that median), plus what ``next_block`` cost the last time it ran
-        (nothing for a choice not run yet), past the budget."""
+        switch, left out of that median; in the first round, before DDP's first block, the
+        steps on DDP before the proposal), plus what ``next_block`` cost the last time it ran
+        (a candidate not run yet: one median step, the least its switch costs; DDP: nothing),
+        past the budget."""
         ddp = [t for b in self._blocks.get(TORCH_DDP, []) for t in b[1:]]
+        if not ddp and self.round == 0:
+            ddp = list(self._probe_ref)
         if not ddp:
             return ""
         med = float(torch.tensor(ddp).median())
@@ -546,7 +573,8 @@ class Autotuner:
         if self.round == 0:  # the proposal is part of what the first round costs
             cost += self.propose_s
         last = (self._blocks.get(next_block) or [[]])[-1]
-        expected = max(0.0, sum(last) - len(last) * med)
+        expected = max(0.0, sum(last) - len(last) * med) if last else \
+            (0.0 if next_block == TORCH_DDP else med)
         if cost + expected <= budget:
             return ""
         proposal = " with the proposal" if self.round == 0 else ""

@@ -117,7 +117,21 @@ def _deferred(rank: int, world: int) -> dict:
     u = DistributedModel(TinyNet(), None, _cluster(), autotune=AutotuneConfig(
         candidates=proposer, planned_steps=1000, max_cost_share=None)).setup()
     unbounded = calls[calls_before:]
-    return {"calls": calls[:calls_before], "steps_before": steps_before,
+    calls_before = len(calls)
+    # 300 planned steps: the default budget (0.5 % of them) leaves less than one step after
+    # the proposal's half
+    short = DistributedModel(TinyNet(), None, _cluster(), autotune=AutotuneConfig(
+        candidates=proposer, planned_steps=300, steps_per_candidate=3, min_rounds=3,
+        max_rounds=3))
+    opt = torch.optim.SGD(short.parameters(), lr=LR)
+    for step in tiny_batches(8, world):
+        opt.zero_grad()
+        short(*step[rank]).backward()
+        opt.step()
+    srec = short._tuner.record
+    return {"short": (calls[calls_before:], short.backend, short._tuner.tuning, srec["locked"],
+                      srec["steps"], srec["reason"]),
+            "calls": calls[:calls_before - len(unbounded)], "steps_before": steps_before,
             "backends": backends[:4], "limit": rec["propose_limit_s"],
             "candidates": rec["candidates"], "propose_s": rec["propose_s"],
             "unbounded": unbounded, "unbounded_limit": u._tuner.propose_limit_s}
@@ -168,7 +182,7 @@ def _worker(rank: int, world: int) -> dict:
         "resumed_tuning": resumed._tuner.tuning, "locked_kind": (
             TORCH_DDP if first["locked"] == TORCH_DDP else None),
         "small": (small.backend, small._tuner.tuning, small._tuner.record["reason"]),
-        "costly": {share: _costly(rank, world, share) for share in (0.001, None)},
+        "costly": {share: _costly(rank, world, share) for share in (0.01, None)},
         "dropped": _costly(rank, world, None, drop=0.05),
         "screening": _screening(rank, world),
         "deferred": _deferred(rank, world),
@@ -237,15 +251,16 @@ def test_a_budget_too_small_keeps_torch_ddp(runs: list[dict]) -> None:
 
 
 def test_a_round_that_costs_more_than_its_share_stops_and_keeps_torch_ddp(runs: list[dict]) -> None:
-    """At 0.1 % of 1,000 planned steps the round stops before its cost passes the share, in
-    its first round (a block of each at most: 6 steps; 3 when DDP's first block already costs
-    more), with DDP and no verdict; unbounded it runs to its first look (round 3, 5 or 6: it
-    runs until the candidate is decided, slower)."""
+    """At 1 % of 1,000 planned steps (ten of DDP's steps of a few ms) the candidate's first
+    block (30 ms a step slower) takes the round past its share: it stops in its first round
+    (after that block, or after DDP's block too: 3 or 6 steps), with DDP and no verdict;
+    unbounded it runs to its first look (round 3, 5 or 6: it runs until the candidate is
+    decided, slower)."""
     for r in runs:
-        steps, locked, reason, rounds, verdicts, _ = r["costly"][0.001]
+        steps, locked, reason, rounds, verdicts, _ = r["costly"][0.01]
         assert steps in (3, 6) and (locked, rounds) == ("torch_ddp", int(steps == 6))
         assert verdicts in ([], ["undecided"])
-        assert "max_cost_share=0.001" in reason and f"stopped after {steps} steps" in reason
+        assert "max_cost_share=0.01" in reason and f"stopped after {steps} steps" in reason
         steps, locked, reason, rounds, verdicts, _ = r["costly"][None]
         assert rounds in (3, 5, 6) and steps == 6 * rounds  # its looks (3, 5, 6)
         assert (locked, reason) == ("torch_ddp", "") and verdicts[0] in ("slower", "undecided")
@@ -280,13 +295,13 @@ def test_a_small_budget_screens_one_more_candidate_in_the_first_round(runs: list
 def test_with_a_cost_bound_the_proposal_waits_for_ddps_steps_and_gets_a_time_limit(
         runs: list[dict]) -> None:
     """The proposer runs on rank 0 only, after 4 steps on torch DDP (they run anyway: the job
-    starts on DDP), with half the cost budget those steps give (1 % of 1,000 planned steps of
+    starts on DDP), with half the cost budget those steps give (0.5 % of 1,000 planned steps of
     DDP's median step); its time counts in the record. Without a cost bound there is no
     budget in seconds: it is called at setup, without a limit."""
     r0, r1 = runs[0]["deferred"], runs[1]["deferred"]
     assert len(r0["calls"]) == 1 and r1["calls"] == []
     [limit] = r0["calls"]
-    assert limit is not None and 0 < limit < 5.0  # 0.5 x 0.01 x 1,000 x a step of ms
+    assert limit is not None and 0 < limit < 5.0  # 0.5 x 0.005 x 1,000 x a step of ms
     for r in (r0, r1):
         assert r["steps_before"] == 5  # four step times: the fifth forward proposes
         assert r["backends"] == ["torch_ddp"] * 4  # the steps before the proposal
@@ -294,34 +309,53 @@ def test_with_a_cost_bound_the_proposal_waits_for_ddps_steps_and_gets_a_time_lim
         assert r["propose_s"] > 0
         assert r["unbounded_limit"] is None
     assert r0["unbounded"] == [None] and r1["unbounded"] == []
+    for r in (r0, r1):  # a job too short to pay a switch after the proposal: none is made
+        calls, backend, tuning, locked, steps, reason = r["short"]
+        assert calls == [] and (backend, tuning, locked, steps) == ("torch_ddp", False,
+                                                                    "torch_ddp", 0)
+        assert reason.startswith("nothing proposed: a cost budget of ")
+        assert "max_cost_share=0.005 of 300 planned steps" in reason
 
 
 def test_the_cost_bound_counts_what_the_next_block_cost_the_last_time() -> None:
     """Before each block: the cost so far plus that block's cost when it last ran, against the
-    budget (here 1.2 % of 1,000 steps of DDP's 10 ms median: 0.12 s); a choice not run yet adds
-    nothing, so one block may overshoot, never a whole round."""
+    budget (here 1.2 % of 1,000 steps of DDP's 10 ms median: 0.12 s); a candidate not run yet
+    adds one median step (its switch), DDP nothing; in the first round, before DDP's first
+    block, the steps on DDP before the proposal are the reference."""
     from autosync_transfer.runtime.autotune import TORCH_DDP, AutotuneConfig, Autotuner
 
     tuner = Autotuner.__new__(Autotuner)  # the rule alone, without a model or processes
     tuner.config = AutotuneConfig(planned_steps=1000, max_cost_share=0.012)
-    tuner.round, tuner.propose_s = 0, 0.0
+    tuner.round, tuner.propose_s, tuner._probe_ref = 0, 0.0, []
     ddp, slow = [0.02, 0.01, 0.01, 0.01], [0.035, 0.03, 0.03, 0.03]  # first steps: switches
-    tuner._blocks = {TORCH_DDP: [ddp], "0:slow": [], "1:new": []}
+    tuner._blocks = {TORCH_DDP: [], "0:slow": [], "1:new": []}
+    tuner._round_steps = []
+    assert tuner._over_cost("0:slow") == ""  # no reference for DDP's step yet
+    tuner._probe_ref = [0.01, 0.01, 0.012]  # DDP's steps before the proposal: 10 ms
+    tuner.propose_s = 0.115
+    reason = tuner._over_cost("0:slow")  # the proposal's 0.115 s + one step's 0.01 s
+    assert "stopped after 0 steps: tuning cost 0.12 s over torch DDP's median step with the " \
+        "proposal (and 0.01 s expected of the next block)" in reason
+    assert tuner._over_cost(TORCH_DDP) == ""  # DDP's block adds nothing
+    tuner.propose_s = 0.0
+    tuner._blocks[TORCH_DDP].append(ddp)
     tuner._round_steps = list(ddp)
-    assert tuner._over_cost("0:slow") == ""  # 0.01 s so far, nothing known of it yet
+    assert tuner._over_cost("0:slow") == ""  # 0.01 s so far + 0.01 s for its switch
     tuner._blocks["0:slow"].append(slow)
     tuner._round_steps += slow  # 0.095 s so far
-    assert tuner._over_cost("1:new") == ""  # within the budget, nothing known of it
+    assert tuner._over_cost("1:new") == ""  # 0.095 s + 0.01 s for its switch: 0.105 s
     assert tuner._over_cost(TORCH_DDP) == ""  # DDP's last block cost 0.01 s: 0.105 s
     reason = tuner._over_cost("0:slow")  # 0.095 s + its last block's 0.085 s
     assert "stopped after 8 steps" in reason and "0.09 s expected of the next block" in reason
-    # the first round's cost includes the proposal: 0.095 s + 0.035 s is past 0.12 s
-    tuner.propose_s = 0.035
+    # the first round's cost includes the proposal: 0.095 s + 0.02 s + 0.01 s is past 0.12 s
+    tuner.propose_s = 0.02
     reason = tuner._over_cost("1:new")
-    assert "stopped after 8 steps: tuning cost 0.13 s over torch DDP's median step with the " \
-        "proposal" in reason
+    assert "stopped after 8 steps: tuning cost 0.12 s over torch DDP's median step with the " \
+        "proposal (and 0.01 s expected of the next block)" in reason
     tuner.round = 1  # a later round (retune_every) did not propose
     assert tuner._over_cost("1:new") == ""
+    tuner.round, tuner._blocks[TORCH_DDP] = 1, []  # no DDP block in a later round: no reference
+    assert tuner._over_cost("0:slow") == ""
     tuner.config = AutotuneConfig(planned_steps=1000, max_cost_share=None)
     assert tuner._over_cost("0:slow") == ""  # unbounded
 
@@ -339,7 +373,7 @@ def test_config_is_checked() -> None:
         AutotuneConfig(budget_share=0.0)
     assert AutotuneConfig(planned_steps=1000).budget_steps() == 50
     assert AutotuneConfig(planned_steps=100_000).budget_steps() == 300
-    assert AutotuneConfig(planned_steps=1000).cost_budget_s(0.02) == pytest.approx(0.2)
+    assert AutotuneConfig(planned_steps=1000).cost_budget_s(0.02) == pytest.approx(0.1)  # 0.5 %
     assert AutotuneConfig(planned_steps=1000, max_cost_share=None).cost_budget_s(0.02) is None
     assert AutotuneConfig().cost_budget_s(0.02) is None  # no planned steps: unbounded
     with pytest.raises(ValidationError, match="max_cost_share"):
