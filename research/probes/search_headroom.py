@@ -63,9 +63,8 @@ def main() -> int:
         b = builders[name]
         cells = {k: (f"{b / best[k]:.2f}x" if k in best else "-") for k in ("lossless", "lossy")}
         if "lossless" in best:
-            widest[domain.model.config.get("family", domain.model.name)] = max(
-                widest.get(domain.model.config.get("family", domain.model.name), 0.0),
-                b / best["lossless"])
+            family = domain.model.config.get("family", domain.model.name)
+            widest[family] = max(widest.get(family, 0.0), b / best["lossless"])
         run = f"{path.parent.name}/{path.stem}"
         print(f"{run:48s} {trials:6d} {name + f' {1000 * b:.0f} ms':>16s} "
               f"{cells['lossless']:>9s} {cells['lossy']:>7s}")
