@@ -23,6 +23,9 @@ speed-up over Lightning DDP paired by round with its 95 % interval and the numbe
 then what each autotuned fit locked in and what tuning cost, the time rank 0 spent in
 Python's garbage collector per fit, and where each configuration's fit time differs from
 Lightning DDP's (set-up, the first tenth of the steps, the other steps, between steps).
+Each fit's foreign CPU share (``runtime.cpuwatch``: CPU time other processes took while it ran,
+as a share of the machine; the tree is ``AUTOSYNC_CPUWATCH_ROOT``'s when a supervisor names one)
+is stored with it in ``--json-out``.
 
     python benchmarks/autotune_lightning.py [--cluster B | --cluster-file F.yml]
         [--launcher emulated|local] [--steps 300] [--rounds 5] [--builders all_reduce,ddp]
@@ -102,6 +105,9 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--version", default="unrecorded",
                     help="the package version the --json-out line records (benchmarks/"
                          "autotune_table.py passes it)")
+    ap.add_argument("--protocol", type=int, default=None,
+                    help="the table's measuring protocol the --json-out line records "
+                         "(benchmarks/autotune_table.py passes it)")
     ap.add_argument("--json-out", default=None,
                     help="also append the run's fits and tuning records to this JSON-lines file "
                          "(one line per run; benchmarks/autotune_table.py pools them)")
@@ -142,6 +148,7 @@ def _bench(args: argparse.Namespace) -> int:
     from autosync_transfer.demos import fit_classifier, lightning_layout, quiet_lightning
     from autosync_transfer.domains.catalog import get_cluster
     from autosync_transfer.measure import paired_speedup
+    from autosync_transfer.runtime.cpuwatch import CpuWatch
     from autosync_transfer.search.lightning import AutoSyncStrategy
 
     quiet_lightning()
@@ -187,8 +194,11 @@ def _bench(args: argparse.Namespace) -> int:
         for name in order:
             strategy = make(name)
             gc_clock.reset()
-            fits[name].append({**fit(strategy), "gc_s": gc_clock.seconds,
-                               "gc_full": gc_clock.full})
+            with CpuWatch() as watch:
+                result = fit(strategy)
+            fits[name].append({**result, "gc_s": gc_clock.seconds, "gc_full": gc_clock.full,
+                               "foreign_cpu": None if watch.foreign is None
+                               else round(watch.foreign, 4)})
             if name == "AutoSync autotune":
                 tuners.append(strategy.autotuner)
     if not fits["Lightning DDP"][0]["global_zero"]:
@@ -267,12 +277,13 @@ def _append_run(args: argparse.Namespace, cluster, fits: dict[str, list[dict]], 
     import datetime
     import json
 
-    keep = ("fit_s", "median_step_ms", "late_step_ms", "final_loss", "phases_s")
+    keep = ("fit_s", "median_step_ms", "late_step_ms", "final_loss", "phases_s", "foreign_cpu")
     line = {
         "version": args.version,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "argv": sys.argv[1:], "cluster": cluster.name, "steps": args.steps,
         "hidden": args.hidden, "rounds": args.rounds, "seed": args.seed,
+        **({"protocol": args.protocol} if args.protocol is not None else {}),
         "fits": {n: [{k: f[k] for k in keep} for f in fs] for n, fs in fits.items()},
         "tuning": [None if t is None or t.record is None else
                    {k: t.record.get(k) for k in ("locked", "steps", "switches", "propose_s",

@@ -14,9 +14,17 @@ stops there, an undecided one runs to ``LOOKS`` x its first stage and is looked 
 rule. Every chunk appends one line to the store (``--store``, append-only; a killed run
 loses at most its chunk in flight), so a later start resumes where the last one stopped.
 
+A round disturbed by other processes is measured again, as the project's trial collection does
+(``PROTOCOL`` 2): every fit records the CPU share other processes took while it ran
+(``runtime.cpuwatch``, the table's process tree being ours), and a round where a fit's share
+exceeds ``MAX_FOREIGN_CPU`` (the collection's and search's threshold) is kept in the store,
+counted in the table, and not pooled; each chunk starts once the machine is quiet. A row whose
+disturbed rounds reach its most rounds (``LOOKS`` x its first stage) stops: the machine was too
+busy to measure it.
+
 Rows pool the rounds of the package's current version (the last commit that changed
-``autosync_transfer/``); a row with none at that version shows its newest earlier version's
-figure, marked. Printed per row: the wall time of ``fit`` (from its start: proposal, tuning and
+``autosync_transfer/``) and of the table's current protocol; a row with none there shows its
+newest earlier version's or protocol's figure, marked. Printed per row: the wall time of ``fit`` (from its start: proposal, tuning and
 switches included) as a speed-up over Lightning DDP paired by round with the t-interval of its
 deciding look and the rounds, whether the interval's lower bound meets the 0.98 floor, the second half's median
 step (what the job runs at once tuned) the same way, the fits that locked in a candidate, and
@@ -51,6 +59,9 @@ WORKLOADS = {"short": 512, "bandwidth": 1024}
 PLAN = {("short", 300): (20, 5), ("short", 1000): (6, 3),
         ("bandwidth", 300): (6, 3), ("bandwidth", 1000): (4, 2)}
 LOOKS = 3  # an undecided row's second look: after this many times its first stage
+PROTOCOL = 2  # 1: every round pooled; 2: rounds with a fit disturbed by other processes re-measured
+MAX_FOREIGN_CPU = 0.05  # share of the machine; the trial collection's and search's threshold
+QUIET_WAIT_S = 600.0  # before a chunk, at most this long for a quiet machine
 CONFIDENCE = 0.95  # of the whole design; each of its two looks: 1 - (1 - CONFIDENCE) / 2
 
 
@@ -78,7 +89,7 @@ class Row:
                 "--rounds", str(rounds), "--json-out", store]
 
     def run_argv(self, rounds: int, store: str, version: str) -> list[str]:
-        return [*self.argv(rounds, store), "--version", version]
+        return [*self.argv(rounds, store), "--version", version, "--protocol", str(PROTOCOL)]
 
 
 ROWS = [Row(c, s, w) for w in WORKLOADS for s in (300, 1000) for c in CLUSTERS]
@@ -129,36 +140,59 @@ def read_store(path: str) -> list[dict]:
 
 
 def row_of(run: dict) -> str | None:
-    """The table row a stored run belongs to: its arguments, less ``--rounds`` and
-    ``--json-out``, are exactly that row's (None: a run of another shape)."""
+    """The table row a stored run belongs to: its arguments, less ``--rounds``,
+    ``--json-out``, ``--version`` and ``--protocol``, are exactly that row's (None: a run of
+    another shape)."""
     argv, rest = list(run.get("argv", [])), []
     while argv:
         a = argv.pop(0)
-        if a in ("--rounds", "--json-out", "--version"):
+        if a in ("--rounds", "--json-out", "--version", "--protocol"):
             argv[:1] = []
         else:
             rest.append(a)
     return next((r.key for r in ROWS if r.argv(0, "")[:-4] == rest), None)
 
 
-def pooled(runs: list[dict], key: str, version: str) -> tuple[str | None, list[dict]]:
-    """The runs of row ``key`` at ``version``, else at the newest version the store has for
-    it: ``(that version or None, its runs)``."""
+def measured_as(run: dict) -> tuple[str, int]:
+    """(package version, protocol) of a stored run; runs from before protocols are 1."""
+    return run.get("version", "unrecorded"), run.get("protocol", 1)
+
+
+def pooled(runs: list[dict], key: str, version: str) -> tuple[tuple[str, int] | None, list[dict]]:
+    """The runs of row ``key`` at ``version`` and the current ``PROTOCOL``, else at the newest
+    (version, protocol) the store has for it: ``(that pair or None, its runs)``."""
     mine = [r for r in runs if row_of(r) == key]
-    at = [r for r in mine if r.get("version") == version]
+    at = [r for r in mine if measured_as(r) == (version, PROTOCOL)]
     if at or not mine:
-        return (version if at else None), at
-    newest = mine[-1]["version"]
-    return newest, [r for r in mine if r.get("version") == newest]
+        return ((version, PROTOCOL) if at else None), at
+    newest = measured_as(mine[-1])
+    return newest, [r for r in mine if measured_as(r) == newest]
 
 
-def _pairs(runs: list[dict], what: str) -> tuple[list[float], list[float]]:
-    """(autotune, DDP) of every round of ``runs``, in the order they were measured."""
-    auto, ddp = [], []
+def disturbed(fits: list[dict]) -> bool:
+    """Whether other processes took more than ``MAX_FOREIGN_CPU`` of the machine during a fit
+    of this round (a fit measured without a watch is not)."""
+    return any((f.get("foreign_cpu") or 0.0) > MAX_FOREIGN_CPU for f in fits)
+
+
+def rounds_of(runs: list[dict]) -> tuple[list[dict], int]:
+    """The undisturbed rounds of ``runs`` in the order they were measured, each
+    ``{"auto": fit, "ddp": fit, "tuning": record}``, and how many rounds were disturbed."""
+    kept, bad = [], 0
     for run in runs:
-        auto += [f[what] for f in run["fits"]["AutoSync autotune"]]
-        ddp += [f[what] for f in run["fits"]["Lightning DDP"]]
-    return auto, ddp
+        tuning = run.get("tuning") or []
+        for i, (a, d) in enumerate(zip(run["fits"]["AutoSync autotune"],
+                                       run["fits"]["Lightning DDP"])):
+            if disturbed([a, d]):
+                bad += 1
+            else:
+                kept.append({"auto": a, "ddp": d, "tuning": tuning[i] if i < len(tuning) else None})
+    return kept, bad
+
+
+def _pairs(rounds: list[dict], what: str) -> tuple[list[float], list[float]]:
+    """(autotune, DDP) of ``rounds``, in their order."""
+    return [r["auto"][what] for r in rounds], [r["ddp"][what] for r in rounds]
 
 
 def decide(auto: list[float], ddp: list[float], first: int) -> dict:
@@ -188,19 +222,20 @@ def summarize(runs: list[dict], first: int) -> dict | None:
     deciding look (all of them while it is still measuring)."""
     from autosync_transfer.measure import paired_speedup
 
-    auto, ddp = _pairs(runs, "fit_s")
+    rounds, bad = rounds_of(runs)
+    auto, ddp = _pairs(rounds, "fit_s")
     if not auto:
         return None
     d = decide(auto, ddp, first)
     k = d["look"] or len(auto)
-    late_a, late_d = _pairs(runs, "late_step_ms")
-    loss_a, loss_d = _pairs(runs, "final_loss")
-    tuning = [t for run in runs for t in run.get("tuning", [])][:k]
+    late_a, late_d = _pairs(rounds, "late_step_ms")
+    loss_a, loss_d = _pairs(rounds, "final_loss")
+    tuning = [r["tuning"] for r in rounds][:k]
     locked = sum(1 for t in tuning if t and t.get("locked") not in (None, "torch_ddp"))
     return {"rounds": k, "decision": d, "wall": d["estimate"],
             "late": paired_speedup(late_a[:k], late_d[:k], confidence=d["estimate"].confidence),
             "fit_auto": statistics.median(auto[:k]), "fit_ddp": statistics.median(ddp[:k]),
-            "locked": locked, "fits": len(tuning),
+            "locked": locked, "fits": len(tuning), "disturbed": bad,
             "loss_auto": statistics.median(loss_a[:k]), "loss_ddp": statistics.median(loss_d[:k]),
             "dates": sorted({r["date"][:10] for r in runs})}
 
@@ -210,27 +245,34 @@ def _ratio(est) -> str:  # noqa: ANN001 - a RatioEstimate
 
 
 def table(runs: list[dict], version: str, rows: list[Row]) -> str:
-    lines = [f"Package version {version}. Wall time of fit (proposal, tuning and switches "
+    lines = [f"Package version {version}, protocol {PROTOCOL} (a round in which other processes "
+             f"took more than {MAX_FOREIGN_CPU:.0%} of the machine during a fit is measured "
+             f"again). Wall time of fit (proposal, tuning and switches "
              f"included) and the second half's median step, AutoSync autotune over Lightning "
              f"DDP, paired by round, t-intervals at the confidence of a look "
              f"({1 - (1 - CONFIDENCE) / 2:.3f}: the design's {CONFIDENCE:.2f} over two looks); "
              f"floor: the wall time's lower bound >= {FLOOR}.", "",
-             "| row (cluster/steps/workload) | rounds (looks) | median fit, autotune / DDP | "
-             "wall time vs DDP | floor | 2nd half's step vs DDP | fits that locked in a "
-             "candidate | final loss, autotune / DDP | measured |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| row (cluster/steps/workload) | rounds (looks) | disturbed rounds, measured "
+             "again | median fit, autotune / DDP | wall time vs DDP | floor | 2nd half's step "
+             "vs DDP | fits that locked in a candidate | final loss, autotune / DDP | measured |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         at, mine = pooled(runs, row.key, version)
         s = summarize(mine, row.rounds) if mine else None
         looks = f"{row.rounds}, {LOOKS * row.rounds}"
+        bad = rounds_of(mine)[1]
+        watched = str(bad) if at is None or at[1] >= 2 else "not watched"
         if s is None:
-            lines.append(f"| {row.key} | 0 ({looks}) | | not measured | | | | | |")
+            what = "too disturbed" if bad >= LOOKS * row.rounds else "not measured"
+            lines.append(f"| {row.key} | 0 ({looks}) | {watched} | | {what} | | | | | |")
             continue
         d = s["decision"]
-        floor = d["verdict"] or f"measuring ({s['rounds']} of {d['target']})"
-        where = ", ".join(s["dates"]) + ("" if at == version else f" (version {at})")
+        floor = d["verdict"] or ("too disturbed" if bad >= LOOKS * row.rounds else
+                                 f"measuring ({s['rounds']} of {d['target']})")
+        where = ", ".join(s["dates"]) + ("" if at == (version, PROTOCOL) else
+                                         f" (version {at[0]}, protocol {at[1]})")
         lines.append(
-            f"| {row.key} | {s['rounds']} ({looks}) | {s['fit_auto']:.2f} / "
+            f"| {row.key} | {s['rounds']} ({looks}) | {watched} | {s['fit_auto']:.2f} / "
             f"{s['fit_ddp']:.2f} s | **{_ratio(s['wall'])}** | {floor} | {_ratio(s['late'])} | "
             f"{s['locked']} of {s['fits']} | {s['loss_auto']:.4f} / {s['loss_ddp']:.4f} | "
             f"{where} |")
@@ -238,9 +280,13 @@ def table(runs: list[dict], version: str, rows: list[Row]) -> str:
 
 
 def missing(runs: list[dict], row: Row, version: str) -> int:
-    """Rounds ``row`` still lacks at ``version`` under the two-look rule."""
-    auto, ddp = _pairs([r for r in runs if row_of(r) == row.key
-                        and r.get("version") == version], "fit_s")
+    """Undisturbed rounds ``row`` still lacks at ``version`` and ``PROTOCOL`` under the
+    two-look rule (none once its disturbed rounds reach its most rounds)."""
+    rounds, bad = rounds_of([r for r in runs if row_of(r) == row.key
+                             and measured_as(r) == (version, PROTOCOL)])
+    if bad >= LOOKS * row.rounds:
+        return 0
+    auto, ddp = _pairs(rounds, "fit_s")
     return max(decide(auto, ddp, row.rounds)["target"] - len(auto), 0)
 
 
@@ -263,12 +309,20 @@ def main() -> int:
             print(f"error: package version {version!r}: commit the package before measuring, "
                   "so the store says what code each row measured", file=sys.stderr)
             return 2
+        from autosync_transfer.runtime.cpuwatch import wait_until_quiet
+
+        # the benchmark's processes are this one's tree: their CPU is not foreign to each other
+        env = {**os.environ, "AUTOSYNC_CPUWATCH_ROOT": str(os.getpid())}
         for row in rows:
             while (left := missing(read_store(args.store), row, version)) > 0:
                 n = min(row.chunk, left)
-                print(f"{row.key}: {n} rounds ({left} left)", flush=True)
+                waited, share = wait_until_quiet(MAX_FOREIGN_CPU, max_wait_s=QUIET_WAIT_S)
+                quiet = "" if waited < 5 else (f"; waited {waited:.0f} s for a quiet machine "
+                                               f"(other processes' share {share:.0%})")
+                print(f"{row.key}: {n} rounds ({left} left){quiet}", flush=True)
                 rc = subprocess.run([sys.executable, os.path.join(HERE, "autotune_lightning.py"),
-                                     *row.run_argv(n, args.store, version)], cwd=ROOT).returncode
+                                     *row.run_argv(n, args.store, version)], cwd=ROOT,
+                                    env=env).returncode
                 if rc != 0:
                     print(f"error: {row.key}: the benchmark exited {rc}", file=sys.stderr)
                     return rc

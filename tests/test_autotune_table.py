@@ -28,19 +28,26 @@ def tbl():
 
 
 def _run(tbl, key: str, version: str, auto: list[float], ddp: list[float], *, extra=(),
-         locked=None) -> dict:
+         locked=None, protocol=None, foreign=None) -> dict:
+    """A stored run as the benchmark writes it; ``protocol`` None: the table's current one;
+    ``foreign``: per round, the other processes' CPU share during its autotuned fit."""
     row = next(r for r in tbl.ROWS if r.key == key)
     argv = row.argv(len(auto), "x.jsonl")
     argv[-4:-4] = list(extra)
+    foreign = foreign or [0.0] * len(auto)
 
-    def fits(ws):
-        return [{"fit_s": w, "median_step_ms": w, "late_step_ms": w * 3, "final_loss": 0.1}
-                for w in ws]
+    def fits(ws, shares):
+        return [{"fit_s": w, "median_step_ms": w, "late_step_ms": w * 3, "final_loss": 0.1,
+                 "foreign_cpu": f} for w, f in zip(ws, shares)]
 
-    return {"version": version, "date": "2026-11-28T12:00:00Z", "argv": argv,
-            "steps": row.steps, "hidden": tbl.WORKLOADS[row.workload], "rounds": len(auto),
-            "fits": {"AutoSync autotune": fits(auto), "Lightning DDP": fits(ddp)},
-            "tuning": [{"locked": (locked or "torch_ddp")} for _ in auto]}
+    run = {"version": version, "date": "2026-11-28T12:00:00Z", "argv": argv,
+           "steps": row.steps, "hidden": tbl.WORKLOADS[row.workload], "rounds": len(auto),
+           "fits": {"AutoSync autotune": fits(auto, foreign),
+                    "Lightning DDP": fits(ddp, [0.0] * len(ddp))},
+           "tuning": [{"locked": (locked or "torch_ddp")} for _ in auto]}
+    if protocol != 1:
+        run["protocol"] = protocol or tbl.PROTOCOL
+    return run
 
 
 def test_a_run_belongs_to_the_row_whose_arguments_it_has_exactly(tbl):
@@ -75,7 +82,7 @@ def test_the_table_pools_this_versions_rounds_and_marks_an_older_version(tbl):
     assert "| 5 (20, 60) |" in c and "5 of 5 |" in c and "measuring (5 of 20)" in c
     assert "version" not in c
     a = next(line for line in out.splitlines() if line.startswith("| A/300/short"))
-    assert "(version v1)" in a and "0 of 3 |" in a and "[too few rounds]" not in a
+    assert f"(version v1, protocol {tbl.PROTOCOL})" in a and "0 of 3 |" in a and "[too few rounds]" not in a
     b = next(line for line in out.splitlines() if line.startswith("| B/300/short"))
     assert "not measured" in b
     s = tbl.summarize([runs[1], runs[2]], 20)
@@ -121,3 +128,36 @@ def test_two_looks_decide_a_row_and_only_an_undecided_one_runs_on(tbl):
     assert w["estimate"].low < tbl.FLOOR <= w["estimate"].high and w["verdict"] == "undecided"
     # rounds past the deciding look do not change the figure
     assert tbl.decide(noisy + noisy[:5], ddp + ddp[:5], first)["estimate"] == d["estimate"]
+
+
+def test_a_disturbed_round_is_counted_measured_again_and_not_pooled(tbl):
+    row = next(r for r in tbl.ROWS if r.key == "B/1000/short")  # first stage 6, most 18
+    over = tbl.MAX_FOREIGN_CPU + 0.01
+    # the third round's autotuned fit shared the machine: 5.0 s, not what the job costs
+    run = _run(tbl, row.key, "v1", [1.0, 1.0, 5.0, 1.0], [1.0] * 4,
+               foreign=[0.0, tbl.MAX_FOREIGN_CPU, over, None])
+    rounds, bad = tbl.rounds_of([run])
+    assert bad == 1 and [r["auto"]["fit_s"] for r in rounds] == [1.0, 1.0, 1.0]
+    assert tbl.missing([run], row, "v1") == row.rounds - 3
+    line = next(x for x in tbl.table([run], "v1", [row]).splitlines() if x.startswith("| B/"))
+    assert line.startswith(f"| {row.key} | 3 ({row.rounds}, {3 * row.rounds}) | 1 |")
+    # a row whose disturbed rounds reach its most rounds stops, and says why
+    busy = _run(tbl, row.key, "v1", [1.0] * 18, [1.0] * 18, foreign=[over] * 18)
+    assert tbl.missing([busy], row, "v1") == 0
+    line = next(x for x in tbl.table([busy], "v1", [row]).splitlines() if x.startswith("| B/"))
+    assert "| 18 |" in line and "too disturbed" in line
+    assert tbl.missing([_run(tbl, row.key, "v1", [1.0] * 17, [1.0] * 17,
+                             foreign=[over] * 17)], row, "v1") == row.rounds
+
+
+def test_rounds_of_an_earlier_protocol_are_shown_not_pooled(tbl):
+    row = next(r for r in tbl.ROWS if r.key == "A/1000/short")
+    old = _run(tbl, row.key, "v1", [1.0] * 6, [1.0] * 6, protocol=1)
+    del old["fits"]["AutoSync autotune"][0]["foreign_cpu"]  # protocol 1 did not watch
+    assert tbl.missing([old], row, "v1") == row.rounds
+    line = next(x for x in tbl.table([old], "v1", [row]).splitlines() if x.startswith("| A/"))
+    assert "(version v1, protocol 1)" in line and "| not watched |" in line
+    # the benchmark is told the protocol, and a run told so is still the row's
+    argv = row.run_argv(2, "x.jsonl", "v1")
+    assert argv[-2:] == ["--protocol", str(tbl.PROTOCOL)]
+    assert tbl.row_of({"argv": argv}) == row.key
