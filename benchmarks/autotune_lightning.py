@@ -25,7 +25,8 @@ Python's garbage collector per fit, and where each configuration's fit time diff
 Lightning DDP's (set-up, the first tenth of the steps, the other steps, between steps).
 Each fit's foreign CPU share (``runtime.cpuwatch``: CPU time other processes took while it ran,
 as a share of the machine; the tree is ``AUTOSYNC_CPUWATCH_ROOT``'s when a supervisor names one)
-is stored with it in ``--json-out``.
+and steal share (CPU time the hypervisor gave to others, ``/proc/stat``) are stored with it in
+``--json-out``.
 
     python benchmarks/autotune_lightning.py [--cluster B | --cluster-file F.yml]
         [--launcher emulated|local] [--steps 300] [--rounds 5] [--builders all_reduce,ddp]
@@ -67,6 +68,23 @@ class _GcClock:
 
     def reset(self) -> None:
         self.seconds, self.full = 0.0, 0
+
+def _steal_ticks() -> tuple[int, int] | None:
+    """(steal, total) clock ticks of the whole machine from ``/proc/stat`` (None without it):
+    steal is time the hypervisor gave this machine's CPUs to someone else."""
+    try:
+        with open("/proc/stat") as fh:
+            v = [int(x) for x in fh.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (v[7], sum(v)) if len(v) == 8 else None
+
+
+def _steal_share(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float | None:
+    if start is None or end is None or end[1] <= start[1]:
+        return None
+    return round((end[0] - start[0]) / (end[1] - start[1]), 4)
+
 
 LOSSLESS_BUILDERS = ("ps", "ps_lb", "partitioned_ps", "all_reduce", "partitioned_ar", "parallax",
                      "ddp")
@@ -194,11 +212,13 @@ def _bench(args: argparse.Namespace) -> int:
         for name in order:
             strategy = make(name)
             gc_clock.reset()
+            steal0 = _steal_ticks()
             with CpuWatch() as watch:
                 result = fit(strategy)
             fits[name].append({**result, "gc_s": gc_clock.seconds, "gc_full": gc_clock.full,
                                "foreign_cpu": None if watch.foreign is None
-                               else round(watch.foreign, 4)})
+                               else round(watch.foreign, 4),
+                               "steal_cpu": _steal_share(steal0, _steal_ticks())})
             if name == "AutoSync autotune":
                 tuners.append(strategy.autotuner)
     if not fits["Lightning DDP"][0]["global_zero"]:
@@ -277,7 +297,8 @@ def _append_run(args: argparse.Namespace, cluster, fits: dict[str, list[dict]], 
     import datetime
     import json
 
-    keep = ("fit_s", "median_step_ms", "late_step_ms", "final_loss", "phases_s", "foreign_cpu")
+    keep = ("fit_s", "median_step_ms", "late_step_ms", "final_loss", "phases_s", "foreign_cpu",
+            "steal_cpu")
     line = {
         "version": args.version,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

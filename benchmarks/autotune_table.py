@@ -16,8 +16,8 @@ loses at most its chunk in flight), so a later start resumes where the last one 
 
 A round disturbed by other processes is measured again, as the project's trial collection does
 (``PROTOCOL`` 2): every fit records the CPU share other processes took while it ran
-(``runtime.cpuwatch``, the table's process tree being ours), and a round where a fit's share
-exceeds ``MAX_FOREIGN_CPU`` (the collection's and search's threshold) is kept in the store,
+(``runtime.cpuwatch``, the table's process tree being ours) and the share the hypervisor stole,
+and a round where a fit's two shares together exceed ``MAX_FOREIGN_CPU`` (the collection's and search's threshold) is kept in the store,
 counted in the table, and not pooled; each chunk starts once the machine is quiet. A row whose
 disturbed rounds reach its most rounds (``LOOKS`` x its first stage) stops: the machine was too
 busy to measure it.
@@ -170,9 +170,11 @@ def pooled(runs: list[dict], key: str, version: str) -> tuple[tuple[str, int] | 
 
 
 def disturbed(fits: list[dict]) -> bool:
-    """Whether other processes took more than ``MAX_FOREIGN_CPU`` of the machine during a fit
-    of this round (a fit measured without a watch is not)."""
-    return any((f.get("foreign_cpu") or 0.0) > MAX_FOREIGN_CPU for f in fits)
+    """Whether others took more than ``MAX_FOREIGN_CPU`` of the machine during a fit of this
+    round: other processes (``foreign_cpu``) and the hypervisor's other guests (``steal_cpu``)
+    together; a fit measured without a watch is not."""
+    return any((f.get("foreign_cpu") or 0.0) + (f.get("steal_cpu") or 0.0) > MAX_FOREIGN_CPU
+               for f in fits)
 
 
 def rounds_of(runs: list[dict]) -> tuple[list[dict], int]:
@@ -246,8 +248,8 @@ def _ratio(est) -> str:  # noqa: ANN001 - a RatioEstimate
 
 def table(runs: list[dict], version: str, rows: list[Row]) -> str:
     lines = [f"Package version {version}, protocol {PROTOCOL} (a round in which other processes "
-             f"took more than {MAX_FOREIGN_CPU:.0%} of the machine during a fit is measured "
-             f"again). Wall time of fit (proposal, tuning and switches "
+             f"and the hypervisor's steal took more than {MAX_FOREIGN_CPU:.0%} of the machine "
+             f"during a fit is measured again). Wall time of fit (proposal, tuning and switches "
              f"included) and the second half's median step, AutoSync autotune over Lightning "
              f"DDP, paired by round, t-intervals at the confidence of a look "
              f"({1 - (1 - CONFIDENCE) / 2:.3f}: the design's {CONFIDENCE:.2f} over two looks); "

@@ -138,6 +138,10 @@ def test_a_disturbed_round_is_counted_measured_again_and_not_pooled(tbl):
                foreign=[0.0, tbl.MAX_FOREIGN_CPU, over, None])
     rounds, bad = tbl.rounds_of([run])
     assert bad == 1 and [r["auto"]["fit_s"] for r in rounds] == [1.0, 1.0, 1.0]
+    # steal counts with other processes: 3 % + 3 % is over a 5 % threshold
+    run["fits"]["Lightning DDP"][1].update(foreign_cpu=0.03, steal_cpu=0.03)
+    assert tbl.rounds_of([run])[1] == 2
+    run["fits"]["Lightning DDP"][1].update(steal_cpu=0.0)
     assert tbl.missing([run], row, "v1") == row.rounds - 3
     line = next(x for x in tbl.table([run], "v1", [row]).splitlines() if x.startswith("| B/"))
     assert line.startswith(f"| {row.key} | 3 ({row.rounds}, {3 * row.rounds}) | 1 |")
