@@ -14,21 +14,22 @@ stops there, an undecided one runs to ``LOOKS`` x its first stage and is looked 
 rule. Every chunk appends one line to the store (``--store``, append-only; a killed run
 loses at most its chunk in flight), so a later start resumes where the last one stopped.
 
-A round disturbed by other processes is measured again, as the project's trial collection does
+A round disturbed by others is measured again, as the project's trial collection does
 (``PROTOCOL`` 2): every fit records the CPU share other processes took while it ran
-(``runtime.cpuwatch``, the table's process tree being ours) and the share the hypervisor stole,
-and a round where a fit's two shares together exceed ``MAX_FOREIGN_CPU`` (the collection's and search's threshold) is kept in the store,
-counted in the table, and not pooled; each chunk starts once the machine is quiet. A row whose
-disturbed rounds reach its most rounds (``LOOKS`` x its first stage) stops: the machine was too
-busy to measure it.
+(``runtime.cpuwatch``, the table's process tree being ours) and the share the hypervisor
+stole; a round where a fit's two shares together exceed ``MAX_FOREIGN_CPU`` (the collection's
+and search's threshold) is kept in the store, counted in the table, and not pooled. Each chunk
+starts once the machine is quiet. A row whose disturbed rounds reach its most rounds (``LOOKS``
+x its first stage) stops: the machine was too busy to measure it.
 
 Rows pool the rounds of the package's current version (the last commit that changed
 ``autosync_transfer/``) and of the table's current protocol; a row with none there shows its
-newest earlier version's or protocol's figure, marked. Printed per row: the wall time of ``fit`` (from its start: proposal, tuning and
-switches included) as a speed-up over Lightning DDP paired by round with the t-interval of its
-deciding look and the rounds, whether the interval's lower bound meets the 0.98 floor, the second half's median
-step (what the job runs at once tuned) the same way, the fits that locked in a candidate, and
-the final losses.
+newest earlier version's or protocol's figure, marked. Printed per row: the disturbed rounds,
+the wall time of ``fit`` (from its start: proposal, tuning and switches included) as a
+speed-up over Lightning DDP paired by round with the t-interval of its deciding look and the
+rounds, whether the interval's lower bound meets the 0.98 floor, the second half's median step
+(what the job runs at once tuned) the same way, the fits that locked in a candidate, and the
+final losses.
 
     sudo .venv/bin/python benchmarks/autotune_table.py                  # measure what is missing, print
     sudo .venv/bin/python benchmarks/autotune_table.py --rows B/300/short,A/1000/short
@@ -263,7 +264,7 @@ def table(runs: list[dict], version: str, rows: list[Row]) -> str:
         s = summarize(mine, row.rounds) if mine else None
         looks = f"{row.rounds}, {LOOKS * row.rounds}"
         bad = rounds_of(mine)[1]
-        watched = str(bad) if at is None or at[1] >= 2 else "not watched"
+        watched = "" if at is None else str(bad) if at[1] >= 2 else "not watched"
         if s is None:
             what = "too disturbed" if bad >= LOOKS * row.rounds else "not measured"
             lines.append(f"| {row.key} | 0 ({looks}) | {watched} | | {what} | | | | | |")
