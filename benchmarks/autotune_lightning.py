@@ -69,6 +69,7 @@ class _GcClock:
     def reset(self) -> None:
         self.seconds, self.full = 0.0, 0
 
+
 def _steal_ticks() -> tuple[int, int] | None:
     """(steal, total) clock ticks of the whole machine from ``/proc/stat`` (None without it):
     steal is time the hypervisor gave this machine's CPUs to someone else."""
