@@ -20,14 +20,22 @@ the baseline of every tuning round, the start when no strategy is given, and the
   choice of which candidates the comparison gets, not a verdict: it can only keep DDP);
   and what the round costs over running DDP (its steps' time beyond DDP's median step, switches
   included, and the proposal's time in the first round) stays within ``max_cost_share`` of
-  the planned job's time: before each block, when
+  the planned job's time, plus ``gain_share`` of what its fastest candidate would save over
+  the planned steps left were it locked in (nothing when every candidate runs slower than
+  DDP): before each block, when
   the cost so far plus what that block cost the last time it ran (a candidate not run yet:
   one of DDP's median steps, what its switch costs at least) would pass it, the round
   stops and keeps the verdicts of its last planned look (a tuning round that finds nothing
   costs the job about that share, at most one block more: a choice's first block is known
   only once it has run); in the first round the steps on DDP before the proposal are its
   reference until DDP's own first block, and a budget that leaves less than one of those
-  steps after the proposal's share proposes nothing (the job stays on DDP);
+  steps after the proposal's share proposes nothing: the round compares the ``quick_builders``
+  instead, built without a simulator, those that torch DDP's reducer cannot run (they send
+  something else than DDP: a sparse variable's touched rows through parameter servers), or
+  the job stays on DDP when none differs (a short job cannot pay for a ranking, and a builder
+  DDP's reducer could run is at best DDP with other buckets); such a round runs its first
+  candidate block whatever the bound (one block is the least a comparison can learn from: a
+  candidate faster than DDP pays for the rest of the round, a slower one stops it);
 - a candidate replaces DDP only when it is faster with confidence (the interval's lower bound
   above 1); otherwise the job locks in DDP. A small budget shortens the blocks (to no fewer
   than 3 steps); one too small for ``min_rounds`` such blocks of even one candidate tunes
@@ -61,9 +69,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.measure import Design, Interleaved
@@ -121,9 +130,18 @@ class AutotuneConfig(BaseModel):
             that block cost the last time it ran (one DDP median step for a candidate not run
             yet), past this share of ``planned_steps`` DDP steps; its verdicts are then those
             of its last planned look. A budget whose part left after ``proposal_share`` is
-            less than one DDP step proposes nothing: with the defaults, a job of fewer than
-            400 planned steps stays on DDP. ``None``, or no ``planned_steps``: no bound on the
-            cost.
+            less than one DDP step proposes nothing (with the defaults, a job of fewer than
+            400 planned steps): it compares the ``quick_builders`` that differ from torch DDP
+            (its first candidate block runs whatever the bound), or stays on DDP. ``None``, or no ``planned_steps``: no bound on the cost.
+        gain_share: a round may spend beyond ``max_cost_share`` this share of what its fastest
+            candidate (at least two blocks, still compared) would save over the planned steps
+            left if it were locked in (its blocks' median level below DDP's median step): a
+            candidate that runs faster than DDP pays for the comparison that can lock it in;
+            one that runs slower adds nothing. ``0``: the bound is ``max_cost_share`` alone.
+        quick_builders: builders a job whose cost budget cannot pay for a proposal compares
+            instead (built without a simulator, in this order), keeping those that torch DDP's
+            reducer cannot run (a model without sparse variables keeps none: the job stays on
+            DDP); ``()``: such a job stays on DDP.
         proposal_share: the share of the cost budget a proposer that takes ``time_limit_s``
             may spend (its time counts in the first round's cost either way).
         margin: a candidate within this relative margin of DDP is "equivalent" (DDP stays).
@@ -153,6 +171,8 @@ class AutotuneConfig(BaseModel):
     target_rounds: int = Field(default=4, ge=3)
     max_cost_share: float | None = Field(default=0.005, gt=0.0, le=0.5)
     proposal_share: float = Field(default=0.5, gt=0.0, le=1.0)
+    quick_builders: tuple[str, ...] = ("ddp", "all_reduce")
+    gain_share: float = Field(default=0.25, ge=0.0, lt=1.0)
     margin: float = Field(default=0.02, ge=0.0, lt=1.0)
     drop_slower: float | None = Field(default=0.05, gt=0.0, lt=1.0)
     allow_lossy: bool = False
@@ -161,6 +181,16 @@ class AutotuneConfig(BaseModel):
     on_trial: Callable[[AutotuneTrial], None] | None = None
     max_candidates: int = Field(default=8, ge=1)
     seed: int = 0
+
+    @field_validator("quick_builders")
+    @classmethod
+    def _known_builders(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        from autosync_transfer.strategies.builders import BUILDERS
+
+        unknown = [b for b in v if b not in BUILDERS]
+        if unknown:
+            raise ValueError(f"unknown builder {unknown[0]!r} (known: {', '.join(BUILDERS)})")
+        return v
 
     def budget_steps(self) -> int:
         """Steps that may run candidates other than DDP in one tuning round."""
@@ -285,6 +315,8 @@ class Autotuner:
         #: those steps (the slowest rank's, the first left out): the first round's reference
         #: for its cost until DDP's own first block has run
         self._probe_ref: list[float] = []
+        #: why the first round compares the quick builders (``""``: it does not)
+        self._quick = ""
         state = model._autotune_state
         if state is not None and state.get("locked"):
             self.load_state_dict(state)  # resumed with its choice: nothing to propose
@@ -299,9 +331,10 @@ class Autotuner:
             self._start_round()
 
     # -- candidates -----------------------------------------------------------------------------
-    def _timed_propose(self, time_limit_s: float | None) -> list[Strategy]:
+    def _timed_propose(self, time_limit_s: float | None, *, quick: bool = False
+                       ) -> list[Strategy]:
         t0 = time.perf_counter()
-        out = self._propose(time_limit_s)
+        out = self._propose(time_limit_s, quick=quick)
         self.propose_s = time.perf_counter() - t0
         return out
 
@@ -324,22 +357,35 @@ class Autotuner:
         budget = cfg.cost_budget_s(med)
         limit = None if budget is None else cfg.proposal_share * budget
         if budget is not None and limit is not None and budget - limit < med:
-            self._lock(TORCH_DDP, reason=(
-                f"nothing proposed: a cost budget of {budget * 1e3:.1f} ms (max_cost_share="
-                f"{cfg.max_cost_share:g} of {cfg.planned_steps} planned steps of torch DDP's "
-                f"{med * 1e3:.1f} ms median step) leaves less than one step after the "
-                f"proposal's share ({cfg.proposal_share:g})"))
+            why = (f"nothing proposed: a cost budget of {budget * 1e3:.1f} ms (max_cost_share="
+                   f"{cfg.max_cost_share:g} of {cfg.planned_steps} planned steps of torch DDP's "
+                   f"{med * 1e3:.1f} ms median step) leaves less than one step after the "
+                   f"proposal's share ({cfg.proposal_share:g})")
+            self._candidates = self._timed_propose(None, quick=True) if cfg.quick_builders \
+                else []
+            if not self._candidates:
+                self._lock(TORCH_DDP, reason=why + (
+                    f"; no builder of quick_builders ({', '.join(cfg.quick_builders)}) differs "
+                    f"from torch DDP" if cfg.quick_builders else ""))
+                return
+            self._quick = why
+            if dist.get_rank() == 0:
+                log.info("autotune: %s; comparing builders instead: %s", why,
+                         ", ".join(c.id for c in self._candidates))
+            self._start_round()
             return
         self._candidates = self._timed_propose(limit)
         self._start_round()
 
-    def _propose(self, time_limit_s: float | None = None) -> list[Strategy]:
+    def _propose(self, time_limit_s: float | None = None, *, quick: bool = False
+                 ) -> list[Strategy]:
         """The candidate list, chosen on rank 0 (within ``time_limit_s`` where the proposer
-        takes one) and broadcast (JSON)."""
+        takes one; ``quick``: the ``quick_builders`` instead of the proposer's) and broadcast
+        (JSON)."""
         payload: list[Any] = [None]
         if dist.get_rank() == 0:
             try:
-                raw = self._raw_candidates(time_limit_s)
+                raw = self._quick_candidates() if quick else self._raw_candidates(time_limit_s)
                 payload[0] = ("ok", [s.to_json() for s in self._filter(raw)], time_limit_s)
             except Exception as e:  # reported to every rank instead of leaving them waiting
                 payload[0] = ("error", f"{type(e).__name__}: {e}", time_limit_s)
@@ -369,6 +415,28 @@ class Autotuner:
         if bad:
             raise ConfigError(f"autotune candidates must be Strategy objects, got "
                               f"{type(bad[0]).__name__}")
+        return out
+
+    def _quick_candidates(self) -> list[Strategy]:
+        """The initial strategy (when ``include_initial``), then the ``quick_builders`` that
+        torch DDP's reducer cannot run, built for the model's graph and cluster."""
+        from autosync_transfer.domains.domain import Domain
+        from autosync_transfer.runtime.torch_ddp import ddp_bucket_caps
+        from autosync_transfer.strategies.builders import build
+
+        out: list[Strategy] = []
+        if self.config.include_initial and self.model._configured is not None:
+            out.append(self.model._configured)
+        graph, cluster = self.model.graph, self.model.cluster
+        domain = Domain(name=f"{graph.name}-{cluster.name}", model=graph, cluster=cluster)
+        for name in self.config.quick_builders:
+            s = build(name, domain)
+            try:
+                if ddp_bucket_caps(self.model.plan_for(s)) is not None:
+                    continue  # DDP's reducer runs it: at best torch DDP with other buckets
+            except Exception:  # noqa: S112 - not plannable: _filter logs it
+                pass
+            out.append(s)
         return out
 
     def _filter(self, candidates: list[Strategy]) -> list[Strategy]:
@@ -560,6 +628,9 @@ class Autotuner:
         steps on DDP before the proposal), plus what ``next_block`` cost the last time it ran
         (a candidate not run yet: one median step, the least its switch costs; DDP: nothing),
         past the budget."""
+        if (self._quick and self.round == 0 and next_block != TORCH_DDP
+                and not any(self._blocks.get(n) for n in self._choices if n != TORCH_DDP)):
+            return ""  # a quick round runs one candidate block at least: else it learns nothing
         ddp = [t for b in self._blocks.get(TORCH_DDP, []) for t in b[1:]]
         if not ddp and self.round == 0:
             ddp = list(self._probe_ref)
@@ -569,6 +640,8 @@ class Autotuner:
         budget = self.config.cost_budget_s(med)
         if budget is None:
             return ""
+        credit = self._credit(med)
+        budget += credit
         cost = sum(self._round_steps) - len(self._round_steps) * med
         if self.round == 0:  # the proposal is part of what the first round costs
             cost += self.propose_s
@@ -582,7 +655,26 @@ class Autotuner:
                 f"torch DDP's median step{proposal} (and {expected:.2f} s expected of the next "
                 f"block), "
                 f"more than max_cost_share={self.config.max_cost_share:g} of "
-                f"{self.config.planned_steps} planned steps ({budget:.2f} s)")
+                f"{self.config.planned_steps} planned steps"
+                + (f" and gain_share={self.config.gain_share:g} of what the fastest candidate "
+                   f"would save ({credit:.2f} s)" if credit > 0 else "")
+                + f" ({budget:.2f} s)")
+
+    def _credit(self, med: float) -> float:
+        """What a round may spend beyond its cost budget (rank 0): ``gain_share`` of what the
+        fastest candidate still compared would save over the job's planned steps left if it were
+        locked in (the median of its blocks' levels below DDP's median step ``med``; a
+        candidate with at least two blocks); 0 when none runs faster."""
+        cfg = self.config
+        if not cfg.gain_share or cfg.planned_steps is None or self._cmp is None:
+            return 0.0
+        levels = [float(np.median([block_level(b)[0] for b in self._blocks[n]]))
+                  for n in self._cmp.active
+                  if n != TORCH_DDP and len(self._blocks.get(n) or []) >= 2]
+        if not levels:
+            return 0.0
+        left = max(0, cfg.planned_steps - self._step)
+        return cfg.gain_share * max(0.0, med - min(levels)) * left
 
     def _finish_round(self, reason: str = "") -> None:
         """Rank 0 reads the comparison's verdict and broadcasts the choice; trials reported."""
@@ -636,6 +728,7 @@ class Autotuner:
                   "switches": self._switches, "propose_s": self.propose_s if self.round == 0
                   else 0.0, "propose_limit_s": self.propose_limit_s if self.round == 0 else None,
                   "candidates": len(self._candidates) if self.round == 0 else None,
+                  "quick": bool(self._quick) if self.round == 0 else False,
                   "cost_s": cost, "comparison": comparison, "reason": reason,
                   "dropped": dict(self._dropped), "screened": dict(self._screened)}
         self.records.append(record)

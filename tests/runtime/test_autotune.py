@@ -91,6 +91,8 @@ def _deferred(rank: int, world: int) -> dict:
     """A proposer that takes a time limit, 1,000 planned steps with the default cost bound: it
     is called once DDP's first steps (3-step blocks: 4 steps, the first left out) give the
     budget in seconds, with half of it; without a cost bound, at setup and without a limit."""
+    import time
+
     from autosync_transfer.runtime.autotune import AutotuneConfig
     from autosync_transfer.runtime.ddp import DistributedModel
 
@@ -119,18 +121,35 @@ def _deferred(rank: int, world: int) -> dict:
     unbounded = calls[calls_before:]
     calls_before = len(calls)
     # 300 planned steps: the default budget (0.5 % of them) leaves less than one step after
-    # the proposal's half
+    # the proposal's half; without quick builders the job stays on DDP
     short = DistributedModel(TinyNet(), None, _cluster(), autotune=AutotuneConfig(
         candidates=proposer, planned_steps=300, steps_per_candidate=3, min_rounds=3,
-        max_rounds=3))
+        max_rounds=3, quick_builders=()))
     opt = torch.optim.SGD(short.parameters(), lr=LR)
     for step in tiny_batches(8, world):
         opt.zero_grad()
         short(*step[rank]).backward()
         opt.step()
     srec = short._tuner.record
-    return {"short": (calls[calls_before:], short.backend, short._tuner.tuning, srec["locked"],
-                      srec["steps"], srec["reason"]),
+    # the same job with the default quick builders: they are compared instead of a proposal
+    # (steps of about 20 ms, so that the budget pays a switch)
+    calls_quick = len(calls)
+    quick = DistributedModel(TinyNet(), None, _cluster(), autotune=AutotuneConfig(
+        candidates=proposer, planned_steps=300, steps_per_candidate=3, min_rounds=3,
+        max_rounds=3, drop_slower=None))
+    opt = torch.optim.SGD(quick.parameters(), lr=LR)
+    ran = []
+    for step in tiny_batches(30, world):
+        opt.zero_grad()
+        quick(*step[rank]).backward()
+        opt.step()
+        ran.append(quick.backend if quick.backend == "torch_ddp" else quick.strategy.kind)
+        time.sleep(0.02)
+    qrec = quick._tuner.records[0]
+    return {"short": (calls[calls_before:calls_quick], short.backend, short._tuner.tuning,
+                      srec["locked"], srec["steps"], srec["reason"]),
+            "quick": {"calls": calls[calls_quick:], "record": qrec, "ran": ran,
+                      "candidates": [s.kind for s in quick._tuner._candidates]},
             "calls": calls[:calls_before - len(unbounded)], "steps_before": steps_before,
             "backends": backends[:4], "limit": rec["propose_limit_s"],
             "candidates": rec["candidates"], "propose_s": rec["propose_s"],
@@ -317,6 +336,57 @@ def test_with_a_cost_bound_the_proposal_waits_for_ddps_steps_and_gets_a_time_lim
         assert "max_cost_share=0.005 of 300 planned steps" in reason
 
 
+def test_a_job_too_short_for_a_proposal_compares_the_builders_that_differ_from_ddp(
+        runs: list[dict]) -> None:
+    """300 planned steps, the default cost bound: instead of a proposal, the quick builders
+    (the `ddp` and `all_reduce` builders: TinyNet's embedding on a parameter server, which DDP's
+    reducer cannot run) are the first round's candidates; the proposer is never called, the
+    first candidate's block runs after DDP's first steps, and the record says the round was
+    a quick one."""
+    for r in runs:
+        q = r["deferred"]["quick"]
+        assert q["calls"] == []
+        # the `all_reduce` builder is the same strategy as the `ddp` builder on this model
+        # (one bucket) and is not compared twice
+        assert q["candidates"] == ["ddp"]
+        rec = q["record"]
+        assert rec["quick"] is True and rec["candidates"] == 1
+        assert rec["propose_limit_s"] is None and rec["propose_s"] > 0
+        assert q["ran"][:4] == ["torch_ddp"] * 4  # the steps that give DDP's step time
+        assert "ddp" in q["ran"][4:]  # the first candidate ran a block
+        names = [c["name"] for c in rec["comparison"]["candidates"]]
+        assert names[0] == "torch_ddp" and [n.split("-")[0] for n in names[1:]] == ["0:ddp"]
+    assert runs[0]["deferred"]["quick"]["ran"] == runs[1]["deferred"]["quick"]["ran"]  # every rank switched alike
+
+
+def test_without_sparse_variables_no_quick_builder_differs_from_ddp() -> None:
+    """A model without sparse variables: the `ddp` and `all_reduce` builders are plans DDP's
+    reducer runs (all-reduce buckets only), so a short job has no quick candidate."""
+    from autosync_transfer.domains.domain import Domain
+    from autosync_transfer.domains.graph import ModelGraph
+    from autosync_transfer.runtime.plan import make_plan
+    from autosync_transfer.runtime.torch_ddp import ddp_bucket_caps
+    from autosync_transfer.strategies.builders import build
+
+    mlp = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    sparse = TinyNet()
+    for module, differs in ((mlp, False), (sparse, True)):
+        graph = ModelGraph.from_torch(module, name="m")
+        d = Domain(name="m-t", model=graph, cluster=_cluster())
+        for name in ("ddp", "all_reduce"):
+            plan = make_plan(build(name, d), graph, _cluster())
+            assert (ddp_bucket_caps(plan) is None) is differs, (name, differs)
+
+
+def test_quick_builders_must_be_known_builders() -> None:
+    from pydantic import ValidationError
+
+    from autosync_transfer.runtime.autotune import AutotuneConfig
+
+    with pytest.raises(ValidationError, match=r"(?s)quick_builders.*unknown builder 'dpp'"):
+        AutotuneConfig(quick_builders=("ddp", "dpp"))
+
+
 def test_the_cost_bound_counts_what_the_next_block_cost_the_last_time() -> None:
     """Before each block: the cost so far plus that block's cost when it last ran, against the
     budget (here 1.2 % of 1,000 steps of DDP's 10 ms median: 0.12 s); a candidate not run yet
@@ -326,9 +396,11 @@ def test_the_cost_bound_counts_what_the_next_block_cost_the_last_time() -> None:
 
     tuner = Autotuner.__new__(Autotuner)  # the rule alone, without a model or processes
     tuner.config = AutotuneConfig(planned_steps=1000, max_cost_share=0.012)
-    tuner.round, tuner.propose_s, tuner._probe_ref = 0, 0.0, []
+    tuner.round, tuner.propose_s, tuner._probe_ref, tuner._quick = 0, 0.0, [], ""
+    tuner._cmp, tuner._step = None, 0  # no comparison object: no credit for a faster one
     ddp, slow = [0.02, 0.01, 0.01, 0.01], [0.035, 0.03, 0.03, 0.03]  # first steps: switches
     tuner._blocks = {TORCH_DDP: [], "0:slow": [], "1:new": []}
+    tuner._choices = dict.fromkeys(tuner._blocks)
     tuner._round_steps = []
     assert tuner._over_cost("0:slow") == ""  # no reference for DDP's step yet
     tuner._probe_ref = [0.01, 0.01, 0.012]  # DDP's steps before the proposal: 10 ms
@@ -336,6 +408,12 @@ def test_the_cost_bound_counts_what_the_next_block_cost_the_last_time() -> None:
     reason = tuner._over_cost("0:slow")  # the proposal's 0.115 s + one step's 0.01 s
     assert "stopped after 0 steps: tuning cost 0.12 s over torch DDP's median step with the " \
         "proposal (and 0.01 s expected of the next block)" in reason
+    tuner._quick = "nothing proposed"  # a quick round: its first candidate block runs anyway
+    assert tuner._over_cost("0:slow") == "" and tuner._over_cost("1:new") == ""
+    assert tuner._over_cost(TORCH_DDP) == ""
+    tuner._blocks["1:new"].append(slow)  # once one has run, the bound applies again
+    assert "stopped after 0 steps" in tuner._over_cost("0:slow")
+    tuner._blocks["1:new"], tuner._quick = [], ""
     assert tuner._over_cost(TORCH_DDP) == ""  # DDP's block adds nothing
     tuner.propose_s = 0.0
     tuner._blocks[TORCH_DDP].append(ddp)
@@ -358,6 +436,39 @@ def test_the_cost_bound_counts_what_the_next_block_cost_the_last_time() -> None:
     assert tuner._over_cost("0:slow") == ""
     tuner.config = AutotuneConfig(planned_steps=1000, max_cost_share=None)
     assert tuner._over_cost("0:slow") == ""  # unbounded
+
+
+def test_a_candidate_faster_than_ddp_extends_the_cost_budget_by_a_share_of_its_gain() -> None:
+    """gain_share (0.25) of what the fastest candidate still compared would save over the
+    planned steps left: 1,000 planned steps, 100 run, DDP's median 10 ms, a candidate whose
+    two blocks run at 8 ms: 0.25 x 2 ms x 900 = 0.45 s more; a slower candidate, one with a
+    single block or one no longer compared adds nothing."""
+    from types import SimpleNamespace
+
+    from autosync_transfer.runtime.autotune import TORCH_DDP, AutotuneConfig, Autotuner
+
+    tuner = Autotuner.__new__(Autotuner)
+    tuner.config = AutotuneConfig(planned_steps=1000, max_cost_share=0.005)
+    tuner.round, tuner.propose_s, tuner._probe_ref, tuner._quick, tuner._step = 1, 0.0, [], "", 100
+    fast, slow = [0.02, 0.008, 0.008], [0.03, 0.012, 0.012]
+    tuner._blocks = {TORCH_DDP: [[0.02, 0.01, 0.01]] * 2, "0:fast": [fast, fast],
+                     "1:slow": [slow, slow], "2:once": [[0.004] * 3]}
+    tuner._choices = dict.fromkeys(tuner._blocks)
+    tuner._cmp = SimpleNamespace(active=list(tuner._blocks))
+    assert tuner._credit(0.01) == pytest.approx(0.25 * 0.002 * 900)
+    tuner._cmp.active = [TORCH_DDP, "1:slow", "2:once"]  # the fast one left the comparison
+    assert tuner._credit(0.01) == 0.0
+    tuner._cmp.active = list(tuner._blocks)
+    # a round 0.3 s over DDP: past 0.005 x 1,000 x 10 ms = 0.05 s, within 0.05 + 0.45 s
+    tuner._round_steps = [0.01] * 10 + [0.31]
+    assert tuner._over_cost(TORCH_DDP) == ""
+    tuner.config = AutotuneConfig(planned_steps=1000, max_cost_share=0.005, gain_share=0.0)
+    reason = tuner._over_cost(TORCH_DDP)
+    assert "stopped after 11 steps" in reason and "gain_share" not in reason
+    tuner.config = AutotuneConfig(planned_steps=1000, max_cost_share=0.005)
+    tuner._round_steps = [0.01] * 10 + [0.61]  # 0.6 s: past both
+    reason = tuner._over_cost(TORCH_DDP)
+    assert "and gain_share=0.25 of what the fastest candidate would save (0.45 s)" in reason
 
 
 def test_config_is_checked() -> None:
