@@ -1,7 +1,7 @@
 """The autotune table's workload as a plain workload file: ``autosync_transfer.demos``'
 ``TextClassifier`` on its synthetic token task, so the search can be run on exactly what
 ``benchmarks/autotune_table.py`` trains (``--model research/workloads/demo_classifier.py`` for
-the short step, ``...:bandwidth`` for the bandwidth-bound one, hidden width 2048).
+the short step, ``...:bandwidth`` for the table's bandwidth-bound one, hidden width 1024).
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def bandwidth():  # noqa: ANN201 - a Workload
-    """The table's bandwidth-bound workload: hidden width 2048 (4.5 M parameters, 18 MB of dense
-    gradients per step)."""
+    """The table's bandwidth-bound workload (``benchmarks/autotune_table.py``'s ``bandwidth``):
+    hidden width 1024 (1.25 M parameters, 5 MB of gradients per step)."""
     from functools import partial
 
     from autosync_transfer import Workload
 
-    return Workload(name="demo_classifier_2048", batch_size=BATCH_SIZE,
-                    build_model=partial(TextClassifier, hidden=2048),
+    return Workload(name="demo_classifier_1024", batch_size=BATCH_SIZE,
+                    build_model=partial(TextClassifier, hidden=1024),
                     example_batch=example_batch, loss_fn=loss_fn,
-                    description="the demos' text classifier at hidden width 2048")
+                    description="the demos' text classifier at hidden width 1024")
