@@ -356,7 +356,8 @@ def test_a_job_too_short_for_a_proposal_compares_the_builders_that_differ_from_d
         assert "ddp" in q["ran"][4:]  # the first candidate ran a block
         names = [c["name"] for c in rec["comparison"]["candidates"]]
         assert names[0] == "torch_ddp" and [n.split("-")[0] for n in names[1:]] == ["0:ddp"]
-    assert runs[0]["deferred"]["quick"]["ran"] == runs[1]["deferred"]["quick"]["ran"]  # every rank switched alike
+    # every rank switched alike
+    assert runs[0]["deferred"]["quick"]["ran"] == runs[1]["deferred"]["quick"]["ran"]
 
 
 def test_without_sparse_variables_no_quick_builder_differs_from_ddp() -> None:
