@@ -132,7 +132,8 @@ class AutotuneConfig(BaseModel):
             of its last planned look. A budget whose part left after ``proposal_share`` is
             less than one DDP step proposes nothing (with the defaults, a job of fewer than
             400 planned steps): it compares the ``quick_builders`` that differ from torch DDP
-            (its first candidate block runs whatever the bound), or stays on DDP. ``None``, or no ``planned_steps``: no bound on the cost.
+            (its first candidate block runs whatever the bound), or stays on DDP. ``None``, or
+            no ``planned_steps``: no bound on the cost.
         gain_share: a round may spend beyond ``max_cost_share`` this share of what its fastest
             candidate (at least two blocks, still compared) would save over the planned steps
             left if it were locked in (its blocks' median level below DDP's median step): a
@@ -428,14 +429,16 @@ class Autotuner:
         if self.config.include_initial and self.model._configured is not None:
             out.append(self.model._configured)
         graph, cluster = self.model.graph, self.model.cluster
-        domain = Domain(name=f"{graph.name}-{cluster.name}", model=graph, cluster=cluster)
         for name in self.config.quick_builders:
-            s = build(name, domain)
-            try:
+            try:  # a builder that cannot serve this model or cluster is skipped, not fatal
+                s = build(name, Domain(name=f"{graph.name}-{cluster.name}", model=graph,
+                                       cluster=cluster))
                 if ddp_bucket_caps(self.model.plan_for(s)) is not None:
                     continue  # DDP's reducer runs it: at best torch DDP with other buckets
-            except Exception:  # noqa: S112 - not plannable: _filter logs it
-                pass
+            except Exception as e:
+                log.warning("autotune: skipping quick builder %s: %s: %s", name,
+                            type(e).__name__, e)
+                continue
             out.append(s)
         return out
 

@@ -379,6 +379,32 @@ def test_without_sparse_variables_no_quick_builder_differs_from_ddp() -> None:
             assert (ddp_bucket_caps(plan) is None) is differs, (name, differs)
 
 
+def test_a_quick_builder_that_cannot_be_built_is_skipped(monkeypatch) -> None:  # noqa: ANN001
+    """A builder that fails on the job's model or cluster is left out of the quick round (a
+    warning), never an error that stops the job; the others are still compared."""
+    from types import SimpleNamespace
+
+    from autosync_transfer.runtime.autotune import AutotuneConfig, Autotuner
+    from autosync_transfer.runtime.plan import make_plan
+    from autosync_transfer.strategies import builders
+    from autosync_transfer.testing.models import tiny_net_graph
+
+    real = builders.build
+
+    def build(name, domain, **kw):  # noqa: ANN001, ANN003, ANN202
+        if name == "ddp":
+            raise ValueError("no such layout on this cluster")
+        return real(name, domain, **kw)
+
+    monkeypatch.setattr(builders, "build", build)
+    graph, cluster = tiny_net_graph(), _cluster()
+    tuner = Autotuner.__new__(Autotuner)
+    tuner.config = AutotuneConfig()
+    tuner.model = SimpleNamespace(_configured=None, graph=graph, cluster=cluster,
+                                  plan_for=lambda s: make_plan(s, graph, cluster))
+    assert [s.kind for s in tuner._quick_candidates()] == ["all_reduce"]
+
+
 def test_quick_builders_must_be_known_builders() -> None:
     from pydantic import ValidationError
 
