@@ -146,6 +146,11 @@ class AutotuneConfig(BaseModel):
         proposal_share: the share of the cost budget a proposer that takes ``time_limit_s``
             may spend (its time counts in the first round's cost either way).
         margin: a candidate within this relative margin of DDP is "equivalent" (DDP stays).
+        confidence: the two-sided confidence of the comparison's intervals (Bonferroni over its
+            planned looks). Locking in is a one-sided decision, taken only on "faster" (the
+            interval's lower bound above 1): the default 0.9 replaces DDP when a candidate is
+            faster with 95 % one-sided confidence per comparison: a candidate as fast as DDP is
+            locked in about 5 % of the time, one slower by ``margin`` far less often.
         drop_slower: a candidate whose block runs more than this share slower than torch
             DDP's latest block (each block's level: its median step after its detected
             warm-up) leaves the tuning round: it could only cost, and leaving never makes a
@@ -175,6 +180,7 @@ class AutotuneConfig(BaseModel):
     quick_builders: tuple[str, ...] = ("ddp", "all_reduce")
     gain_share: float = Field(default=0.25, ge=0.0, lt=1.0)
     margin: float = Field(default=0.02, ge=0.0, lt=1.0)
+    confidence: float = Field(default=0.9, gt=0.5, lt=1.0)
     drop_slower: float | None = Field(default=0.05, gt=0.0, lt=1.0)
     allow_lossy: bool = False
     include_initial: bool = True
@@ -237,6 +243,17 @@ class AutotuneConfig(BaseModel):
                          min(self.max_rounds, (budget - s * screen) // (s * fit)))
         look_every = max(1, -(-(max_rounds - self.min_rounds) // 2))
         return fit, max_rounds, look_every, screen
+
+    def design(self, candidates: int, round: int = 0) -> Design | None:
+        """The comparison of tuning round ``round`` with ``candidates`` available (DDP the
+        baseline): its rounds and looks from :meth:`schedule`, ``margin`` and ``confidence``;
+        ``None`` when the budget cannot decide on one candidate."""
+        fit, max_rounds, look_every, _ = self.schedule(candidates)
+        if fit < 1:
+            return None
+        return Design(baseline=TORCH_DDP, min_rounds=self.min_rounds, max_rounds=max_rounds,
+                      look_every=look_every, margin=self.margin, confidence=self.confidence,
+                      seed=self.seed + round)
 
 
 @dataclass(frozen=True)
@@ -469,7 +486,7 @@ class Autotuner:
         cfg = self.config
         budget = cfg.budget_steps()
         per_round = self._block_steps * cfg.min_rounds
-        fit, max_rounds, look_every, screen = cfg.schedule(len(self._candidates))
+        fit, _, _, screen = cfg.schedule(len(self._candidates))
         if fit < 1:
             reason = (f"a budget of {budget} steps cannot decide on one candidate "
                       f"({cfg.min_rounds} rounds x {self._block_steps} steps)"
@@ -481,8 +498,8 @@ class Autotuner:
         self._choices = {TORCH_DDP: TORCH_DDP}
         for i, s in enumerate(cands):
             self._choices[f"{i}:{s.id}"] = s
-        design = Design(baseline=TORCH_DDP, min_rounds=cfg.min_rounds, max_rounds=max_rounds,
-                        look_every=look_every, margin=cfg.margin, seed=cfg.seed + self.round)
+        design = cfg.design(len(self._candidates), self.round)
+        assert design is not None
         self._cmp = Interleaved(list(self._choices), design)
         self._blocks = {n: [] for n in self._choices}
         self._first_step = {}
