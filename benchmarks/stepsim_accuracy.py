@@ -108,6 +108,28 @@ def ring_seconds(cal, cluster, nbytes: int) -> float:
             + cal.collective_latency_s)
 
 
+def host_settings(store: Path, df, domain) -> dict[str, int]:  # noqa: ANN001
+    """``StepSimConfig`` settings for a store whose metadata says ``launcher: emulated`` (every
+    worker on one machine: ``host_processes`` = world size, ``host_cores`` = the ``cpus`` its
+    records' ``machine`` field reports); empty otherwise."""
+    from autosync_transfer.dataset.loader import file_meta
+
+    if file_meta(store).get("launcher") != "emulated":
+        return {}
+    world = sum(n.workers for n in domain.cluster.nodes)
+    cpus = [json.loads(m).get("cpus") for m in df["machine"] if m]
+    cores = int(np.median([c for c in cpus if c])) if any(cpus) else None
+    return {"host_processes": world, **({"host_cores": cores} if cores else {})}
+
+
+def physics_of(domain, profiles: list, calibrations: list) -> tuple:  # noqa: ANN001
+    """The profile of ``domain``'s model and the first calibration of its cluster (newest first,
+    as :func:`main` sorts them), matched by fingerprint; None where none is found."""
+    prof = next((p for p in profiles if p.fingerprint == domain.model.fingerprint), None)
+    cal = next((c for c in calibrations if c.fingerprint == domain.cluster.fingerprint), None)
+    return prof, cal
+
+
 def _load_json_models(folder: Path | None, cls: type) -> list:
     out = []
     if folder is None or not folder.is_dir():
@@ -141,7 +163,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from autosync_transfer.dataset.repeat import load_repeatability, ranking_figures
-    from autosync_transfer.dataset.loader import (file_meta, find_domain, load_trials,
+    from autosync_transfer.dataset.loader import (find_domain, load_trials,
                                                   normalized_noise_ceiling, reference_noise,
                                                   strategy_table)
     from autosync_transfer.rankers.metrics import noise_ceiling
@@ -187,18 +209,9 @@ def main() -> int:
         strategies = list(raw["strategy"])
         y = raw["runtime_s"].to_numpy(dtype=float)  # measured step time (mape)
         yn = norm.loc[raw["strategy_id"]].to_numpy(dtype=float)  # drift-normalized (pw)
-        meta = file_meta(f)
-        world = sum(n.workers for n in domain.cluster.nodes)
-        host: dict[str, int] = {}
-        if meta.get("launcher") == "emulated":
-            cpus = [json.loads(m).get("cpus") for m in df["machine"] if m]
-            cores = int(np.median([c for c in cpus if c])) if any(cpus) else None
-            host = {"host_processes": world, **({"host_cores": cores} if cores else {})}
-        config = StepSimConfig(sparse_call_s=args.sparse_call_s, **host)
+        config = StepSimConfig(sparse_call_s=args.sparse_call_s, **host_settings(f, df, domain))
         fb = StepSimulator(domain, config=config).simulate(strategies)["step_s"]
-        prof = next((p for p in profiles if p.fingerprint == domain.model.fingerprint), None)
-        cal = next((c for c in calibrations if c.fingerprint == domain.cluster.fingerprint),
-                   None)
+        prof, cal = physics_of(domain, profiles, calibrations)
         an = AnalyticalRanker().score(strategies, domain)
         fb_mape = float(np.median(np.abs(fb - y) / y))
         row = f"{name:16s} {len(y):4d} {fb_mape:13.3f} {pairwise(fb, yn):6.3f} "

@@ -16,7 +16,6 @@ misses.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -37,9 +36,9 @@ def main() -> int:
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from scipy.stats import spearmanr
-    from stepsim_accuracy import _load_json_models, strategy_numbers
+    from stepsim_accuracy import _load_json_models, host_settings, physics_of, strategy_numbers
 
-    from autosync_transfer.dataset.loader import file_meta, find_domain, load_trials, strategy_table
+    from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
     from autosync_transfer.dataset.repeat import load_repeatability
     from autosync_transfer.domains.profile import ClusterCalibration, WorkloadProfile
     from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
@@ -60,15 +59,8 @@ def main() -> int:
         table = strategy_table(df, normalize=False)
         held = set(rep.strategy_ids(runs))
         sub = table[table["strategy_id"].isin(held)]
-        host: dict[str, int] = {}
-        if file_meta(f).get("launcher") == "emulated":
-            cpus = [json.loads(m).get("cpus") for m in df["machine"] if m]
-            world = sum(n.workers for n in domain.cluster.nodes)
-            cores = int(np.median([c for c in cpus if c])) if any(cpus) else None
-            host = {"host_processes": world, **({"host_cores": cores} if cores else {})}
-        prof = next((p for p in profiles if p.fingerprint == domain.model.fingerprint), None)
-        cal = next((c for c in calibrations if c.fingerprint == domain.cluster.fingerprint), None)
-        sim = StepSimulator(domain, prof, cal, StepSimConfig(**host))
+        prof, cal = physics_of(domain, profiles, calibrations)
+        sim = StepSimulator(domain, prof, cal, StepSimConfig(**host_settings(f, df, domain)))
         strategies = list(sub["strategy"])
         pred = dict(zip(sub["strategy_id"], map(float, sim.simulate(strategies)["step_s"])))
         nums = {sid: strategy_numbers(s, domain) for sid, s in zip(sub["strategy_id"], strategies)}
