@@ -19,6 +19,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autosync_transfer.dataset.repeat import Repeatability
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -45,7 +49,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from autosync_transfer.dataset.loader import load_trials, strategy_table
-    from autosync_transfer.dataset.repeat import load_repeatability, measure_run, ranking_figures
+    from autosync_transfer.dataset.repeat import (load_repeatability, measure_run, ranking_figures,
+                                                  repeat_processors)
 
     chosen = [d for d in DOMAINS if not args.domains or d[0] in args.domains.split(",")]
     if args.run:
@@ -53,30 +58,40 @@ def main() -> int:
             measure_run(store, name, run=args.run, n=n, rounds=args.rounds,
                         progress=lambda m: print(m, flush=True))
     if args.report or not args.run:
-        print(f"{'domain':<12} {'runs':>4} {'n x rounds':>10} {'resolved':>12} "
+        print(f"{'domain':<12} {'processor':<27} {'runs':>4} {'n x rounds':>10} {'resolved':>12} "
               f"{'agree (both)':>14} {'ceiling':>8} {'machine':>8} {'store raw':>9} {'store norm':>10}")
         for name, store, _ in chosen:
-            rep = load_repeatability(store, name)
-            if rep is None:
+            processors = repeat_processors(store, name)
+            if not processors:
                 print(f"{name:<12} (no repeat runs)")
-                continue
-            s = rep.summary()
-            agree = (f"{s['agreement']:.3f} ({s['both_resolved']})"
-                     if s.get("agreement") is not None else "-")
-            ceiling = f"{s['noise_ceiling']:.3f}" if s.get("noise_ceiling") is not None else "-"
-            resolved = (f"{s['resolved_pairs']}/{s['pairs']}" if "pairs" in s else "-")
-            labels = {}
-            if s["complete_runs"]:
-                df = load_trials(store, domain=name)
-                for norm in (False, True):
-                    t = strategy_table(df, normalize=norm)
-                    fig = ranking_figures(dict(zip(t["strategy_id"], t["runtime_s"])), rep)
-                    labels[norm] = f"{fig['pairwise_resolved']:.3f}"
-            print(f"{name:<12} {len(s['complete_runs']):>4} "
-                  f"{s['strategies']:>4} x {s['rounds']:<3} {resolved:>12} {agree:>14} "
-                  f"{ceiling:>8} {s['machine_s'] / 60:>6.1f} m {labels.get(False, '-'):>9} "
-                  f"{labels.get(True, '-'):>10}")
+            for proc in processors:
+                rep = load_repeatability(store, name, processor=proc)
+                if rep is not None:
+                    _report_row(name, str(proc or "-"), store, rep)
     return 0
+
+
+def _report_row(name: str, proc: str, store: Path, rep: "Repeatability") -> None:
+    """One line of the report: the runs of ``rep`` (one machine type)."""
+    from autosync_transfer.dataset.loader import load_trials, strategy_table
+    from autosync_transfer.dataset.repeat import ranking_figures
+
+    s = rep.summary()
+    agree = (f"{s['agreement']:.3f} ({s['both_resolved']})"
+             if s.get("agreement") is not None else "-")
+    ceiling = f"{s['noise_ceiling']:.3f}" if s.get("noise_ceiling") is not None else "-"
+    resolved = (f"{s['resolved_pairs']}/{s['pairs']}" if "pairs" in s else "-")
+    labels = {}
+    if s["complete_runs"]:
+        df = load_trials(store, domain=name)
+        for norm in (False, True):
+            t = strategy_table(df, normalize=norm)
+            fig = ranking_figures(dict(zip(t["strategy_id"], t["runtime_s"])), rep)
+            labels[norm] = f"{fig['pairwise_resolved']:.3f}"
+    print(f"{name:<12} {proc[:27]:<27} {len(s['complete_runs']):>4} "
+          f"{s['strategies']:>4} x {s['rounds']:<3} {resolved:>12} {agree:>14} "
+          f"{ceiling:>8} {s['machine_s'] / 60:>6.1f} m {labels.get(False, '-'):>9} "
+          f"{labels.get(True, '-'):>10}")
 
 
 if __name__ == "__main__":

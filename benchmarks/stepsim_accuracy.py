@@ -8,10 +8,12 @@ with each strategy's measured runtime (median of its trials' medians):
 * ``pw``: pairwise accuracy of the simulator's ranking (pairs of strategies of one domain)
   against the drift-normalized labels the rankers train on (``dataset.loader.drift_normalized``);
 * ``pw_an``: pairwise accuracy of the analytical sync-only model (the old baseline), beside it;
-* ``pw_res`` / ``regret``: where the store has repeat runs (``benchmarks/repeatability.py``),
+* ``pw_res`` / ``regret`` / ``err_rep``: where the store has repeat runs
+  (``benchmarks/repeatability.py``) on the profile's machine type (its worker type's processor),
   the profile simulator's pairwise accuracy on the pairs those runs resolve (their count in
-  brackets) and the top-1 regret of its pick among the re-measured strategies against the
-  fastest by the runs' consensus;
+  brackets), the top-1 regret of its pick among the re-measured strategies against the fastest
+  by the runs' consensus, and the median step error against that consensus (labels of the same
+  machine type as the profile and calibration, whichever machine measured the store);
 * with ``--linear-fit``, ``lin pw``: what simple structure explains, as a yardstick: the pairwise
   accuracy of a linear fit of the log normalized runtime on eight numbers of each strategy
   (:func:`strategy_numbers`), 5-fold cross-validated within the domain (it uses the domain's
@@ -124,10 +126,26 @@ def host_settings(store: Path, df, domain) -> dict[str, int]:  # noqa: ANN001
 
 def physics_of(domain, profiles: list, calibrations: list) -> tuple:  # noqa: ANN001
     """The profile of ``domain``'s model and the first calibration of its cluster (newest first,
-    as :func:`main` sorts them), matched by fingerprint; None where none is found."""
+    as :func:`main` sorts them) measured on the profile's processor, else one that does not
+    record its processor (as ``autosync_transfer.rankers.physics`` picks it), matched by
+    fingerprint; None where none is found."""
     prof = next((p for p in profiles if p.fingerprint == domain.model.fingerprint), None)
-    cal = next((c for c in calibrations if c.fingerprint == domain.cluster.fingerprint), None)
-    return prof, cal
+    mine = [c for c in calibrations if c.fingerprint == domain.cluster.fingerprint]
+    proc = prof.processor if prof is not None else None
+    if proc is not None:
+        mine = ([c for c in mine if c.processor == proc]
+                or [c for c in mine if c.processor is None] or mine)
+    return prof, (mine[0] if mine else None)
+
+
+def machine_type(prof, cal):  # noqa: ANN001, ANN201
+    """The machine type whose repeat runs judge a simulation with ``prof`` and ``cal``: the
+    profile's processor, else the calibration's, else the store's first repeat run's."""
+    from autosync_transfer.dataset.repeat import FIRST_RUN
+
+    proc = (prof.processor if prof is not None else None) or (
+        cal.processor if cal is not None else None)
+    return proc if proc is not None else FIRST_RUN
 
 
 def _load_json_models(folder: Path | None, cls: type) -> list:
@@ -184,11 +202,12 @@ def main() -> int:
               f"accuracy; pw_an = the analytical sync-only model's pairwise accuracy\n")
     lines = [f"{'domain':16s} {'n':>4s} {'fallback mape':>13s} {'pw':>6s} "
              f"{'profile mape':>13s} {'pw':>6s} {'pw_an':>6s} {'ceil_raw':>8s} "
-             f"{'ceil_norm':>9s} {'pw_res':>12s} {'regret':>6s}"
+             f"{'ceil_norm':>9s} {'pw_res':>12s} {'regret':>6s} {'err_rep':>7s}"
              + (f" {'lin pw':>6s}" if args.linear_fit else "")]
     summary: dict[str, list[float]] = {"fb_mape": [], "fb_pw": [], "pr_mape": [], "pr_pw": [],
                                        "an_pw": [], "ceil_raw": [], "ceil_norm": [],
-                                       "pw_res": [], "regret": [], "lin_pw": []}
+                                       "pw_res": [], "regret": [], "err_rep": [],
+                                       "lin_pw": []}
     ring_lines: dict[str, str] = {}
     builder_lines = [f"{'domain':16s} {'builder':24s} {'measured':>8s} {'norm':>7s} "
                      f"{'pred':>7s}"]
@@ -239,14 +258,20 @@ def main() -> int:
         summary["ceil_raw"].append(c_raw)
         summary["ceil_norm"].append(c_norm)
         pr_or_fb = pr if (prof is not None or cal is not None) else fb
-        rep = load_repeatability(f, name)
+        rep = load_repeatability(f, name, processor=machine_type(prof, cal))
         if rep is not None and rep.complete_runs():
-            fig = ranking_figures(dict(zip(raw["strategy_id"], (float(v) for v in pr_or_fb))), rep)
-            row += f" {fig['pairwise_resolved']:6.3f} ({fig['resolved_pairs']:3d}) {fig['top1_regret']:6.1%}"
+            predicted = dict(zip(raw["strategy_id"], (float(v) for v in pr_or_fb)))
+            fig = ranking_figures(predicted, rep)
+            labels = rep.consensus(rep.complete_runs())
+            err = float(np.median([abs(predicted[k] - v) / v for k, v in labels.items()
+                                   if k in predicted]))
+            row += (f" {fig['pairwise_resolved']:6.3f} ({fig['resolved_pairs']:3d}) "
+                    f"{fig['top1_regret']:6.1%} {err:7.3f}")
             summary["pw_res"].append(fig["pairwise_resolved"])
             summary["regret"].append(fig["top1_regret"])
+            summary["err_rep"].append(err)
         else:
-            row += f" {'-':>12s} {'-':>6s}"
+            row += f" {'-':>12s} {'-':>6s} {'-':>7s}"
         if args.linear_fit:
             lin = linear_fit_pairwise(np.array([strategy_numbers(s, domain)
                                                 for s in strategies]), yn)
@@ -269,6 +294,7 @@ def main() -> int:
     lines.append(f"{'median':16s} {'':4s} {med['fb_mape']:>13s} {med['fb_pw']:>6s} "
                  f"{med['pr_mape']:>13s} {med['pr_pw']:>6s} {med['an_pw']:>6s} "
                  f"{med['ceil_raw']:>8s} {med['ceil_norm']:>9s} {med['pw_res']:>12s} {med['regret']:>6s}"
+                 f" {med['err_rep']:>7s}"
                  + (f" {med['lin_pw']:>6s}" if args.linear_fit else ""))
     text = header + "\n".join(lines) + "\n"
     if args.builders:

@@ -62,8 +62,9 @@ def _calibration_lines(cal) -> list[str]:  # noqa: ANN001 - ClusterCalibration
     ar = ", ".join(f"{k} B {v * 1e3:.2f} ms" for k, v in sorted(cal.allreduce_s.items()))
     foreign = "-" if cal.foreign_cpu is None else f"{cal.foreign_cpu:.0%}"
     return [
-        f"calibration ({cal.launcher}, {cal.created_at}, took {cal.seconds:.1f} s, foreign CPU "
-        f"{foreign}):",
+        f"calibration ({cal.launcher}, {cal.created_at}"
+        + ("" if cal.processor is None else f", on {cal.processor}")
+        + f", took {cal.seconds:.1f} s, foreign CPU {foreign}):",
         f"  nodes: {nodes}",
         f"  intra-node: {cal.intra_bandwidth_gbps:.3g} Gbit/s {cal.intra_latency_s * 1e6:.0f} us;"
         f" collective latency {cal.collective_latency_s * 1e6:.0f} us"
@@ -72,7 +73,10 @@ def _calibration_lines(cal) -> list[str]:  # noqa: ANN001 - ClusterCalibration
         + ("" if cal.ps_sparse_piece_s is None else
            f", row-sparse piece {cal.ps_sparse_piece_s * 1e6:.0f} us")
         + ("" if cal.ar_collective_s is None else
-           f"; all-reduce collective beside PS work {cal.ar_collective_s * 1e6:.0f} us"),
+           f"; all-reduce collective beside PS work {cal.ar_collective_s * 1e6:.0f} us")
+        + ("" if cal.ar_cpu_s_per_element is None else
+           f"; all-reduce CPU per element {cal.ar_cpu_s_per_element * 1e9:.2f} ns (fp32), "
+           f"{(cal.ar_fp16_cpu_s_per_element or 0.0) * 1e9:.2f} ns (fp16)"),
         f"  compute slowdown by concurrent workers ({cal.host_cores} cores): {slow}",
         *([f"  all-reduce: {ar}"] if ar else []),
     ]

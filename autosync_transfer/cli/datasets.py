@@ -91,7 +91,9 @@ def show(
 
     info = describe_domain(domain, path, top=top)
     info["pairwise_ceiling"] = pairwise_ceiling(info)
-    info["repeatability"] = _repeatability(domain, path)
+    reps = _repeatability(domain, path)
+    info["repeatability"] = reps[0] if reps else None
+    info["repeatability_other_machines"] = reps[1:]
     if json_out:
         print_json(info)
         return
@@ -143,7 +145,16 @@ def show(
         con.print("repeatability: no repeat runs (benchmarks/repeatability.py measures them)",
                   highlight=False)
         return
-    con.print(f"repeatability: runs {', '.join(rep['runs'])} ({len(rep['complete_runs'])} "
+    for rep in [rep, *info.get("repeatability_other_machines", [])]:
+        _print_repeatability(con, rep)
+
+
+def _print_repeatability(con: Any, rep: dict) -> None:
+    """The lines of one machine type's repeat runs."""
+    import json
+
+    on = f" on {rep['processor']}" if rep.get("processor") else ""
+    con.print(f"repeatability{on}: runs {', '.join(rep['runs'])} ({len(rep['complete_runs'])} "
               f"complete; protocol {json.dumps(rep['protocol'], sort_keys=True)}; "
               f"{rep['machine_s'] / 60:.0f} min of machine time); {rep['strategies']} strategies "
               f"x {rep['rounds']} rounds", markup=False, highlight=False)
@@ -156,17 +167,20 @@ def show(
                   f"against run) {rep['noise_ceiling']:.3f}", markup=False, highlight=False)
 
 
-def _repeatability(domain: str, path: str | None) -> dict | None:
-    """The summary of the repeat runs beside ``domain``'s store in ``path``, or None."""
+def _repeatability(domain: str, path: str | None) -> list[dict]:
+    """The summaries of the repeat runs beside ``domain``'s store in ``path``, one per machine
+    type (the type of the first run first); empty when there are none."""
     from autosync_transfer.dataset.loader import dataset_files
-    from autosync_transfer.dataset.repeat import load_repeatability
+    from autosync_transfer.dataset.repeat import load_repeatability, repeat_processors
 
     for f in dataset_files(path):
         if f.suffix == ".jsonl" and f.stem == domain:
-            rep = load_repeatability(f, domain)
-            if rep is not None:
-                return rep.summary()
-    return None
+            reps = [load_repeatability(f, domain, processor=p)
+                    for p in repeat_processors(f, domain)]
+            found = [r.summary() for r in reps if r is not None]
+            if found:
+                return found
+    return []
 
 
 @app.command("import-autosync", cls=Command)

@@ -19,6 +19,11 @@ What the runs say:
   simulator can expect when judged against one run);
 - :func:`ranking_figures`: a simulator's pairwise accuracy on all pairs and on resolved pairs,
   with their counts, and the top-1 regret of the strategy it picks.
+
+Runs are grouped by the machine type they ran on (the plan's ``machine.processor``): labels
+measured on different processors are different labels, so resolved pairs, agreement and the
+consensus use the runs of one machine type (:func:`load_repeatability`'s ``processor``; by
+default the type of the file's first run), and :func:`repeat_processors` lists the types.
 """
 
 from __future__ import annotations
@@ -38,8 +43,9 @@ import numpy as np
 from autosync_transfer._files import append_line, complete_lines
 from autosync_transfer.errors import ConfigError
 
-__all__ = ["REPEAT_SUFFIX", "repeat_path", "stratified", "measure_run", "Repeatability",
-           "load_repeatability", "ranking_figures", "repeat_evaluation"]
+__all__ = ["REPEAT_SUFFIX", "FIRST_RUN", "repeat_path", "stratified", "measure_run",
+           "Repeatability", "load_repeatability", "repeat_processors", "ranking_figures",
+           "repeat_evaluation"]
 
 REPEAT_SUFFIX = ".repeat.ndjson"
 
@@ -126,6 +132,10 @@ def measure_run(store_path: str | Path, domain: Any, *, run: str, n: int = 30,
                 "orders": orders, "protocol": proto, "launcher": launcher, "seed": seed,
                 "created": utc_now(), "machine": machine_info()}
         append_line(out, json.dumps(plan, sort_keys=True), "repeat file")
+    here = machine_info().get("processor")
+    if _processor(plan) is not None and _processor(plan) != here:
+        raise ConfigError(f"run: {run!r} was measured on {_processor(plan)!r}, this machine is "
+                          f"{here!r}: labels of two machine types do not mix; start a new run")
     missing = [s for s in plan["strategy_ids"] if s not in by_id]
     if missing:
         raise ConfigError(f"run: {run!r} plans strategy {missing[0]!r}, which the store no longer has")
@@ -156,11 +166,18 @@ def measure_run(store_path: str | Path, domain: Any, *, run: str, n: int = 30,
 
 @dataclass
 class Repeatability:
-    """The repeat runs of one domain: ``levels[run][strategy_id][round]`` = the trial median
-    (ok trials only), ``plans[run]`` the plan line, ``wall_s[run]`` the machine time spent."""
+    """The repeat runs of one domain on one machine type: ``levels[run][strategy_id][round]`` =
+    the trial median (ok trials only), ``plans[run]`` the plan line, ``wall_s[run]`` the machine
+    time spent."""
 
     domain: str
     plans: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def processor(self) -> str | None:
+        """The machine type these runs ran on (``None``: not recorded)."""
+        first = next(iter(self.plans.values()), None)
+        return _processor(first) if first is not None else None
     levels: dict[str, dict[str, dict[int, float]]] = field(default_factory=dict)
     wall_s: dict[str, float] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=dict)
@@ -265,6 +282,7 @@ class Repeatability:
             "machine_s": round(sum(self.wall_s.values()), 1),
             "dates": {r: self.plans[r].get("created") for r in self.runs},
             "protocol": next(iter(self.plans.values()))["protocol"] if self.plans else None,
+            "processor": self.processor,
         }
         if runs:
             res = self.resolved(runs)
@@ -279,20 +297,51 @@ class Repeatability:
         return out
 
 
-def load_repeatability(store_path: str | Path, domain: str | None = None) -> Repeatability | None:
-    """The repeat runs beside ``store_path`` (of ``domain``, default: the store's name), or None
-    when there are none."""
+def _processor(plan: Mapping[str, Any]) -> str | None:
+    return (plan.get("machine") or {}).get("processor")
+
+
+def _plans(rows: Sequence[Mapping[str, Any]], name: str) -> list[Mapping[str, Any]]:
+    """The first plan line of every run of domain ``name``, in file order."""
+    seen: dict[str, Mapping[str, Any]] = {}
+    for r in rows:
+        if r["kind"] == "plan" and r.get("domain", name) == name:
+            seen.setdefault(r["run"], r)
+    return list(seen.values())
+
+
+def repeat_processors(store_path: str | Path, domain: str | None = None) -> list[str | None]:
+    """The machine types (processors) the repeat runs beside ``store_path`` ran on, in the order
+    of their first run (``None``: a run that did not record it)."""
+    path = repeat_path(store_path)
+    if not path.exists():
+        return []
+    name = domain or Path(store_path).name.split(".")[0]
+    return list(dict.fromkeys(_processor(p) for p in _plans(_rows(path), name)))
+
+
+#: ``processor`` of :func:`load_repeatability`: the machine type of the file's first run
+FIRST_RUN: Any = object()
+
+
+def load_repeatability(store_path: str | Path, domain: str | None = None, *,
+                       processor: str | None | Any = FIRST_RUN) -> Repeatability | None:
+    """The repeat runs beside ``store_path`` (of ``domain``, default: the store's name) measured
+    on ``processor`` (default :data:`FIRST_RUN`: the machine type of the file's first run;
+    ``None``: the runs that did not record theirs), or None when there are none."""
     path = repeat_path(store_path)
     if not path.exists():
         return None
     rows = _rows(path)
     name = domain or Path(store_path).name.split(".")[0]
     rep = Repeatability(domain=name)
-    for r in rows:
-        if r.get("domain", name) != name and r["kind"] == "plan":
-            continue
-        if r["kind"] == "plan":
-            rep.plans.setdefault(r["run"], r)
+    plans = _plans(rows, name)
+    if not plans:
+        return None
+    want = _processor(plans[0]) if processor is FIRST_RUN else processor
+    for plan in plans:
+        if _processor(plan) == want:
+            rep.plans[plan["run"]] = dict(plan)
     for r in rows:
         if r["kind"] != "measurement" or r["run"] not in rep.plans:
             continue
@@ -332,17 +381,19 @@ def ranking_figures(predicted: Mapping[str, float], rep: Repeatability,
 
 
 def repeat_evaluation(simulator: Any, domain: Any, trials: Any = None, *,
-                      exclude: Sequence[str] = ()) -> dict[str, Any] | None:
+                      exclude: Sequence[str] = (), processor: str | None | Any = FIRST_RUN
+                      ) -> dict[str, Any] | None:
     """``simulator`` (anything with ``score(strategies, domain)``) on ``domain``'s re-measured
     strategies other than ``exclude`` (e.g. the shots it was adapted on): :func:`ranking_figures`
     against the repeat runs found beside the trial stores of ``trials`` (default: the shipped
-    datasets), or None when no store of the domain has complete repeat runs."""
+    datasets) on machine type ``processor`` (as :func:`load_repeatability` takes it), or None
+    when no store of the domain has complete repeat runs."""
     from autosync_transfer.dataset.loader import dataset_files, load_trials, strategy_table
 
     for f in dataset_files(trials):
         if f.suffix != ".jsonl" or f.stem != domain.name:
             continue
-        rep = load_repeatability(f, domain.name)
+        rep = load_repeatability(f, domain.name, processor=processor)
         if rep is None or not rep.complete_runs():
             continue
         table = strategy_table(load_trials(f, domain=domain.name))

@@ -116,6 +116,12 @@ class WorkloadProfile(BaseModel):
         """Forward + backward + optimizer of one step on one unloaded worker."""
         return self.forward_s + self.backward_s + self.optimizer_s
 
+    @property
+    def processor(self) -> str | None:
+        """The processor named by the worker type (``cpu:<processor>:threads=<n>``), or None."""
+        parts = self.worker_type.split(":")
+        return (":".join(parts[1:-1]) or None) if len(parts) >= 3 else None
+
 
 class NodeCalibration(BaseModel):
     """One node's measured NIC: bandwidth (Gbit/s, each direction) and per-message latency."""
@@ -172,6 +178,19 @@ class ClusterCalibration(BaseModel):
             "binds (its wake-ups take CPU from the PS threads where the workers outnumber the "
             "cores), from the dense pieces beside 1 and 17 one-element all-reduce buckets; "
             "None: not measured (calibrations written before it)"))
+    processor: str | None = Field(
+        default=None, description=(
+            "the processor model of the machine that measured it (as in a workload profile's "
+            "worker type); None: not recorded (calibrations written before it)"))
+    ar_cpu_s_per_element: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description=(
+            "process CPU seconds one rank spends per float32 element it all-reduces, beyond a "
+            "collective's fixed cost (gloo's reduction and socket copies): the slope between "
+            "all-reduces of two sizes; None: not measured (calibrations written before it)"))
+    ar_fp16_cpu_s_per_element: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description=(
+            "the same per float16 element (an fp16-compressed bucket's wire); None: not "
+            "measured"))
 
     def slowdown(self, processes: int) -> float:
         """Compute slowdown of ``processes`` concurrent workers on one host (interpolated; beyond

@@ -89,7 +89,7 @@ __all__ = [
 ]
 
 #: bump whenever a column is added, removed, reordered or changes meaning
-FEATURE_SCHEMA_VERSION = 10
+FEATURE_SCHEMA_VERSION = 11
 
 _MAX_POWERSGD_RANK = 64  # AllReduce.powersgd_rank's upper bound
 _LOG_FLOOR_S = 1e-9  # seconds added before log10 so that 0 s stays finite (-9)

@@ -6,7 +6,9 @@ should simulate a domain with: the newest stored
 (any worker type), the newest stored
 :class:`~autosync_transfer.domains.profile.ClusterCalibration` of the cluster's fingerprint (made
 with ``launcher`` when one is given; otherwise any, a non-emulated one preferred over an emulated
-one), and the :class:`~autosync_transfer.rankers.stepsim.StepSimConfig` that goes with them: a
+one; first among those measured on the profile's processor, else among those that do not
+record theirs: another machine type's is taken only when nothing else is stored), and the
+:class:`~autosync_transfer.rankers.stepsim.StepSimConfig` that goes with them: a
 calibration made with the ``emulated`` launcher ran every worker of the cluster on one host, so
 the config says so (``host_processes`` = the world size, ``host_cores`` = the calibration's
 ``host_cores``). Stored files are searched where
@@ -111,10 +113,17 @@ def _covers(calibration: ClusterCalibration, domain: Domain) -> bool:
     return not missing
 
 
-def _pick_calibration(domain: Domain, launcher: str | None) -> ClusterCalibration | None:
+def _pick_calibration(domain: Domain, launcher: str | None,
+                      processor: str | None = None) -> ClusterCalibration | None:
     found = [c for c in stored.find_calibrations(domain.cluster.fingerprint, launcher)
              if _covers(c, domain)]  # newest first
-    if launcher is None:
+    if processor is not None:
+        # the machine type of the profile first, then calibrations that do not say theirs;
+        # another machine type's only when nothing else is stored
+        same = [c for c in found if c.processor == processor]
+        unknown = [c for c in found if c.processor is None]
+        found = same or unknown or found
+    if launcher is None:  # within that, a real cluster before an emulated one
         real = [c for c in found if c.launcher != EMULATED_LAUNCHER]
         found = real or found
     return found[0] if found else None
@@ -131,7 +140,9 @@ def measured_physics(domain: Domain, launcher: str | None = None, *,
     with _lock:
         hit = _cache.get(key)
     if hit is None:
-        hit = (stored.find_profile(domain.model.fingerprint), _pick_calibration(domain, launcher))
+        profile = stored.find_profile(domain.model.fingerprint)
+        hit = (profile, _pick_calibration(domain, launcher,
+                                          profile.processor if profile is not None else None))
         with _lock:
             _cache[key] = hit
     profile, calibration = hit

@@ -33,7 +33,9 @@ One iteration (every worker alike, times from the start of the step)
       _server_chain`: a max-plus recurrence solved in closed form per strategy), sharing the
       NICs with the all-reduces launched between them. Every all-reduce collective also takes
       the calibrated ``ar_collective_s`` from the PS threads (its wake-ups, where workers
-      outnumber cores), from its bucket's launch slot on.
+      outnumber cores), from its bucket's launch slot on, and so does the CPU every rank's ring
+      spends on the bucket's wire bytes (``ar_cpu_s_per_element`` per float32 element,
+      ``ar_fp16_cpu_s_per_element`` per float16 one), times ``processes / cores``.
     * Row-sparse PS pieces are replayed as the executor runs them, a chain of dependent steps per
       piece (:meth:`StepSimulator._sparse_chain`): touched rows pushed with their indices,
       gathered, averaged and answered, the server's receives posted only when its PS thread
@@ -228,6 +230,13 @@ class StepSimVariant(BaseModel):
         "research/probes/layout_probe.py --sets ps_buckets measures the step against the "
         "bucket count. False, or no such calibration figure: collectives cost only the AR "
         "thread"))
+    ring_cpu_takes_ps_cpu: bool = Field(default=True, description=(
+        "on a host with more compute processes than cores, the CPU every rank's ring spends on "
+        "a bucket's wire bytes (the calibration's ar_cpu_s_per_element and "
+        "ar_fp16_cpu_s_per_element: gloo's reduction and socket copies) runs on the same "
+        "cores: processes / cores times it delays the parameter-server threads from the "
+        "bucket's launch slot on, like ar_collective_s, and adds to the step's total-CPU bound. "
+        "False, or no such calibration figures: a ring costs the host no CPU"))
     ring_shares_cores: bool = Field(default=False, description=(
         "slow all-reduce buckets by the same slowdown (the older model); by default a ring "
         "streams at the links' rate, as the calibration's all-reduce measurement shows"))
@@ -273,6 +282,10 @@ class _Physics:
             self.coll_lat = calibration.collective_latency_s
             self.ar_ps_cpu_s = (float(calibration.ar_collective_s or 0.0)
                                 if variant.collectives_take_ps_cpu else 0.0)
+            # CPU seconds per wire byte of a rank's ring: float32 (and every uncompressed or
+            # PowerSGD wire) and float16
+            ring_cpu = ((calibration.ar_cpu_s_per_element or 0.0) / 4.0,
+                        (calibration.ar_fp16_cpu_s_per_element or 0.0) / 2.0)
         else:
             self.nic, self.lat, self.intra = nominal_network(
                 cluster, goodput=config.goodput, default_latency_s=config.default_latency_s,
@@ -280,6 +293,7 @@ class _Physics:
             self.intra_lat = 0.0
             self.coll_lat = 0.0
             self.ar_ps_cpu_s = 0.0
+            ring_cpu = (0.0, 0.0)
         self.ring_factor, self.ring_bw = ring(self.workers, self.nic, self.intra)
         max_lat = float(self.lat.max()) if N > 1 else self.intra_lat
         self.ar_lat_per_coll = (2.0 * (W - 1) * max_lat + self.coll_lat) if W > 1 else 0.0
@@ -323,6 +337,10 @@ class _Physics:
         self.ar_busy_scale = (slicing if (variant.ring_slowed_while_computing and s > 1.0
                                           and not variant.ring_shares_cores) else 1.0)
         self.wire_scale = self.comm_scale if variant.wire_shares_cores else 1.0
+        # what a ring's CPU per wire byte delays the PS threads by: every rank's ring on the
+        # host's cores, where the processes outnumber them (0 otherwise)
+        ring_delay = slicing if (variant.ring_cpu_takes_ps_cpu and slicing > 1.0) else 0.0
+        self.ring_cpu_per_byte = (ring_cpu[0] * ring_delay, ring_cpu[1] * ring_delay)
         release = self.forward_s + s * np.minimum(ready, bwd)
         # the executor's launch order (``runtime.plan``): reverse forward order, each
         # communication thread waiting for its tasks one after another, so a slot is released
@@ -511,6 +529,7 @@ class StepSimulator:
         nic_work = np.zeros((B * V, N))
         comp_total = np.zeros(B)
         coll_cpu = None  # [B * V]: PS-thread time the collectives launched in a slot take
+        ring_cpu_total = np.zeros(B)  # [B]: host core-seconds of the rings' CPU per step
         if ar.size:
             ctab, codes = rows.ctab, rows.codes[ar]
             comp = ctab[4][codes]
@@ -543,6 +562,17 @@ class StepSimulator:
             if ph.ar_ps_cpu_s > 0.0:
                 coll_cpu = np.bincount(rel, weights=coll[present] * ph.ar_ps_cpu_s,
                                        minlength=B * V)
+            c32, c16 = ph.ring_cpu_per_byte
+            if c32 > 0.0 or c16 > 0.0:
+                # the rings' CPU on the shared cores, per wire byte of each bucket's dtype
+                per_byte = np.where((comp == 1) | (comp == 2), c16, c32)
+                b_ring = np.bincount(bkey, weights=wire[ar] * per_byte, minlength=KB)[present]
+                ring_cpu = np.bincount(rel, weights=b_ring, minlength=B * V)
+                coll_cpu = ring_cpu if coll_cpu is None else coll_cpu + ring_cpu
+                # every rank's rings in core-seconds over the host's cores: the same
+                # processes / cores times one rank's CPU
+                ring_cpu_total = np.bincount(np.flatnonzero(present) // NB, weights=b_ring,
+                                             minlength=B)
             b_strat = np.flatnonzero(present) // NB
             comp_total = np.bincount(b_strat, weights=b_comp[present], minlength=B)
             out["ar_buckets"] = np.bincount(b_strat, minlength=B)
@@ -667,7 +697,8 @@ class StepSimulator:
         critical = np.maximum(backward_end, sync_end)
         step = critical + ph.optimizer_s
         if ph.shared_host:
-            cpu = (W * (ph.unloaded_compute_s + comp_total) + sparse_cpu) / ph.host_cores + comm_cpu
+            cpu = ((W * (ph.unloaded_compute_s + comp_total) + sparse_cpu) / ph.host_cores
+                   + comm_cpu + ring_cpu_total)
             out["cpu_contention_s"] = np.maximum(0.0, cpu - step) + ph.cpu_share * comm_cpu
             step = np.maximum(step, cpu)
         out["step_s"] = step + self.config.step_overhead_s

@@ -27,7 +27,10 @@ script (``python -m autosync_transfer.runtime.calibrate '<json>'``) on a gloo pr
   with row-sparse pieces (``ps_pieces / 2`` tables of 64 x 16, one row touched per step: the
   header, the rows and the answer of the executor's row-sparse exchange). Then the same dense
   pieces beside 1 or 17 one-element parameters all-reduced in buckets of their own, in
-  interleaved blocks: what one more collective costs such a step.
+  interleaved blocks: what one more collective costs such a step;
+* **all-reduce CPU**: every rank's process CPU time of all-reduces of 256 K and 2 M float32 and
+  float16 elements, interleaved (the reduction and the socket copies: what a ring takes from
+  the host's cores beyond its wire time).
 
 From these (:class:`~autosync_transfer.domains.profile.ClusterCalibration`):
 
@@ -44,6 +47,8 @@ From these (:class:`~autosync_transfer.domains.profile.ClusterCalibration`):
   parameter-server work binds (the ``ps_pieces`` dense pieces beside 1, then 17, one-element
   parameters all-reduced in buckets of their own, interleaved; the difference over 16). Where
   the workers outnumber the cores, a collective's wake-ups take CPU from the PS threads;
+* ``ar_cpu_s_per_element`` / ``ar_fp16_cpu_s_per_element``: the slope of a rank's CPU seconds
+  between the two all-reduce sizes, per element of each dtype;
 * ``compute_slowdown[k] = (cpu_k / cpu_1) * max(1, k / host_cores)``: ``cpu_k`` the step's CPU
   seconds with ``k`` workers computing at once (shared caches and memory bandwidth), and
   ``k / host_cores`` the time slicing once the workers outnumber the cores. Measured in CPU
@@ -84,6 +89,8 @@ CALIBRATION_LAUNCHERS = ("emulated", "local")
 _SMALL, _MID, _BIG = 4, 1 << 20, 8 << 20
 _ALLREDUCE_BYTES = (4, 64 << 10, 1 << 20, 8 << 20)
 _REPLY = "@@CAL "
+#: elements of the two all-reduces whose process CPU times give the per-element slope
+_AR_CPU_ELEMENTS = (1 << 18, 1 << 21)
 
 
 # -- the workers' script ----------------------------------------------------------------------
@@ -219,6 +226,8 @@ def _bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
         result["ps_piece_s"] = _ps_pieces(cfg, reps_small, sparse=False)
         result["ps_sparse_piece_s"] = _ps_pieces(cfg, reps_small, sparse=True)
         result["ar_collective_s"] = _ar_collectives(cfg, reps_small)
+    if world > 1:
+        result["ar_cpu_s_per_element"] = _ar_cpu_per_element(reps_big)
     dist.barrier()
     return result if rank == 0 else None
 
@@ -318,6 +327,40 @@ def _ar_collectives(cfg: dict[str, Any], reps: int, extra: int = 16) -> float:
     return max(0.0, float(mine[1] - mine[0]) / extra)
 
 
+def _ar_cpu_per_element(reps: int, sizes: tuple[int, int] | None = None) -> dict[str, float]:
+    """Process CPU seconds one rank spends per all-reduced element, by dtype (``float32``,
+    ``float16``): every rank's CPU time of one ``all_reduce`` of each of ``sizes`` elements
+    (three blocks of ``reps`` repetitions each, the four (dtype, size) cases interleaved,
+    their order reversed every other block; the median of each case's ``3 x reps`` times), the
+    mean over ranks, the slope between the two sizes (at least 0). A collective's fixed cost
+    cancels in the slope. The tensors hold zeros, so repeated sums never overflow float16."""
+    import torch
+    import torch.distributed as dist
+
+    sizes = sizes or _AR_CPU_ELEMENTS
+    world = dist.get_world_size()
+    cases = [(dt, n) for dt in (torch.float32, torch.float16) for n in sizes]
+    tensors = {c: torch.zeros(c[1], dtype=c[0]) for c in cases}
+    cpu: dict[tuple[Any, int], list[float]] = {c: [] for c in cases}
+    for block in range(3):
+        for c in (cases if block % 2 == 0 else cases[::-1]):
+            t = tensors[c]
+            dist.all_reduce(t)  # untimed: the first after a switch of case
+            for _ in range(reps):
+                dist.barrier()
+                c0 = time.process_time()
+                dist.all_reduce(t)
+                cpu[c].append(time.process_time() - c0)
+    medians = torch.tensor([statistics.median(cpu[c]) for c in cases], dtype=torch.float64)
+    dist.all_reduce(medians)
+    medians /= world
+    out = {}
+    for k, dt in enumerate(("float32", "float16")):
+        small, big = float(medians[2 * k]), float(medians[2 * k + 1])
+        out[dt] = max(0.0, (big - small) / (sizes[1] - sizes[0]))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     """A calibration worker: ``argv[0]`` is its JSON config."""
     import torch
@@ -392,6 +435,8 @@ def _run_workers(cluster: Cluster, launcher: Any, cfg: dict[str, Any], timeout_s
 
 def _summarize(cluster: Cluster, launcher: str, raw: dict[str, Any], seconds: float,
                foreign: float | None) -> ClusterCalibration:
+    from autosync_transfer.runtime.profile import processor_name
+
     names = cluster.node_names
     pairs = raw["pairs"]
     nodes = []
@@ -430,7 +475,9 @@ def _summarize(cluster: Cluster, launcher: str, raw: dict[str, Any], seconds: fl
         allreduce_s={int(k): v for k, v in raw["allreduce"].items()},
         foreign_cpu=None if foreign is None else round(foreign, 4),
         ps_piece_s=raw.get("ps_piece_s"), ps_sparse_piece_s=raw.get("ps_sparse_piece_s"),
-        ar_collective_s=raw.get("ar_collective_s"))
+        ar_collective_s=raw.get("ar_collective_s"), processor=processor_name(),
+        ar_cpu_s_per_element=(raw.get("ar_cpu_s_per_element") or {}).get("float32"),
+        ar_fp16_cpu_s_per_element=(raw.get("ar_cpu_s_per_element") or {}).get("float16"))
 
 
 def calibrate_cluster(cluster: Cluster, launcher: str | Any = "emulated", *,

@@ -36,7 +36,8 @@ def main() -> int:
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from scipy.stats import spearmanr
-    from stepsim_accuracy import _load_json_models, host_settings, physics_of, strategy_numbers
+    from stepsim_accuracy import (_load_json_models, host_settings, machine_type, physics_of,
+                                  strategy_numbers)
 
     from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
     from autosync_transfer.dataset.repeat import load_repeatability
@@ -51,7 +52,8 @@ def main() -> int:
         f = Path(args.datasets) / f"{name}.jsonl"
         df = load_trials(f)
         domain = find_domain(name, [f])
-        rep = load_repeatability(f, name)
+        prof, cal = physics_of(domain, profiles, calibrations)
+        rep = load_repeatability(f, name, processor=machine_type(prof, cal))
         if rep is None or not rep.complete_runs():
             print(f"{name}: no complete repeat runs")
             continue
@@ -59,7 +61,6 @@ def main() -> int:
         table = strategy_table(df, normalize=False)
         held = set(rep.strategy_ids(runs))
         sub = table[table["strategy_id"].isin(held)]
-        prof, cal = physics_of(domain, profiles, calibrations)
         sim = StepSimulator(domain, prof, cal, StepSimConfig(**host_settings(f, df, domain)))
         strategies = list(sub["strategy"])
         pred = dict(zip(sub["strategy_id"], map(float, sim.simulate(strategies)["step_s"])))

@@ -206,3 +206,20 @@ def test_show_states_the_repeat_runs_beside_the_store(cli, tmp_path: Path) -> No
                            "--json").out)["repeatability"]
     assert shown["agreement"] == 1.0 and shown["resolved_pairs"] == 3
     assert shown["machine_s"] == 180.0
+    # a run on another machine type is shown on its own, never pooled with r1 and r2
+    append_line(path, json.dumps({"kind": "plan", "run": "x1", "domain": "bert-A",
+                                  "strategy_ids": ["a", "b", "c"], "orders": [["c", "b", "a"]],
+                                  "protocol": {"warmup": 2, "iters": 5}, "launcher": "emulated",
+                                  "seed": 0, "created": "t",
+                                  "machine": {"processor": "Other CPU"}}), "t")
+    for sid, t in (("a", 0.5), ("b", 0.2), ("c", 0.4)):
+        append_line(path, json.dumps({"kind": "measurement", "run": "x1", "round": 0,
+                                      "strategy_id": sid, "status": "ok", "median_s": t,
+                                      "wall_s": 10.0, "cpu": {}}), "t")
+    res = cli("datasets", "show", "bert-A", "--data", str(store.path))
+    assert "repeatability: runs r1, r2 (2 complete" in res.out
+    assert "repeatability on Other CPU: runs x1 (1 complete" in res.out
+    info = json.loads(cli("datasets", "show", "bert-A", "--data", str(store.path),
+                          "--json").out)
+    assert info["repeatability"]["machine_s"] == 180.0
+    assert [r["processor"] for r in info["repeatability_other_machines"]] == ["Other CPU"]

@@ -12,7 +12,7 @@ import pytest
 
 from autosync_transfer._files import append_line
 from autosync_transfer.dataset.repeat import (load_repeatability, measure_run, ranking_figures,
-                                              repeat_path, stratified)
+                                              repeat_path, repeat_processors, stratified)
 
 
 def test_repeat_file_sits_beside_the_store_and_is_not_a_trial_file(tmp_path: Path) -> None:
@@ -35,12 +35,15 @@ def test_stratified_spans_the_range() -> None:
 
 
 def _write_run(path: Path, run: str, truth: dict[str, float], rounds: int, noise: float,
-               seed: int, drift: float = 0.0, missing: tuple = ()) -> None:
+               seed: int, drift: float = 0.0, missing: tuple = (),
+               processor: str | None = None) -> None:
     rng = np.random.default_rng(seed)
     ids = sorted(truth)
+    machine = {} if processor is None else {"machine": {"processor": processor}}
     append_line(path, json.dumps({"kind": "plan", "run": run, "domain": "d", "strategy_ids": ids,
                                   "orders": [ids] * rounds, "protocol": {"iters": 3},
-                                  "launcher": "local", "seed": seed, "created": "x"}), "t")
+                                  "launcher": "local", "seed": seed, "created": "x",
+                                  **machine}), "t")
     for k in range(rounds):
         level = 1.0 + drift * k  # the machine drifts from round to round
         for s in ids:
@@ -108,7 +111,8 @@ def test_disturbed_measurements_are_not_labels(tmp_path: Path) -> None:
     assert load_repeatability(tmp_path / "none.jsonl") is None
 
 
-def test_a_run_is_measured_for_real_interrupted_and_continued(tmp_path: Path) -> None:
+def _ncf_store(tmp_path: Path, n: int) -> tuple:
+    """A two-node NCF domain and a store of ``n`` synthetic trials of it."""
     from autosync_transfer.dataset.store import TrialStore
     from autosync_transfer.domains.catalog import get_model
     from autosync_transfer.domains.cluster import Cluster, Node
@@ -121,8 +125,14 @@ def test_a_run_is_measured_for_real_interrupted_and_continued(tmp_path: Path) ->
     domain = Domain(name="ncf-r2x1", model=get_model("ncf"), cluster=cluster)
     store = tmp_path / "ncf-r2x1.jsonl"
     ts = TrialStore(store)
-    for r in synthetic_records(domain, 6, 0):
+    records = synthetic_records(domain, n, 0)
+    for r in records:
         ts.append(r)
+    return domain, store, sorted({r.strategy_id for r in records})
+
+
+def test_a_run_is_measured_for_real_interrupted_and_continued(tmp_path: Path) -> None:
+    domain, store, _ = _ncf_store(tmp_path, 6)
     seen: list[str] = []
 
     def stop_after_two(msg: str) -> None:
@@ -145,3 +155,37 @@ def test_a_run_is_measured_for_real_interrupted_and_continued(tmp_path: Path) ->
     assert all(r["status"] == "ok" and r["median_s"] > 0 for r in rows[1:])
     rep = load_repeatability(store, domain.name)
     assert rep.complete_runs() == ["r1"] and len(rep.consensus()) == 3
+
+
+def test_runs_of_two_machine_types_are_never_pooled(tmp_path: Path) -> None:
+    store = tmp_path / "d.jsonl"
+    path = repeat_path(store)
+    _write_run(path, "r1", TRUTH, 3, 0.01, seed=5, processor="AMD EPYC")
+    # another machine type orders b and d the other way round
+    _write_run(path, "x1", {**TRUTH, "b": 3.0}, 3, 0.01, seed=6, processor="Intel Xeon")
+    _write_run(path, "r2", TRUTH, 3, 0.01, seed=7, processor="AMD EPYC")
+    _write_run(path, "u1", TRUTH, 3, 0.01, seed=8)  # a run that did not record its machine
+    assert repeat_processors(store, "d") == ["AMD EPYC", "Intel Xeon", None]
+    assert load_repeatability(store, "d", processor=None).runs == ["u1"]
+    first = load_repeatability(store, "d")  # default: the machine type of the first run
+    assert first.runs == ["r1", "r2"] and first.processor == "AMD EPYC"
+    assert first.resolved()[("b", "d")] == 1
+    other = load_repeatability(store, "d", processor="Intel Xeon")
+    assert other.runs == ["x1"] and other.summary()["processor"] == "Intel Xeon"
+    assert other.resolved()[("b", "d")] == -1
+    assert other.summary()["machine_s"] == pytest.approx(24.0)  # x1's measurements only
+    assert load_repeatability(store, "d", processor="ARM") is None
+
+
+def test_a_run_is_not_continued_on_another_machine_type(tmp_path: Path) -> None:
+    from autosync_transfer.errors import ConfigError
+
+    domain, store, ids = _ncf_store(tmp_path, 4)
+    ids = ids[:2]
+    append_line(repeat_path(store), json.dumps({
+        "kind": "plan", "run": "r1", "domain": domain.name, "strategy_ids": ids,
+        "orders": [ids], "protocol": {"iters": 3, "warmup": 1}, "launcher": "local", "seed": 0,
+        "created": "x", "machine": {"processor": "Some Other CPU"}}), "t")
+    with pytest.raises(ConfigError, match="'r1' was measured on 'Some Other CPU'"):
+        measure_run(store, domain, run="r1", n=2, rounds=1, launcher="local")
+    assert len(repeat_path(store).read_text().splitlines()) == 1  # nothing written

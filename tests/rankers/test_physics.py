@@ -105,6 +105,27 @@ def test_lookup_prefers_the_launcher_asked_for_else_a_real_cluster(
     assert own.config.host_processes == 2
 
 
+def test_the_calibration_of_the_profiles_machine_type_wins(dirs: tuple[Path, Path],
+                                                           domain: Domain) -> None:
+    """A calibration names the processor it was measured on; the lookup takes the one of the
+    profile's machine type, then one that does not say, and another type's only when nothing
+    else is stored, however new it is."""
+    profile = _profile(domain).model_copy(update={"worker_type": "cpu:AMD EPYC:threads=1"})
+    save_profile(profile)
+    save_calibration(_calibration(domain, "emulated", gbps=0.01, created="2026-01-01"))
+    save_calibration(_calibration(domain, "emulated", gbps=0.03, created="2026-03-01")
+                     .model_copy(update={"processor": "Intel Xeon"}))
+    assert measured_physics(domain).calibration.nodes[0].bandwidth_gbps == 0.01  # unknown
+    save_calibration(_calibration(domain, "emulated", gbps=0.02, created="2026-02-01")
+                     .model_copy(update={"processor": "AMD EPYC"}))
+    assert measured_physics(domain).calibration.nodes[0].bandwidth_gbps == 0.02  # the same
+    save_profile(profile.model_copy(update={"worker_type": "cpu:Intel Xeon:threads=1",
+                                            "created_at": "2026-04-01"}))
+    found = measured_physics(domain)  # the newest profile is the Intel one
+    assert found.profile.worker_type.startswith("cpu:Intel Xeon")
+    assert found.calibration.processor == "Intel Xeon"
+
+
 def test_unreadable_files_are_skipped(dirs: tuple[Path, Path], domain: Domain) -> None:
     profiles, calibrations = dirs
     profiles.mkdir(parents=True)

@@ -647,3 +647,43 @@ def test_every_collective_takes_the_calibrated_time_from_the_ps_threads_after_it
     # no PS piece: nothing to delay
     ar = _strategy([AllReduce(group=i) for i in range(4)])
     assert StepSimulator(dom, prof, cal).simulate([ar])[0]["step_s"] == pytest.approx(0.35)
+
+
+def test_a_rings_cpu_delays_the_ps_threads_only_where_processes_outnumber_cores() -> None:
+    """Two tiny PS pieces on n0 bind the step; one all-reduce bucket of 2,000 elements,
+    launched before them, costs every rank ``ar_cpu_s_per_element`` (float32) or
+    ``ar_fp16_cpu_s_per_element`` (an fp16 bucket's elements) of CPU. Four processes on two
+    cores: the PS threads are delayed by processes / cores times one rank's CPU; on four cores,
+    or without the calibration's figures, or with the variant off, not at all."""
+    g = _graph([1, 1, 1000, 1000])
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(2, 2))
+    prof = _profile(g, [0.05] * 4)
+    cal = _calibration(dom, slowdown={1: 1.0, 4: 2.0}).model_copy(update={
+        "ps_piece_s": 0.2, "ar_cpu_s_per_element": 5e-6, "ar_fp16_cpu_s_per_element": 8e-6,
+        "host_cores": 2})
+    ps = PS(destination="n0")
+    plain = _strategy([ps, ps, AllReduce(group=0), AllReduce(group=0)])
+    fp16 = _strategy([ps, ps, AllReduce(group=0, compressor="fp16"),
+                      AllReduce(group=0, compressor="fp16")])
+    shared = StepSimConfig(host_processes=4, host_cores=2)
+    base = StepSimulator(dom, prof, cal.model_copy(update={
+        "ar_cpu_s_per_element": None, "ar_fp16_cpu_s_per_element": None}),
+        shared).simulate([plain, fp16])["step_s"]
+    out = StepSimulator(dom, prof, cal, shared).simulate([plain, fp16])["step_s"]
+    # (to within the bucket's 8 kB on the wire, which ends the baseline's sync 12 us later)
+    assert out[0] - base[0] == pytest.approx(2000 * 5e-6 * 4 / 2, abs=1e-4)
+    assert out[1] - base[1] == pytest.approx(2000 * 8e-6 * 4 / 2, abs=1e-4)
+    off = StepSimulator(dom, prof, cal, shared, variant=StepSimVariant(
+        ring_cpu_takes_ps_cpu=False)).simulate([plain, fp16])["step_s"]
+    np.testing.assert_allclose(off, base, rtol=1e-12)
+    roomy = StepSimConfig(host_processes=4, host_cores=4)
+    np.testing.assert_allclose(
+        StepSimulator(dom, prof, cal, roomy).simulate([plain, fp16])["step_s"],
+        StepSimulator(dom, prof, cal.model_copy(update={"ar_cpu_s_per_element": None,
+                                                        "ar_fp16_cpu_s_per_element": None}),
+                      roomy).simulate([plain, fp16])["step_s"], rtol=1e-12)
+    # no PS piece to delay: the rings' CPU (every bucket's, 2,002 elements) only adds to the
+    # host's total CPU: four processes' 0.35 s of compute on two cores, plus 4 / 2 x the ring's
+    ar = _strategy([AllReduce(group=i) for i in range(4)])
+    assert StepSimulator(dom, prof, cal, shared).simulate([ar])[0]["step_s"] == pytest.approx(
+        4 * 0.35 / 2 + 2002 * 5e-6 * 4 / 2, abs=1e-4)

@@ -15,6 +15,7 @@ from autosync_transfer.domains.profile import ClusterCalibration, NodeCalibratio
 from autosync_transfer.errors import ConfigError
 from autosync_transfer.runtime.calibrate import calibrate_cluster, get_calibration
 from autosync_transfer.runtime.emulation import available
+from autosync_transfer.runtime.profile import processor_name
 
 #: what TCP gets through a tbf-shaped link (1448 payload bytes per 1514-byte frame)
 GOODPUT = 0.957
@@ -60,6 +61,10 @@ def test_local_calibration_is_stored_and_reused(tmp_path) -> None:
     assert 0 < cal.ps_piece_s < 0.05 and 0 < cal.ps_sparse_piece_s < 0.1
     # what one more all-reduce collective adds to a step bound by its PS work (0 when nothing)
     assert cal.ar_collective_s is not None and 0 <= cal.ar_collective_s < 0.05
+    # the CPU a rank's ring spends per element, float32 and float16 (nanoseconds here), and
+    # the machine type it was measured on
+    assert 0 <= cal.ar_cpu_s_per_element < 1e-6 and 0 <= cal.ar_fp16_cpu_s_per_element < 1e-6
+    assert cal.processor == processor_name()
     again, measured = get_calibration(cluster, "local", folder=tmp_path)
     assert not measured and again == cal
     # a changed cluster has another fingerprint: nothing stored is found for it
@@ -100,6 +105,7 @@ def test_emulated_calibration_recovers_shaped_bandwidth() -> None:
     assert set(cal.compute_slowdown) == {1, 2, 3}
     assert 0 < cal.ps_piece_s < 0.05 and 0 < cal.ps_sparse_piece_s < 0.1
     assert cal.ar_collective_s is not None and 0 <= cal.ar_collective_s < 0.05
+    assert cal.ar_cpu_s_per_element is not None and cal.ar_fp16_cpu_s_per_element is not None
     assert json.loads(cal.model_dump_json())["launcher"] == "emulated"
 
 
