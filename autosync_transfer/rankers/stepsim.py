@@ -193,6 +193,12 @@ class StepSimVariant(BaseModel):
         "compute's measured contention for caches and memory, which the calibration's small "
         "network measures (2.0-2.29 for four processes on two cores between calibrations of one "
         "machine); False: the compute slowdown"))
+    ps_sliced_while_computing: bool = Field(default=False, description=(
+        "with network_shares_cores, the PS threads' per-piece work (the calibration's "
+        "ps_piece_s, measured with every rank's PS thread on this host, and the server's "
+        "aggregation) is slowed by the time slicing only where it starts before the backward "
+        "pass ends; once the cores are free of compute it runs at the calibrated cost. False: "
+        "slowed throughout"))
     wire_shares_cores: bool = Field(default=False, description=(
         "slow a parameter-server exchange's bytes by the same slowdown as its per-piece work "
         "(the older model); by default bytes cross a NIC at its calibrated rate"))
@@ -636,12 +642,18 @@ class StepSimulator:
                     ar_slot = (np.bincount(rel, weights=b_bytes[present], minlength=B * V)
                                * (ph.ring_scale * float(ph.ar_nic.max())))
                 chain_end = self._server_chain(rows, wire, ps[dense_ps], B, ar_slot, coll_cpu)
-        ps_work *= ph.comm_scale
-        ps_work += ph.wire_scale * ps_wire
-        if send_wire is not None:
-            both = np.maximum if self.variant.ps_sender_overlaps else np.add
-            ps_work += both(ph.comm_scale * send_work, ph.wire_scale * send_wire)
-        nic_work += ps_work
+        piece_work = ps_work  # per-piece work, unslowed: [B * V, N]
+        sliced = (self.variant.ps_sliced_while_computing and ph.comm_scale > 1.0)
+
+        def node_work(scale: Any) -> np.ndarray:
+            # every node's PS-thread work per slot, its per-piece part slowed by ``scale``
+            w = piece_work * scale + ph.wire_scale * ps_wire
+            if send_wire is not None:
+                both = np.maximum if self.variant.ps_sender_overlaps else np.add
+                w += both(scale * send_work, ph.wire_scale * send_wire)
+            return w
+
+        ps_work = node_work(ph.comm_scale)
 
         # ---- queues: end = max_j (release_j + work released at or after j) ----------------------
         t = ph.release_sorted
@@ -650,21 +662,32 @@ class StepSimulator:
                                        ph.ar_busy_scale)
         else:
             ar_end = _queue_end(ar_work.reshape(B, V), t)
-        nic_end = _queue_end(_slots_last(nic_work, B, V, N), t).reshape(B, N).max(axis=1)
         ps_end_nodes = np.zeros((B, N))
         if ps.size:
             # the PS thread reaches a piece once the pieces before it are done (the queue's
             # closed form, forwards: its end is the last finish of a slot with work)
-            work = _slots_last(ps_work, B, V, N)  # [B, N, V]
-            has_work = work > 0
-            if coll_cpu is not None:  # the collectives' wake-ups delay every node's PS thread
-                work += coll_cpu.reshape(B, 1, V)
-            before = np.cumsum(work, axis=-1)
-            before -= work
-            reach = before + np.maximum.accumulate(t - before, axis=-1)
-            finish = reach + work
-            finish *= has_work
+            def node_queue(ps_work: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                work = _slots_last(ps_work, B, V, N)  # [B, N, V]
+                has_work = work > 0
+                if coll_cpu is not None:  # the collectives' wake-ups delay every PS thread
+                    work += coll_cpu.reshape(B, 1, V)
+                before = np.cumsum(work, axis=-1)
+                before -= work
+                reach = before + np.maximum.accumulate(t - before, axis=-1)
+                finish = reach + work
+                finish *= has_work
+                return reach, finish, has_work
+
+            reach, finish, has_work = node_queue(ps_work)
+            if sliced:
+                # a slot's per-piece work runs at the calibrated cost where the thread reaches
+                # it after the backward pass (one more pass with the scales this one implies)
+                late = (reach >= ph.backward_end).transpose(0, 2, 1).reshape(B * V, N)
+                ps_work = node_work(np.where(late, 1.0, ph.comm_scale))
+                reach, finish, has_work = node_queue(ps_work)
             ps_end_nodes = finish.max(axis=-1)
+        nic_work += ps_work
+        nic_end = _queue_end(_slots_last(nic_work, B, V, N), t).reshape(B, N).max(axis=1)
         ps_end = ps_end_nodes.max(axis=1)
         if chain_end is not None:
             ps_end = np.maximum(ps_end, chain_end)
@@ -783,13 +806,22 @@ class StepSimulator:
         if coll_cpu is not None:
             here = np.cumsum(coll_cpu)[st * len(ph.rank_of_var) + k_row]
             c += here - np.r_[0.0, here[:-1]]
-        c += cost
-        c[first] = 0.0
-        r = ph.release_sorted[k_row] + t_in + cost
-        C = np.cumsum(c)
-        v = r - C
-        off = (np.cumsum(first) - 1) * (2.0 * (float(np.abs(v).max()) + 1.0))
-        g = C + np.maximum.accumulate(v + off) - off
+        release = ph.release_sorted[k_row] + t_in
+
+        def gathers(cost: Any) -> np.ndarray:
+            # the max-plus recurrence in closed form, segmented by strategy
+            cc = c + cost
+            cc[first] = 0.0
+            C = np.cumsum(cc)
+            v = release + cost - C
+            off = (np.cumsum(first) - 1) * (2.0 * (float(np.abs(v).max()) + 1.0))
+            return C + np.maximum.accumulate(v + off) - off
+
+        g = gathers(cost)
+        if self.variant.ps_sliced_while_computing and ph.comm_scale > 1.0:
+            # a piece whose gather starts after the backward pass pays the calibrated cost
+            # (one more pass with the costs this one implies)
+            g = gathers(np.where(g - cost >= ph.backward_end, ph.ps_piece_s, cost))
         starts = np.flatnonzero(first)
         out = np.zeros(B)
         out[st[starts]] = np.maximum.reduceat(g + t_out, starts)

@@ -63,3 +63,14 @@ def test_bad_simulator_options_and_files_are_one_line_and_exit_2(tmp_path: Path)
                     "--scratch", str(tmp_path / "s"), "--sim-option", "goodput=2"])
     assert sameday.returncode == 2 and "goodput" in sameday.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "s").exists()  # nothing written
+
+
+def test_synthetic_steps_refuses_bad_cases_and_options_before_measuring() -> None:
+    probe = [sys.executable, str(ROOT / "research" / "probes" / "synthetic_steps.py")]
+    for extra, needle in ((["--cases", "64:1"], "--cases"),
+                          (["--cases", "0:1:1"], "--cases"),
+                          (["--sim-option", "ps_sliced_while_computing=maybe"], "true or false"),
+                          (["--calibrations", "/nonexistent"], "no calibration")):
+        res = _run(probe + extra)
+        assert res.returncode == 2, (extra, res.stderr)
+        assert needle in res.stderr.strip().splitlines()[-1], (extra, res.stderr)

@@ -687,3 +687,31 @@ def test_a_rings_cpu_delays_the_ps_threads_only_where_processes_outnumber_cores(
     ar = _strategy([AllReduce(group=i) for i in range(4)])
     assert StepSimulator(dom, prof, cal, shared).simulate([ar])[0]["step_s"] == pytest.approx(
         4 * 0.35 / 2 + 2002 * 5e-6 * 4 / 2, abs=1e-4)
+
+
+def test_ps_piece_cost_sliced_only_while_the_backward_pass_runs_with_the_variant() -> None:
+    """Four processes on two cores; two tiny PS pieces on n0 (10 ms each per the calibration,
+    measured with every rank's PS thread on this host). Backward ends at 0.6 s. Pieces ready
+    only at its end pay the calibrated cost with ``ps_sliced_while_computing`` (2x without);
+    pieces ready early, which start while it runs, pay 2x either way."""
+    g = _graph([1, 1])
+    dom = Domain(name="d", model=g, cluster=tiny_cluster(4, 1))
+    cal = _calibration(dom, slowdown={1: 1.0, 4: 2.0}).model_copy(update={"ps_piece_s": 1e-2})
+    strategy = _strategy([PS(destination="n0"), PS(destination="n0")])
+    host = StepSimConfig(host_processes=4, host_cores=2)
+    on = StepSimVariant(ps_sliced_while_computing=True)
+    tiny = 2 * 3 * 4 / 1e9
+    late, early = _profile(g, [0.2, 0.2]), _profile(g, [0.0, 0.0])
+    off_late = StepSimulator(dom, late, cal, host).simulate([strategy])[0]
+    on_late = StepSimulator(dom, late, cal, host, variant=on).simulate([strategy])[0]
+    assert off_late["ps_s"] == pytest.approx(2 * (2.0 * 1e-2 + tiny))
+    assert on_late["ps_s"] == pytest.approx(2 * (1e-2 + tiny))
+    assert off_late["sync_end_s"] - on_late["sync_end_s"] == pytest.approx(2 * 1e-2, abs=1e-6)
+    off_early = StepSimulator(dom, early, cal, host).simulate([strategy])[0]
+    on_early = StepSimulator(dom, early, cal, host, variant=on).simulate([strategy])[0]
+    assert on_early["ps_s"] == pytest.approx(off_early["ps_s"])
+    assert on_early["sync_end_s"] == pytest.approx(off_early["sync_end_s"])
+    # one process per core: nothing is sliced, the variant changes nothing
+    roomy = StepSimConfig(host_processes=4, host_cores=4)
+    assert (StepSimulator(dom, late, cal, roomy, variant=on).simulate([strategy])[0]["step_s"]
+            == pytest.approx(StepSimulator(dom, late, cal, roomy).simulate([strategy])[0]["step_s"]))
