@@ -37,6 +37,7 @@ DOMAINS = [
     ("bert-B", ROOT / "datasets/trials/bert-B.jsonl", 20),
     ("bert-12l-B", ROOT / "datasets/trials/bert-12l-B.jsonl", 20),
     ("ncf-C", ROOT / "datasets/trials/ncf-C.jsonl", 30),
+    ("bert-3l-heldout", ROOT / "benchmarks/results/heldout/bert-3l-heldout.jsonl", 20),
 ]
 
 
@@ -58,12 +59,12 @@ def main() -> int:
             measure_run(store, name, run=args.run, n=n, rounds=args.rounds,
                         progress=lambda m: print(m, flush=True))
     if args.report or not args.run:
-        print(f"{'domain':<12} {'processor':<27} {'runs':>4} {'n x rounds':>10} {'resolved':>12} "
+        print(f"{'domain':<15} {'processor':<27} {'runs':>4} {'n x rounds':>10} {'resolved':>12} "
               f"{'agree (both)':>14} {'ceiling':>8} {'machine':>8} {'store raw':>9} {'store norm':>10}")
         for name, store, _ in chosen:
             processors = repeat_processors(store, name)
             if not processors:
-                print(f"{name:<12} (no repeat runs)")
+                print(f"{name:<15} (no repeat runs)")
             for proc in processors:
                 rep = load_repeatability(store, name, processor=proc)
                 if rep is not None:
@@ -88,7 +89,7 @@ def _report_row(name: str, proc: str, store: Path, rep: "Repeatability") -> None
             t = strategy_table(df, normalize=norm)
             fig = ranking_figures(dict(zip(t["strategy_id"], t["runtime_s"])), rep)
             labels[norm] = f"{fig['pairwise_resolved']:.3f}"
-    print(f"{name:<12} {proc[:27]:<27} {len(s['complete_runs']):>4} "
+    print(f"{name:<15} {proc[:27]:<27} {len(s['complete_runs']):>4} "
           f"{s['strategies']:>4} x {s['rounds']:<3} {resolved:>12} {agree:>14} "
           f"{ceiling:>8} {s['machine_s'] / 60:>6.1f} m {labels.get(False, '-'):>9} "
           f"{labels.get(True, '-'):>10}")

@@ -1,13 +1,14 @@
 """The measured physics of a domain: the step-time simulator's inputs, found by fingerprint.
 
 :func:`measured_physics` returns what :class:`~autosync_transfer.rankers.stepsim.StepSimulator`
-should simulate a domain with: the newest stored
-:class:`~autosync_transfer.domains.profile.WorkloadProfile` of the model's graph fingerprint
-(any worker type), the newest stored
-:class:`~autosync_transfer.domains.profile.ClusterCalibration` of the cluster's fingerprint (made
-with ``launcher`` when one is given; otherwise any, a non-emulated one preferred over an emulated
-one; first among those measured on the profile's processor, else among those that do not
-record theirs: another machine type's is taken only when nothing else is stored), and the
+should simulate a domain with: a stored
+:class:`~autosync_transfer.domains.profile.WorkloadProfile` of the model's graph fingerprint and
+the newest stored :class:`~autosync_transfer.domains.profile.ClusterCalibration` of the cluster's
+fingerprint (made with ``launcher`` when one is given; otherwise any, a non-emulated one
+preferred over an emulated one) of one machine type: the newest profile whose processor has a
+calibration of its own, with the newest such calibration. Where no machine type has both, the
+newest profile of any type, with a calibration that does not record its processor, else
+another type's (only when nothing else is stored), and the
 :class:`~autosync_transfer.rankers.stepsim.StepSimConfig` that goes with them: a
 calibration made with the ``emulated`` launcher ran every worker of the cluster on one host, so
 the config says so (``host_processes`` = the world size, ``host_cores`` = the calibration's
@@ -129,6 +130,22 @@ def _pick_calibration(domain: Domain, launcher: str | None,
     return found[0] if found else None
 
 
+def _pick_pair(domain: Domain, launcher: str | None
+               ) -> tuple[WorkloadProfile | None, ClusterCalibration | None]:
+    """The newest profile whose machine type has a calibration of its own, with that
+    calibration; else the newest profile of any type with :func:`_pick_calibration`'s choice."""
+    profiles = stored.find_profiles(domain.model.fingerprint)  # newest first
+    for profile in profiles:
+        if profile.processor is None:
+            continue
+        calibration = _pick_calibration(domain, launcher, profile.processor)
+        if calibration is not None and calibration.processor == profile.processor:
+            return profile, calibration
+    profile = profiles[0] if profiles else None
+    return profile, _pick_calibration(domain, launcher,
+                                      profile.processor if profile is not None else None)
+
+
 def measured_physics(domain: Domain, launcher: str | None = None, *,
                      config: StepSimConfig | None = None) -> Physics:
     """The measured physics of ``domain`` (see the module docstring): its newest profile, its
@@ -140,9 +157,7 @@ def measured_physics(domain: Domain, launcher: str | None = None, *,
     with _lock:
         hit = _cache.get(key)
     if hit is None:
-        profile = stored.find_profile(domain.model.fingerprint)
-        hit = (profile, _pick_calibration(domain, launcher,
-                                          profile.processor if profile is not None else None))
+        hit = _pick_pair(domain, launcher)
         with _lock:
             _cache[key] = hit
     profile, calibration = hit

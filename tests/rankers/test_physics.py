@@ -221,3 +221,25 @@ def test_evaluation_featurizes_with_the_simulators_physics(dirs: tuple[Path, Pat
     assert evaluate_simulator(old, measured) == evaluate_simulator(old, fallback)
     assert evaluate_simulator(old, measured)["pairwise_accuracy"] == 1.0
     assert evaluate_simulator(Simulator(STEPSIM), measured)["pairwise_accuracy"] < 1.0
+
+
+def test_a_newer_profile_of_an_uncalibrated_machine_does_not_displace_a_matched_pair(
+        dirs: tuple[Path, Path], domain: Domain) -> None:
+    """A profile taken later on a machine type no calibration was measured on (a laptop) does
+    not pair with another type's calibration while a profile of that type exists: the physics
+    stays one machine's. With no matched pair, the newest profile is taken as before."""
+    amd = _profile(domain, compute_s=0.5).model_copy(update={
+        "worker_type": "cpu:AMD EPYC:threads=1", "created_at": "2026-01-01"})
+    laptop = _profile(domain, compute_s=0.2).model_copy(update={
+        "worker_type": "cpu:Laptop:threads=1", "created_at": "2026-05-01"})
+    save_profile(laptop)
+    save_calibration(_calibration(domain, "emulated", gbps=0.02, created="2026-02-01")
+                     .model_copy(update={"processor": "AMD EPYC"}))
+    alone = measured_physics(domain)  # no AMD profile yet: the newest, with what there is
+    assert alone.profile.worker_type.startswith("cpu:Laptop")
+    assert alone.calibration.processor == "AMD EPYC"
+    save_profile(amd)
+    clear_physics_cache()
+    found = measured_physics(domain)
+    assert found.profile.worker_type.startswith("cpu:AMD EPYC")
+    assert found.calibration.processor == "AMD EPYC"
