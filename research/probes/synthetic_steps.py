@@ -8,9 +8,10 @@ all-reduced parameter), ``both`` (the same pieces beside one all-reduced paramet
 elements) and ``ar`` (one one-element PS piece beside the AR-element parameter); plus ``bare``,
 ``dist.all_reduce`` of AR elements outside the executor, ``ar-only``, the executor with the
 AR-element parameter alone, and ``backward``, that parameter's backward pass alone (the step's
-own compute: its gradient is written in full). Every rank runs every strategy in 4 interleaved blocks of 5 steps
-(order reversed every other block); the figure is the median step, every rank's slowest. The
-simulator gets the newest calibration of the cluster on this machine type and a profile of
+own compute: its gradient is written in full). Every rank runs every kind in 4 interleaved
+blocks of 5 steps (order reversed every other block); the figure is the median step with its
+distribution-free 95 % interval (binomial order statistics over the 20 steps), every rank's
+slowest (the element-wise maximum over ranks). The simulator gets the newest calibration of the cluster on this machine type and a profile of
 zero compute; ``--sim-option`` variants are printed beside the shipped model.
 
     python research/probes/synthetic_steps.py --cluster B --cases 64:1:1,32:65536:2097152 \
@@ -53,6 +54,17 @@ def _strategy(cluster, pieces: int, elements: int, ar: int):  # noqa: ANN001, AN
     nodes = tuple(VarConfig(var_name=v.name, synchronizer=server if i < pieces
                             else AllReduce(group=0)) for i, v in enumerate(graph.variables))
     return module, graph, Strategy(id="synthetic", kind="calibration", nodes=nodes)
+
+
+def _median_interval(times: list[float]) -> tuple[float, float, float]:
+    """The median of ``times`` and its distribution-free 95 % interval (binomial order
+    statistics)."""
+    from scipy.stats import binom
+
+    x = sorted(times)
+    n = len(x)
+    j = max(1, int(binom.ppf(0.025, n, 0.5)))
+    return statistics.median(x), x[j - 1], x[n - j]
 
 
 def _worker(cfg: dict) -> None:
@@ -99,9 +111,10 @@ def _worker(cfg: dict) -> None:
         finally:
             for _, _, executor in runs:
                 executor.close()
-        med = torch.tensor([statistics.median(times[k]) for k in KINDS], dtype=torch.float64)
+        med = torch.tensor([_median_interval(times[k]) for k in KINDS], dtype=torch.float64)
         dist.all_reduce(med, op=dist.ReduceOp.MAX)
-        out[":".join(map(str, case))] = dict(zip(KINDS, map(float, med)))
+        out[":".join(map(str, case))] = {k: [float(x) for x in med[i]]
+                                         for i, k in enumerate(KINDS)}
     if dist.get_rank() == 0:
         sys.stdout.write(_REPLY + json.dumps(out) + "\n")
         sys.stdout.flush()
@@ -203,11 +216,12 @@ def main() -> int:
           f"{args.cases} " + " ".join(f"--sim-option {o}" for o in args.sim_option))
     print(f"# {here}; calibration {cal.created_at}; ms per step (median, every rank's slowest)")
     head = "".join(f" {('sim ' + n if n != 'v' else 'sim'):>34s}" for n, _ in columns)
-    print(f"{'case':22s} {'kind':8s} {'measured':>9s}{head}")
+    print(f"{'case':22s} {'kind':8s} {'measured':>9s} {'95 % interval':>15s}{head}")
     for case in cases:
         key = ":".join(map(str, case))
         for kind in KINDS:
-            row = f"{key:22s} {kind:8s} {1e3 * measured[key][kind]:9.1f}"
+            m, lo, hi = (1e3 * x for x in measured[key][kind])
+            row = f"{key:22s} {kind:8s} {m:9.1f} {f'[{lo:.1f}, {hi:.1f}]':>15s}"
             if kind not in ("bare", "backward"):
                 row += "".join(f" {1e3 * _simulate(cluster, cal, case, kind, o):34.1f}"
                                for _, o in columns)
