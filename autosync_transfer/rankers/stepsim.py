@@ -642,18 +642,20 @@ class StepSimulator:
                     ar_slot = (np.bincount(rel, weights=b_bytes[present], minlength=B * V)
                                * (ph.ring_scale * float(ph.ar_nic.max())))
                 chain_end = self._server_chain(rows, wire, ps[dense_ps], B, ar_slot, coll_cpu)
-        piece_work = ps_work  # per-piece work, unslowed: [B * V, N]
         sliced = (self.variant.ps_sliced_while_computing and ph.comm_scale > 1.0)
+        piece_work = ps_work.copy() if sliced else ps_work  # per-piece work, unslowed: [B * V, N]
 
-        def node_work(scale: Any) -> np.ndarray:
-            # every node's PS-thread work per slot, its per-piece part slowed by ``scale``
-            w = piece_work * scale + ph.wire_scale * ps_wire
+        def node_work(scale: Any, w: np.ndarray) -> np.ndarray:
+            # every node's PS-thread work per slot (in ``w``, the per-piece work), its per-piece
+            # part slowed by ``scale``
+            w *= scale
+            w += ph.wire_scale * ps_wire
             if send_wire is not None:
                 both = np.maximum if self.variant.ps_sender_overlaps else np.add
                 w += both(scale * send_work, ph.wire_scale * send_wire)
             return w
 
-        ps_work = node_work(ph.comm_scale)
+        ps_work = node_work(ph.comm_scale, ps_work)
 
         # ---- queues: end = max_j (release_j + work released at or after j) ----------------------
         t = ph.release_sorted
@@ -683,7 +685,7 @@ class StepSimulator:
                 # a slot's per-piece work runs at the calibrated cost where the thread reaches
                 # it after the backward pass (one more pass with the scales this one implies)
                 late = (reach >= ph.backward_end).transpose(0, 2, 1).reshape(B * V, N)
-                ps_work = node_work(np.where(late, 1.0, ph.comm_scale))
+                ps_work = node_work(np.where(late, 1.0, ph.comm_scale), piece_work)
                 reach, finish, has_work = node_queue(ps_work)
             ps_end_nodes = finish.max(axis=-1)
         nic_work += ps_work
