@@ -148,8 +148,9 @@ def _pick_pair(domain: Domain, launcher: str | None
 
 def measured_physics(domain: Domain, launcher: str | None = None, *,
                      config: StepSimConfig | None = None) -> Physics:
-    """The measured physics of ``domain`` (see the module docstring): its newest profile, its
-    newest calibration (by ``launcher``, or any, non-emulated preferred) and ``config`` (default
+    """The measured physics of ``domain`` (see the module docstring): a profile and a
+    calibration (by ``launcher``, or any, non-emulated preferred) of one machine type where such
+    a pair is stored, else the newest profile and its best calibration, and ``config`` (default
     ``StepSimConfig()``) with ``host_processes`` / ``host_cores`` set for an emulated calibration
     (unless ``config`` sets ``host_processes`` itself). Never raises on a stored file."""
     key = (domain.model.fingerprint, domain.cluster.fingerprint, launcher,
