@@ -343,6 +343,8 @@ class _Physics:
         self.ar_busy_scale = (slicing if (variant.ring_slowed_while_computing and s > 1.0
                                           and not variant.ring_shares_cores) else 1.0)
         self.wire_scale = self.comm_scale if variant.wire_shares_cores else 1.0
+        # per-piece PS work slowed only while the backward pass runs (a research variant)
+        self.ps_sliced = variant.ps_sliced_while_computing and self.comm_scale > 1.0
         # what a ring's CPU per wire byte delays the PS threads by: every rank's ring on the
         # host's cores, where the processes outnumber them (0 otherwise)
         ring_delay = slicing if (variant.ring_cpu_takes_ps_cpu and slicing > 1.0) else 0.0
@@ -642,7 +644,7 @@ class StepSimulator:
                     ar_slot = (np.bincount(rel, weights=b_bytes[present], minlength=B * V)
                                * (ph.ring_scale * float(ph.ar_nic.max())))
                 chain_end = self._server_chain(rows, wire, ps[dense_ps], B, ar_slot, coll_cpu)
-        sliced = (self.variant.ps_sliced_while_computing and ph.comm_scale > 1.0)
+        sliced = ph.ps_sliced
         piece_work = ps_work.copy() if sliced else ps_work  # per-piece work, unslowed: [B * V, N]
 
         def node_work(scale: Any, w: np.ndarray) -> np.ndarray:
@@ -820,7 +822,7 @@ class StepSimulator:
             return C + np.maximum.accumulate(v + off) - off
 
         g = gathers(cost)
-        if self.variant.ps_sliced_while_computing and ph.comm_scale > 1.0:
+        if ph.ps_sliced:
             # a piece whose gather starts after the backward pass pays the calibrated cost
             # (one more pass with the costs this one implies)
             g = gathers(np.where(g - cost >= ph.backward_end, ph.ps_piece_s, cost))
