@@ -13,7 +13,7 @@ What the runs say:
 - **resolved pairs**: a pair of strategies is resolved when the per-round ratio of their medians
   (paired by round, so drift within a run cancels) has a 95 % Student-t interval that excludes 1
   (:func:`~autosync_transfer.measure.stats.paired_speedup`) -- the interval decides, not a fixed
-  percentage;
+  percentage; pooled over several runs, every run's own mean ratio must also point its way;
 - **agreement** of two runs: the share of the pairs that both resolve which they order alike;
 - **noise ceiling**: the share of *all* pairs that two runs' medians order alike (what a perfect
   simulator can expect when judged against one run);
@@ -213,7 +213,12 @@ class Repeatability:
     def resolved(self, runs: Sequence[str] | None = None, *, confidence: float = 0.95
                  ) -> dict[tuple[str, str], int]:
         """Resolved pairs over the rounds of ``runs`` (default: all): ``(a, b)`` with ``a < b``
-        -> +1 when ``a`` is faster with confidence, -1 when ``b`` is."""
+        -> +1 when ``a`` is faster with confidence, -1 when ``b`` is.
+
+        Over several runs the rounds are pooled, and a pair also needs every run's own mean log
+        ratio on the interval's side: a run that orders it the other way (a strategy that the
+        machine's state between runs favours) leaves it unresolved, however narrow the pooled
+        interval."""
         from autosync_transfer.measure.stats import paired_speedup
 
         series = self._rounds(list(runs or self.runs))
@@ -224,10 +229,11 @@ class Repeatability:
                 continue
             est = paired_speedup([series[a][k] for k in both], [series[b][k] for k in both],
                                  confidence=confidence)
-            if est.low > 1.0:
-                out[(a, b)] = 1
-            elif est.high < 1.0:
-                out[(a, b)] = -1
+            sign = 1 if est.low > 1.0 else -1 if est.high < 1.0 else 0
+            if sign and not _runs_agree(series[a], series[b], both, sign):
+                sign = 0
+            if sign:
+                out[(a, b)] = sign
         return out
 
     def consensus(self, runs: Sequence[str] | None = None) -> dict[str, float]:
@@ -295,6 +301,16 @@ class Repeatability:
             out.update(agreement=agree if both else None, both_resolved=both,
                        noise_ceiling=ceiling if pairs else None, ceiling_pairs=pairs)
         return out
+
+
+def _runs_agree(a: Mapping[tuple[str, int], float], b: Mapping[tuple[str, int], float],
+                cells: Sequence[tuple[str, int]], sign: int) -> bool:
+    """Whether every run among ``cells`` orders ``a`` against ``b`` as ``sign`` does (+1: ``a``
+    faster) by its own mean log ratio of ``b`` over ``a`` (a run with a zero mean agrees)."""
+    per_run: dict[str, list[float]] = {}
+    for k in cells:
+        per_run.setdefault(k[0], []).append(math.log(b[k] / a[k]))
+    return all(sign * sum(v) >= 0.0 for v in per_run.values())
 
 
 def _processor(plan: Mapping[str, Any]) -> str | None:

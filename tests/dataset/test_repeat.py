@@ -83,6 +83,25 @@ def test_resolved_pairs_agreement_and_consensus(tmp_path: Path) -> None:
     assert summary["complete_runs"] == ["r1"] and summary["machine_s"] == pytest.approx(46.0)
 
 
+def test_a_pair_one_run_orders_the_other_way_is_not_resolved_by_pooling(tmp_path: Path) -> None:
+    store = tmp_path / "d.jsonl"
+    path = repeat_path(store)
+    # run r1: x 10 % faster than y in every round; r2 (another machine state): y 1 % faster
+    _write_run(path, "r1", {"x": 1.00, "y": 1.10, "z": 2.0}, 6, 0.002, seed=4)
+    _write_run(path, "r2", {"x": 1.01, "y": 1.00, "z": 2.0}, 3, 0.002, seed=5)
+    rep = load_repeatability(store, "d")
+    assert rep.resolved(["r1"])[("x", "y")] == 1 and rep.resolved(["r2"])[("x", "y")] == -1
+    from autosync_transfer.measure.stats import paired_speedup
+
+    series = rep._rounds(["r1", "r2"])
+    cells = sorted(series["x"])
+    pooled = paired_speedup([series["x"][k] for k in cells], [series["y"][k] for k in cells])
+    assert pooled.low > 1.0  # the nine pooled rounds alone would call x faster
+    res = rep.resolved()
+    assert ("x", "y") not in res  # but r2 orders it the other way
+    assert res[("x", "z")] == 1 and res[("y", "z")] == 1  # every run agrees on these
+
+
 def test_ranking_figures_count_resolved_pairs_and_regret(tmp_path: Path) -> None:
     store = tmp_path / "d.jsonl"
     _write_run(repeat_path(store), "r1", TRUTH, 4, 0.01, seed=3)
