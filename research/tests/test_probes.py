@@ -74,3 +74,22 @@ def test_synthetic_steps_refuses_bad_cases_and_options_before_measuring() -> Non
         res = _run(probe + extra)
         assert res.returncode == 2, (extra, res.stderr)
         assert needle in res.stderr.strip().splitlines()[-1], (extra, res.stderr)
+
+
+def test_variant_scan_scores_the_held_out_store_and_refuses_unknown_physics() -> None:
+    probe = [sys.executable, str(ROOT / "research" / "probes" / "variant_scan.py"),
+             "--domains", "bert-3l-heldout"]
+    res = _run(probe + ["--physics", "comm_scale=2.0"])
+    assert res.returncode == 0, res.stderr
+    rows = [line.split() for line in res.stdout.splitlines() if "bert-3l-heldout" in line
+            and not line.startswith("#")]
+    assert rows, res.stdout  # the Intel runs of the held-out cluster's BERT-3 store
+    cells = [c.strip() for c in " ".join(rows[0][3:]).split("|")]
+    # the Intel calibration's time slicing is 2.0: setting it again changes nothing
+    assert len(cells) == 2 and cells[0] == cells[1], res.stdout
+    assert 0.0 <= float(cells[0].split("/")[0]) <= 1.0
+    for extra, needle in ((["--physics", "no_such_number=1"], "no_such_number"),
+                          (["--physics", "comm_scale=fast"], "NAME=NUMBER"),
+                          (["--machine", "x"], "TYPE=PROFILES:CALIBRATIONS")):
+        bad = _run(probe + extra)
+        assert bad.returncode == 2 and needle in bad.stderr.strip().splitlines()[-1], bad.stderr
