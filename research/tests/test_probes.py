@@ -93,3 +93,18 @@ def test_variant_scan_scores_the_held_out_store_and_refuses_unknown_physics() ->
                           (["--machine", "x"], "TYPE=PROFILES:CALIBRATIONS")):
         bad = _run(probe + extra)
         assert bad.returncode == 2 and needle in bad.stderr.strip().splitlines()[-1], bad.stderr
+
+
+def test_physics_sets_refuses_a_folder_without_physics_and_an_unknown_store(tmp_path: Path) -> None:
+    probe = [sys.executable, str(ROOT / "research" / "probes" / "physics_sets.py")]
+    for extra, needle in (([str(tmp_path)], "profiles/ and calibrations/"),
+                          (["--domains", "no-such-store", str(ROOT / "benchmarks/results/machines/"
+                                                             "intel-xeon")], "no-such-store")):
+        res = _run(probe + extra)
+        assert res.returncode == 2, (extra, res.stderr)
+        assert needle in res.stderr.strip().splitlines()[-1], (extra, res.stderr)
+    ok = _run(probe + ["--domains", "bert-3l-B",
+                       str(ROOT / "benchmarks/results/machines/intel-xeon")])
+    assert ok.returncode == 0, ok.stderr
+    row = next(line for line in ok.stdout.splitlines() if line.startswith("bert-3l-B"))
+    assert "resolved:" in row and "range" in row
