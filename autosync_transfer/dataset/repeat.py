@@ -300,6 +300,11 @@ class Repeatability:
             ceiling, pairs = self.noise_ceiling(runs[0], runs[1])
             out.update(agreement=agree if both else None, both_resolved=both,
                        noise_ceiling=ceiling if pairs else None, ceiling_pairs=pairs)
+            out["agreements"] = []
+            for a, b in itertools.combinations(runs, 2):
+                agree, both = self.agreement(a, b)
+                out["agreements"].append({"runs": [a, b], "agreement": agree if both else None,
+                                          "both_resolved": both})
         return out
 
 

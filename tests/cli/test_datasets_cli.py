@@ -186,7 +186,7 @@ def test_show_states_the_repeat_runs_beside_the_store(cli, tmp_path: Path) -> No
     assert res.code == 0, res.err
     assert "repeatability: no repeat runs" in res.out
     path = repeat_path(store.path)
-    for run, drift in (("r1", 1.0), ("r2", 1.3)):
+    for run, drift in (("r1", 1.0), ("r2", 1.3), ("r3", 0.8)):
         append_line(path, json.dumps({"kind": "plan", "run": run, "domain": "bert-A",
                                       "strategy_ids": ["a", "b", "c"],
                                       "orders": [["a", "b", "c"]] * 3,
@@ -200,13 +200,16 @@ def test_show_states_the_repeat_runs_beside_the_store(cli, tmp_path: Path) -> No
                     "cpu": {}}), "t")
     res = cli("datasets", "show", "bert-A", "--data", str(store.path))
     assert res.code == 0, res.err
-    assert "runs r1, r2 (2 complete" in res.out and "3 of 3 pairs resolved" in res.out
-    assert "order alike 1.000 of the 3 pairs both resolve" in res.out
+    assert "runs r1, r2, r3 (3 complete" in res.out and "3 of 3 pairs resolved" in res.out
+    assert "no run orders it the other way" in res.out
+    for a, b in (("r1", "r2"), ("r1", "r3"), ("r2", "r3")):  # every pair of runs
+        assert f"runs {a} and {b} order alike 1.000 of the 3 pairs both resolve" in res.out
     shown = json.loads(cli("datasets", "show", "bert-A", "--data", str(store.path),
                            "--json").out)["repeatability"]
     assert shown["agreement"] == 1.0 and shown["resolved_pairs"] == 3
-    assert shown["machine_s"] == 180.0
-    # a run on another machine type is shown on its own, never pooled with r1 and r2
+    assert [a["runs"] for a in shown["agreements"]] == [["r1", "r2"], ["r1", "r3"], ["r2", "r3"]]
+    assert shown["machine_s"] == 270.0
+    # a run on another machine type is shown on its own, never pooled with r1-r3
     append_line(path, json.dumps({"kind": "plan", "run": "x1", "domain": "bert-A",
                                   "strategy_ids": ["a", "b", "c"], "orders": [["c", "b", "a"]],
                                   "protocol": {"warmup": 2, "iters": 5}, "launcher": "emulated",
@@ -217,9 +220,9 @@ def test_show_states_the_repeat_runs_beside_the_store(cli, tmp_path: Path) -> No
                                       "strategy_id": sid, "status": "ok", "median_s": t,
                                       "wall_s": 10.0, "cpu": {}}), "t")
     res = cli("datasets", "show", "bert-A", "--data", str(store.path))
-    assert "repeatability: runs r1, r2 (2 complete" in res.out
+    assert "repeatability: runs r1, r2, r3 (3 complete" in res.out
     assert "repeatability on Other CPU: runs x1 (1 complete" in res.out
     info = json.loads(cli("datasets", "show", "bert-A", "--data", str(store.path),
                           "--json").out)
-    assert info["repeatability"]["machine_s"] == 180.0
+    assert info["repeatability"]["machine_s"] == 270.0
     assert [r["processor"] for r in info["repeatability_other_machines"]] == ["Other CPU"]
