@@ -3,7 +3,9 @@ the simulator (profile + calibration, zero trials) scored on the same re-measure
 every physics set given, each set a folder with ``profiles/`` and ``calibrations/`` measured at
 one time on one machine type. Simulation only: nothing is measured.
 
-Printed: each set's calibration figures (PS piece, per-collective cost, ring CPU, slowdown of four
+Each ``--sim-option NAME=VALUE`` (a ``StepSimConfig`` or ``StepSimVariant`` field) scores every
+set once more with it, so that a research variant is judged over the spread of the physics, not
+on one set. Printed: each set's calibration figures (PS piece, per-collective cost, ring CPU, slowdown of four
 processes), then per store and per choice of runs (the first two, then all complete runs of the
 machine type) the resolved-pair accuracy and top-1 regret with each set, their range and mean. A
 set without a profile of the store's model is left out for that store.
@@ -26,6 +28,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sets", nargs="+", help="folders, each with profiles/ and calibrations/")
     ap.add_argument("--domains", default="bert-12l-B,bert-3l-B,bert-B")
+    ap.add_argument("--sim-option", action="append", default=[],
+                    help="NAME=VALUE of StepSimConfig or StepSimVariant: every set is scored "
+                         "once more with each (repeatable)")
     ap.add_argument("--processor", default="Intel(R) Xeon(R) Processor",
                     help="the machine type of the sets and of the runs that judge them")
     args = ap.parse_args()
@@ -33,14 +38,17 @@ def main() -> int:
         if not (Path(folder) / "calibrations").is_dir() or not (Path(folder) / "profiles").is_dir():
             ap.error(f"sets: {folder!r} has no profiles/ and calibrations/ folders")
     sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _lab
     from repeatability import DOMAINS
     from stepsim_accuracy import _load_json_models, host_settings, physics_of
 
     from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
     from autosync_transfer.dataset.repeat import load_repeatability, ranking_figures
     from autosync_transfer.domains.profile import ClusterCalibration, WorkloadProfile
-    from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
+    from autosync_transfer.rankers.stepsim import StepSimulator
 
+    variants = [("shipped", {})] + [(o, _lab.sim_options([o], ap)) for o in args.sim_option]
     stores = {name: store for name, store, _ in DOMAINS}
     unknown = [d for d in args.domains.split(",") if d not in stores]
     if unknown:
@@ -81,14 +89,18 @@ def main() -> int:
                       f"{1e6 * (cal.ar_collective_s or 0):.0f} us, ring CPU "
                       f"{1e9 * (cal.ar_cpu_s_per_element or 0):.2f} ns per element, slowdown "
                       f"of 4 processes {cal.slowdown(4):.2f}; profile {prof.created_at if hasattr(prof, 'created_at') else ''}")
-            sim = StepSimulator(domain, prof, cal, StepSimConfig(**host))
-            pred = dict(zip(sub["strategy_id"],
-                            map(float, sim.simulate(list(sub["strategy"]))["step_s"])))
-            for runs in choices:
-                rows.setdefault("+".join(runs), []).append((tag, ranking_figures(pred, rep, runs)))
-        for runs, figs in rows.items():
+            for label, options in variants:
+                config, variant = _lab._split(options, host)  # noqa: SLF001
+                sim = StepSimulator(domain, prof, cal, config, variant=variant)
+                pred = dict(zip(sub["strategy_id"],
+                                map(float, sim.simulate(list(sub["strategy"]))["step_s"])))
+                for runs in choices:
+                    rows.setdefault(("+".join(runs), label), []).append(
+                        (tag, ranking_figures(pred, rep, runs)))
+        for (runs, label), figs in rows.items():
             accs = [f["pairwise_resolved"] for _, f in figs]
-            print(f"{name:16s} by {runs:9s} {figs[0][1]['resolved_pairs']:4d} resolved: "
+            head = f"{name:16s} by {runs:9s}" + (f" {label}" if len(variants) > 1 else "")
+            print(f"{head} {figs[0][1]['resolved_pairs']:4d} resolved: "
                   + "  ".join(f"{t} {f['pairwise_resolved']:.3f} / {100 * f['top1_regret']:.1f} %"
                               for t, f in figs)
                   + f"  | range {min(accs):.3f}-{max(accs):.3f}, mean {statistics.mean(accs):.3f}")
