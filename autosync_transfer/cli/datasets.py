@@ -162,17 +162,15 @@ def _print_repeatability(con: Any, rep: dict) -> None:
         guard = ("; no run orders it the other way" if len(rep["complete_runs"]) > 1 else "")
         con.print(f"  {rep['resolved_pairs']} of {rep['pairs']} pairs resolved (95 % interval "
                   f"of the per-round ratio excludes 1{guard})", markup=False, highlight=False)
-    if rep.get("agreement") is not None:
-        first = rep.get("agreements", [{}])[0].get("runs") or rep["complete_runs"][:2]
-        con.print(f"  runs {first[0]} and {first[1]} order alike {rep['agreement']:.3f} of the "
-                  f"{rep['both_resolved']} "
-                  f"pairs both resolve; noise ceiling (all {rep['ceiling_pairs']} pairs, run "
-                  f"against run) {rep['noise_ceiling']:.3f}", markup=False, highlight=False)
-    for more in rep.get("agreements", [])[1:]:
-        if more["agreement"] is not None:
-            con.print(f"  runs {more['runs'][0]} and {more['runs'][1]} order alike "
-                      f"{more['agreement']:.3f} of the {more['both_resolved']} pairs both resolve",
-                      markup=False, highlight=False)
+    for k, pair in enumerate(rep.get("agreements", [])):
+        if pair["agreement"] is None:
+            continue
+        ceiling = (f"; noise ceiling (all {rep['ceiling_pairs']} pairs, run against run) "
+                   f"{rep['noise_ceiling']:.3f}" if k == 0 and rep["noise_ceiling"] is not None
+                   else "")
+        con.print(f"  runs {pair['runs'][0]} and {pair['runs'][1]} order alike "
+                  f"{pair['agreement']:.3f} of the {pair['both_resolved']} pairs both "
+                  f"resolve{ceiling}", markup=False, highlight=False)
 
 
 def _repeatability(domain: str, path: str | None) -> list[dict]:

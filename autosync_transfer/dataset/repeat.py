@@ -296,15 +296,15 @@ class Repeatability:
             out["pairs"] = n * (n - 1) // 2
             out["resolved_pairs"] = len(res)
         if len(runs) >= 2:
-            agree, both = self.agreement(runs[0], runs[1])
-            ceiling, pairs = self.noise_ceiling(runs[0], runs[1])
-            out.update(agreement=agree if both else None, both_resolved=both,
-                       noise_ceiling=ceiling if pairs else None, ceiling_pairs=pairs)
             out["agreements"] = []
             for a, b in itertools.combinations(runs, 2):
                 agree, both = self.agreement(a, b)
                 out["agreements"].append({"runs": [a, b], "agreement": agree if both else None,
                                           "both_resolved": both})
+            ceiling, pairs = self.noise_ceiling(runs[0], runs[1])
+            first = out["agreements"][0]
+            out.update(agreement=first["agreement"], both_resolved=first["both_resolved"],
+                       noise_ceiling=ceiling if pairs else None, ceiling_pairs=pairs)
         return out
 
 

@@ -88,7 +88,7 @@ def main() -> int:
                       f"{1e6 * (cal.ps_piece_s or 0):.0f} us, collective "
                       f"{1e6 * (cal.ar_collective_s or 0):.0f} us, ring CPU "
                       f"{1e9 * (cal.ar_cpu_s_per_element or 0):.2f} ns per element, slowdown "
-                      f"of 4 processes {cal.slowdown(4):.2f}; profile {prof.created_at if hasattr(prof, 'created_at') else ''}")
+                      f"of 4 processes {cal.slowdown(4):.2f}; profile {prof.created_at}")
             for label, options in variants:
                 config, variant = _lab._split(options, host)  # noqa: SLF001
                 sim = StepSimulator(domain, prof, cal, config, variant=variant)
