@@ -73,12 +73,15 @@ def _calibration_lines(cal) -> list[str]:  # noqa: ANN001 - ClusterCalibration
         + ("" if cal.ps_sparse_piece_s is None else
            f", row-sparse piece {cal.ps_sparse_piece_s * 1e6:.0f} us")
         + ("" if cal.ar_collective_s is None else
-           f"; all-reduce collective beside PS work {cal.ar_collective_s * 1e6:.0f} us")
+           f"; all-reduce collective beside PS work {cal.ar_collective_s * 1e6:.0f} us ("
+           + (f"buckets of {cal.ar_collective_elements} elements)" if cal.ar_collective_elements
+              else "one-element buckets)"))
         + ("" if cal.ar_cpu_s_per_element is None else
            f"; all-reduce CPU per element {cal.ar_cpu_s_per_element * 1e9:.2f} ns (fp32), "
            f"{(cal.ar_fp16_cpu_s_per_element or 0.0) * 1e9:.2f} ns (fp16)"),
         f"  compute slowdown by concurrent workers ({cal.host_cores} cores): {slow}",
-        *([f"  all-reduce: {ar}"] if ar else []),
+        *([f"  all-reduce ({'medians' if cal.allreduce_stat == 'median' else 'fastest'}): {ar}"]
+          if ar else []),
     ]
 
 

@@ -156,9 +156,8 @@ class ClusterCalibration(BaseModel):
     seconds: float = Field(default=0.0, ge=0, description="how long the calibration took")
     created_at: str = ""
     allreduce_s: dict[int, float] = Field(
-        default_factory=dict, description="seconds of one all-reduce over every worker (fastest "
-                                          "repetition, slowest rank), "
-                                          "by message bytes (a check for the simulator)")
+        default_factory=dict, description="seconds of one all-reduce over every worker (by "
+                                          "allreduce_stat, slowest rank), by message bytes")
     foreign_cpu: float | None = Field(
         default=None, ge=0, le=1, description="share of the machine's CPU that other processes "
                                               "used while it was measured")
@@ -176,8 +175,20 @@ class ClusterCalibration(BaseModel):
         default=None, ge=0, allow_inf_nan=False, description=(
             "seconds one more all-reduce collective adds to a step whose parameter-server work "
             "binds (its wake-ups take CPU from the PS threads where the workers outnumber the "
-            "cores), from the dense pieces beside 1 and 17 one-element all-reduce buckets; "
-            "None: not measured (calibrations written before it)"))
+            "cores), from the dense pieces beside 1 and 17 all-reduce buckets of "
+            "ar_collective_elements elements each; None: not measured (calibrations written "
+            "before it)"))
+    ar_collective_elements: int | None = Field(
+        default=None, ge=1, description=(
+            "float32 elements of each all-reduce bucket ar_collective_s was measured with "
+            "(4096: several chunks per rank, as the executor's buckets; a one-element "
+            "collective costs a quarter of the CPU); None: one element (calibrations written "
+            "before it)"))
+    allreduce_stat: Literal["median", "min"] = Field(
+        default="min", description=(
+            "how allreduce_s summarizes its repetitions: median (each rank's median over "
+            "interleaved repetitions, the slowest rank) or min (the fastest repetition: "
+            "calibrations written before the median)"))
     processor: str | None = Field(
         default=None, description=(
             "the processor model of the machine that measured it (as in a workload profile's "

@@ -16,8 +16,10 @@ script (``python -m autosync_transfer.runtime.calibrate '<json>'``) on a gloo pr
   faster than all of its peers together cannot be saturated in this cluster, and is reported as
   that sum);
 * **intra-node**, when a node has two workers: the same ping-pong and slope between them;
-* **all-reduce** over every worker of 4 bytes, 64 KiB, 1 MiB and 8 MiB (the fastest
-  repetition, the slowest rank);
+* **all-reduce** over every worker of 4 bytes, 16, 64 and 256 KiB, 1 and 8 MiB, the sizes
+  interleaved in three blocks: each rank's median, the slowest rank (a link's rate is a
+  capacity, its fastest repetition; a collective's time is what a step meets: at 16–256 KiB
+  the fastest repetition is up to 3x below the median on an emulated cluster);
 * **compute**: the same small training step (a 3-layer MLP's forward and backward) run at once
   by ``k`` workers for ``k = 1 .. world size`` (the others wait), timed in CPU seconds;
 * **parameter-server pieces**: the runtime's own executor synchronizes a module of
@@ -26,8 +28,10 @@ script (``python -m autosync_transfer.runtime.calibrate '<json>'``) on a gloo pr
   piece costs beyond its bytes (every rank's PS thread, the messages' latencies). The same
   with row-sparse pieces (``ps_pieces / 2`` tables of 64 x 16, one row touched per step: the
   header, the rows and the answer of the executor's row-sparse exchange). Then the same dense
-  pieces beside 1 or 17 one-element parameters all-reduced in buckets of their own, in
-  interleaved blocks: what one more collective costs such a step;
+  pieces beside 1 or 17 parameters of 4096 elements all-reduced in buckets of their own, in
+  interleaved blocks: what one more collective costs such a step (4096 elements: several
+  chunks per rank, as the executor's buckets; a one-element collective costs a quarter of the
+  CPU);
 * **all-reduce CPU**: every rank's process CPU time of all-reduces of 256 K and 2 M float32 and
   float16 elements, interleaved (the reduction and the socket copies: what a ring takes from
   the host's cores beyond its wire time).
@@ -41,11 +45,13 @@ From these (:class:`~autosync_transfer.domains.profile.ClusterCalibration`):
 * ``intra_bandwidth_gbps`` / ``intra_latency_s`` from the intra-node pair (without a node of
   two workers: the fastest node's figures, which no strategy then uses);
 * ``collective_latency_s``: the 4-byte all-reduce time beyond the ``2 (W - 1)`` message
-  latencies of a ring over ``W`` workers (at least 0); ``allreduce_s`` keeps every size;
+  latencies of a ring over ``W`` workers (at least 0); ``allreduce_s`` keeps every size
+  (``allreduce_stat``: ``median``);
 * ``ps_piece_s`` / ``ps_sparse_piece_s``: the parameter-server steps divided by their pieces;
 * ``ar_collective_s``: what one more all-reduce collective adds to a step whose
-  parameter-server work binds (the ``ps_pieces`` dense pieces beside 1, then 17, one-element
-  parameters all-reduced in buckets of their own, interleaved; the difference over 16). Where
+  parameter-server work binds (the ``ps_pieces`` dense pieces beside 1, then 17, parameters of
+  ``ar_collective_elements`` elements all-reduced in buckets of their own, interleaved; the
+  difference over 16). Where
   the workers outnumber the cores, a collective's wake-ups take CPU from the PS threads;
 * ``ar_cpu_s_per_element`` / ``ar_fp16_cpu_s_per_element``: the slope of a rank's CPU seconds
   between the two all-reduce sizes, per element of each dtype;
@@ -87,10 +93,13 @@ log = logging.getLogger(__name__)
 CALIBRATION_LAUNCHERS = ("emulated", "local")
 
 _SMALL, _MID, _BIG = 4, 1 << 20, 8 << 20
-_ALLREDUCE_BYTES = (4, 64 << 10, 1 << 20, 8 << 20)
+_ALLREDUCE_BYTES = (4, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 8 << 20)
 _REPLY = "@@CAL "
 #: elements of the two all-reduces whose process CPU times give the per-element slope
 _AR_CPU_ELEMENTS = (1 << 18, 1 << 21)
+#: float32 elements of each bucket whose collectives ar_collective_s counts: several chunks per
+#: rank, as the executor's buckets (a one-element collective costs a quarter of the CPU)
+_AR_COLLECTIVE_ELEMENTS = 4096
 
 
 # -- the workers' script ----------------------------------------------------------------------
@@ -181,20 +190,25 @@ def _bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
         dist.broadcast_object_list(box, src=a)
         if rank == 0:
             result["intra"] = {"node": multi[0], **box[0]}
-    # all-reduce over everyone
-    for size in _ALLREDUCE_BYTES:
-        t = torch.zeros(max(size // 4, 1))
-        reps = reps_small if size <= (64 << 10) else reps_big
-        times = []
-        for _ in range(reps + 1):
-            dist.barrier()
-            t0 = time.perf_counter()
-            dist.all_reduce(t)
-            times.append(time.perf_counter() - t0)
-        mx = torch.tensor([min(times[1:])])
-        dist.all_reduce(mx, op=dist.ReduceOp.MAX)
-        if rank == 0:
-            result["allreduce"][str(size)] = float(mx.item())
+    # all-reduce over everyone: the sizes interleaved in three blocks (order reversed every other
+    # block, each size's first repetition in a block untimed), each rank's median, the slowest
+    tensors = {size: torch.zeros(max(size // 4, 1)) for size in _ALLREDUCE_BYTES}
+    ar_times: dict[int, list[float]] = {size: [] for size in _ALLREDUCE_BYTES}
+    for block in range(3):
+        for size in (_ALLREDUCE_BYTES if block % 2 == 0 else _ALLREDUCE_BYTES[::-1]):
+            t = tensors[size]
+            reps = -(-reps_small // 3) if size <= (256 << 10) else reps_big
+            for k in range(reps + 1):
+                dist.barrier()
+                t0 = time.perf_counter()
+                dist.all_reduce(t)
+                if k:
+                    ar_times[size].append(time.perf_counter() - t0)
+    mx = torch.tensor([statistics.median(ar_times[size]) for size in _ALLREDUCE_BYTES],
+                      dtype=torch.float64)
+    dist.all_reduce(mx, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        result["allreduce"] = {str(size): float(v) for size, v in zip(_ALLREDUCE_BYTES, mx)}
     # compute with k concurrent workers
     torch.manual_seed(0)
     layers = [torch.nn.Linear(512, 512) for _ in range(3)]
@@ -284,12 +298,14 @@ def _executor_steps(module: Any, executor: Any, reps: int, *, skip: int) -> list
     return times
 
 
-def _ar_collectives(cfg: dict[str, Any], reps: int, extra: int = 16) -> float:
+def _ar_collectives(cfg: dict[str, Any], reps: int, extra: int = 16,
+                    elements: int = _AR_COLLECTIVE_ELEMENTS) -> float:
     """What one more all-reduce collective adds to a step whose parameter-server work binds:
     the executor synchronizing ``ps_pieces`` one-element parameters on the first node's
-    parameter server beside one, then ``1 + extra``, one-element parameters all-reduced each in
-    a bucket of its own; the difference of the two steps' medians (interleaved, three blocks of
-    ``reps`` steps each, every rank's slowest) over ``extra``, at least 0."""
+    parameter server beside one, then ``1 + extra``, parameters of ``elements`` elements
+    all-reduced each in a bucket of its own; the difference of the two steps' medians
+    (interleaved, three blocks of ``reps`` steps each, every rank's slowest) over ``extra``, at
+    least 0."""
     import torch
     import torch.distributed as dist
 
@@ -305,8 +321,9 @@ def _ar_collectives(cfg: dict[str, Any], reps: int, extra: int = 16) -> float:
     groups = CommGroups.create()
     runs = []
     for buckets in (1, 1 + extra):
-        module = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(1))
-                                         for _ in range(pieces + buckets)])
+        module = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(1 if i < pieces
+                                                                         else elements))
+                                         for i in range(pieces + buckets)])
         graph = graph_from_torch(module, f"ar-collectives-{buckets}")
         nodes = tuple(VarConfig(var_name=v.name, synchronizer=server if i < pieces
                                 else AllReduce(group=i - pieces))
@@ -475,7 +492,9 @@ def _summarize(cluster: Cluster, launcher: str, raw: dict[str, Any], seconds: fl
         allreduce_s={int(k): v for k, v in raw["allreduce"].items()},
         foreign_cpu=None if foreign is None else round(foreign, 4),
         ps_piece_s=raw.get("ps_piece_s"), ps_sparse_piece_s=raw.get("ps_sparse_piece_s"),
-        ar_collective_s=raw.get("ar_collective_s"), processor=processor_name(),
+        ar_collective_s=raw.get("ar_collective_s"),
+        ar_collective_elements=_AR_COLLECTIVE_ELEMENTS if "ar_collective_s" in raw else None,
+        allreduce_stat="median", processor=processor_name(),
         ar_cpu_s_per_element=(raw.get("ar_cpu_s_per_element") or {}).get("float32"),
         ar_fp16_cpu_s_per_element=(raw.get("ar_cpu_s_per_element") or {}).get("float16"))
 

@@ -108,3 +108,11 @@ def test_physics_sets_refuses_a_folder_without_physics_and_an_unknown_store(tmp_
     assert ok.returncode == 0, ok.stderr
     row = next(line for line in ok.stdout.splitlines() if line.startswith("bert-3l-B"))
     assert "resolved:" in row and "range" in row
+
+
+def test_trial_trace_refuses_an_unknown_store_or_strategy_before_measuring() -> None:
+    probe = [sys.executable, str(ROOT / "research" / "probes" / "trial_trace.py")]
+    bad = _run(probe + ["--domain", "no-such-store", "--strategies", "ps-bert-3l-B"])
+    assert bad.returncode == 2 and "--domain: 'no-such-store'" in bad.stderr, bad.stderr
+    bad = _run(probe + ["--domain", "bert-3l-B", "--strategies", "ps-bert-3l-B,s0-nope"])
+    assert bad.returncode == 2 and "--strategies: 's0-nope': not a strategy" in bad.stderr, bad.stderr

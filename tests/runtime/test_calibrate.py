@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from autosync_transfer.domains.cluster import Cluster, Node
 from autosync_transfer.domains.physics import (calibration_stem, find_calibration,
@@ -16,6 +18,8 @@ from autosync_transfer.errors import ConfigError
 from autosync_transfer.runtime.calibrate import calibrate_cluster, get_calibration
 from autosync_transfer.runtime.emulation import available
 from autosync_transfer.runtime.profile import processor_name
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: what TCP gets through a tbf-shaped link (1448 payload bytes per 1514-byte frame)
 GOODPUT = 0.957
@@ -56,11 +60,15 @@ def test_local_calibration_is_stored_and_reused(tmp_path) -> None:
     assert cal.intra_bandwidth_gbps > 0 and cal.intra_latency_s > 0
     assert set(cal.compute_slowdown) == {1, 2} and cal.compute_slowdown[1] == 1.0
     assert cal.host_cores == (os.cpu_count() or 1) and cal.seconds > 0
-    assert sorted(cal.allreduce_s) == [4, 65536, 1 << 20, 8 << 20]
+    # every size a step's buckets span, each by its median over interleaved repetitions
+    assert sorted(cal.allreduce_s) == [4, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 8 << 20]
+    assert cal.allreduce_stat == "median"
     # the executor's cost per parameter-server piece, dense and row-sparse (milliseconds here)
     assert 0 < cal.ps_piece_s < 0.05 and 0 < cal.ps_sparse_piece_s < 0.1
-    # what one more all-reduce collective adds to a step bound by its PS work (0 when nothing)
+    # what one more all-reduce collective adds to a step bound by its PS work (0 when nothing),
+    # with buckets of thousands of elements as the executor's, and how many it used
     assert cal.ar_collective_s is not None and 0 <= cal.ar_collective_s < 0.05
+    assert cal.ar_collective_elements == 4096
     # the CPU a rank's ring spends per element, float32 and float16 (nanoseconds here), and
     # the machine type it was measured on
     assert 0 <= cal.ar_cpu_s_per_element < 1e-6 and 0 <= cal.ar_fp16_cpu_s_per_element < 1e-6
@@ -143,3 +151,13 @@ def test_cli_show_prints_a_stored_calibration(cli, tmp_path, monkeypatch) -> Non
     assert json.loads(res.out)["calibration"]["created_at"] == cal.created_at
     res = cli("clusters", "calibrate", "A")  # stored: reused, nothing measured
     assert res.code == 0 and "reused" in res.out, res.out
+
+
+def test_a_calibration_written_before_the_median_protocol_says_how_it_was_measured() -> None:
+    # the shipped AMD calibrations: fastest repetitions, one-element collectives
+    shipped = sorted((ROOT / "datasets/calibrations").glob("B-*.json"))
+    assert shipped, "the shipped calibrations of cluster B"
+    old = ClusterCalibration.model_validate_json(shipped[-1].read_text())
+    assert old.allreduce_stat == "min" and old.ar_collective_elements is None
+    with pytest.raises(ValidationError, match="allreduce_stat"):
+        ClusterCalibration.model_validate({**old.model_dump(), "allreduce_stat": "mean"})
