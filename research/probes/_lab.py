@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["pairwise", "sim_options", "interleaved_rounds"]
+__all__ = ["pairwise", "sim_options", "interleaved_rounds", "run_on_emulated", "worker_config"]
 
 
 def pairwise(pred: np.ndarray, y: np.ndarray) -> float:
@@ -81,3 +81,56 @@ def interleaved_rounds(domain, launcher: str, strategies: dict,  # noqa: ANN001
                 measured[name].append(res.median_s if res.status == "ok" else float("nan"))
             print(f"# round {r + 1} of {rounds} done", file=sys.stderr, flush=True)
     return measured
+
+
+def run_on_emulated(cluster, script: str, payload: dict, reply: str,  # noqa: ANN001
+                    timeout_s: float = 900.0) -> dict:
+    """Run ``python SCRIPT --worker CONFIG`` on every rank of ``cluster`` emulated (one network
+    namespace per node, as trial workers run), each rank's CONFIG a JSON file holding
+    ``payload`` and its rendezvous (:func:`worker_config` reads it); the JSON rank 0 prints on
+    the line starting with ``reply``. The namespaces and the processes are gone on return."""
+    import json
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from autosync_transfer.runtime.launch import as_launcher, free_port
+    from autosync_transfer.runtime.trial import _worker_env
+
+    launcher = as_launcher("emulated")
+    launcher.check()
+    master = launcher.start(cluster)
+    port = free_port()
+    procs: list[subprocess.Popen] = []
+    scratch = tempfile.TemporaryDirectory(prefix="probe-")
+    try:
+        nodes = cluster.rank_nodes()
+        for rank in range(cluster.world_size):
+            path = Path(scratch.name) / f"rank-{rank}.json"  # may be too long for an argv
+            path.write_text(json.dumps({"rank": rank, "world_size": cluster.world_size,
+                                        "master_addr": master, "master_port": port, **payload}))
+            argv, env = launcher.command(nodes[rank], [sys.executable, script, "--worker",
+                                                       str(path)], _worker_env(), port)
+            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, env=env,
+                                          start_new_session=True))
+        text = procs[0].communicate(timeout=timeout_s)[0].decode(errors="replace")
+        for p in procs[1:]:
+            p.wait(timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        launcher.stop()
+        scratch.cleanup()
+    for line in text.splitlines():
+        if line.startswith(reply):
+            return json.loads(line[len(reply):])
+    raise SystemExit("rank 0 sent no result")
+
+
+def worker_config(path: str) -> dict:
+    """A rank's config written by :func:`run_on_emulated`."""
+    import json
+    from pathlib import Path
+
+    return json.loads(Path(path).read_text())

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -122,36 +121,10 @@ def _worker(cfg: dict) -> None:
 
 
 def _measure(cluster, cases: list[tuple[int, int, int]]) -> dict:  # noqa: ANN001
-    from autosync_transfer.runtime.launch import as_launcher, free_port
-    from autosync_transfer.runtime.trial import _worker_env
+    import _lab
 
-    launcher = as_launcher("emulated")
-    launcher.check()
-    master = launcher.start(cluster)
-    port = free_port()
-    procs = []
-    try:
-        nodes = cluster.rank_nodes()
-        for rank in range(cluster.world_size):
-            cfg = {"rank": rank, "world_size": cluster.world_size, "master_addr": master,
-                   "master_port": port, "cluster": cluster.model_dump(mode="json"),
-                   "cases": cases}
-            argv, env = launcher.command(nodes[rank], [sys.executable, __file__, "--worker",
-                                                       json.dumps(cfg)], _worker_env(), port)
-            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, env=env,
-                                          start_new_session=True))
-        text = procs[0].communicate(timeout=900)[0].decode(errors="replace")
-        for p in procs[1:]:
-            p.wait(timeout=60)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        launcher.stop()
-    for line in text.splitlines():
-        if line.startswith(_REPLY):
-            return json.loads(line[len(_REPLY):])
-    raise SystemExit("rank 0 sent no result")
+    return _lab.run_on_emulated(cluster, __file__, {"cluster": cluster.model_dump(mode="json"),
+                                                    "cases": cases}, _REPLY)
 
 
 def _simulate(cluster, cal, case: tuple[int, int, int], kind: str, options: dict) -> float:  # noqa: ANN001
@@ -175,7 +148,10 @@ def _simulate(cluster, cal, case: tuple[int, int, int], kind: str, options: dict
 def main() -> int:
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         sys.path.insert(0, str(ROOT))
-        _worker(json.loads(sys.argv[2]))
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import _lab
+
+        _worker(_lab.worker_config(sys.argv[2]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cluster", default="B")

@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -166,43 +164,15 @@ def _worker(cfg: dict) -> None:
 
 
 def _measure(domain, strategies) -> dict:  # noqa: ANN001
-    from autosync_transfer.runtime.launch import as_launcher, free_port
-    from autosync_transfer.runtime.trial import _worker_env, workload_spec_of
+    import _lab
 
-    cluster = domain.cluster
-    launcher = as_launcher("emulated")
-    launcher.check()
-    master = launcher.start(cluster)
-    port = free_port()
-    procs = []
-    scratch = tempfile.TemporaryDirectory(prefix="trial-trace-")
-    try:
-        nodes = cluster.rank_nodes()
-        for rank in range(cluster.world_size):
-            cfg = {"rank": rank, "world_size": cluster.world_size, "master_addr": master,
-                   "master_port": port, "cluster": cluster.model_dump_json(),
-                   "graph": domain.model.model_dump_json(),
-                   "workload": workload_spec_of(domain),
-                   "strategies": [s.to_json() for s in strategies]}
-            path = Path(scratch.name) / f"rank-{rank}.json"  # too long for an argument list
-            path.write_text(json.dumps(cfg))
-            argv, env = launcher.command(nodes[rank], [sys.executable, __file__, "--worker",
-                                                       str(path)], _worker_env(), port)
-            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, env=env,
-                                          start_new_session=True))
-        text = procs[0].communicate(timeout=1800)[0].decode(errors="replace")
-        for p in procs[1:]:
-            p.wait(timeout=60)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        launcher.stop()
-        scratch.cleanup()
-    for line in text.splitlines():
-        if line.startswith(_REPLY):
-            return json.loads(line[len(_REPLY):])
-    raise SystemExit("rank 0 sent no result")
+    from autosync_transfer.runtime.trial import workload_spec_of
+
+    return _lab.run_on_emulated(
+        domain.cluster, __file__,
+        {"cluster": domain.cluster.model_dump_json(), "graph": domain.model.model_dump_json(),
+         "workload": workload_spec_of(domain), "strategies": [s.to_json() for s in strategies]},
+        _REPLY, timeout_s=1800)
 
 
 def _calibrated_ring(cal, nbytes: float) -> float:  # noqa: ANN001
@@ -220,7 +190,10 @@ def _calibrated_ring(cal, nbytes: float) -> float:  # noqa: ANN001
 def main() -> int:
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         sys.path.insert(0, str(ROOT))
-        _worker(json.loads(Path(sys.argv[2]).read_text()))
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import _lab
+
+        _worker(_lab.worker_config(sys.argv[2]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--domain", required=True)
@@ -229,6 +202,7 @@ def main() -> int:
     ap.add_argument("--physics", default=str(ROOT / "benchmarks/results/machines/intel-xeon"))
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from stepsim_accuracy import _load_json_models, host_settings, physics_of
 
     from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
