@@ -17,9 +17,10 @@ script (``python -m autosync_transfer.runtime.calibrate '<json>'``) on a gloo pr
   that sum);
 * **intra-node**, when a node has two workers: the same ping-pong and slope between them;
 * **all-reduce** over every worker of 4 bytes, 16, 64 and 256 KiB, 1 and 8 MiB, the sizes
-  interleaved in three blocks: each rank's median, the slowest rank (a link's rate is a
+  interleaved in three blocks (``reps_small`` repetitions of the small sizes in all, ``reps``
+  of the large ones per block): each rank's median, the slowest rank (a link's rate is a
   capacity, its fastest repetition; a collective's time is what a step meets: at 16–256 KiB
-  the fastest repetition is up to 3x below the median on an emulated cluster);
+  the fastest repetition is 3–5x below the median on an emulated cluster);
 * **compute**: the same small training step (a 3-layer MLP's forward and backward) run at once
   by ``k`` workers for ``k = 1 .. world size`` (the others wait), timed in CPU seconds;
 * **parameter-server pieces**: the runtime's own executor synchronizes a module of
@@ -44,9 +45,9 @@ From these (:class:`~autosync_transfer.domains.profile.ClusterCalibration`):
   latency_j``); a cluster of one node keeps its spec's bandwidth;
 * ``intra_bandwidth_gbps`` / ``intra_latency_s`` from the intra-node pair (without a node of
   two workers: the fastest node's figures, which no strategy then uses);
-* ``collective_latency_s``: the 4-byte all-reduce time beyond the ``2 (W - 1)`` message
-  latencies of a ring over ``W`` workers (at least 0); ``allreduce_s`` keeps every size
-  (``allreduce_stat``: ``median``);
+* ``collective_latency_s``: the 4-byte all-reduce time (its median) beyond the ``2 (W - 1)``
+  message latencies of a ring over ``W`` workers (the links' fastest ping-pongs; at least 0);
+  ``allreduce_s`` keeps every size (``allreduce_stat``: ``median``);
 * ``ps_piece_s`` / ``ps_sparse_piece_s``: the parameter-server steps divided by their pieces;
 * ``ar_collective_s``: what one more all-reduce collective adds to a step whose
   parameter-server work binds (the ``ps_pieces`` dense pieces beside 1, then 17, parameters of
