@@ -10,7 +10,8 @@ import sys
 
 import numpy as np
 
-__all__ = ["pairwise", "sim_options", "interleaved_rounds", "run_on_emulated", "worker_config"]
+__all__ = ["pairwise", "sim_options", "interleaved_rounds", "run_on_emulated", "worker_config",
+           "worker_entry"]
 
 
 def pairwise(pred: np.ndarray, y: np.ndarray) -> float:
@@ -134,3 +135,15 @@ def worker_config(path: str) -> dict:
     from pathlib import Path
 
     return json.loads(Path(path).read_text())
+
+
+def worker_entry(worker) -> bool:  # noqa: ANN001
+    """Run ``worker`` on this rank's config when the script was started as a rank by
+    :func:`run_on_emulated` (``SCRIPT --worker CONFIG``); False otherwise."""
+    from pathlib import Path
+
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the package's checkout
+        worker(worker_config(sys.argv[2]))
+        return True
+    return False

@@ -29,6 +29,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# _lab sits beside this script (a rank's process runs with PYTHONSAFEPATH: no script folder)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _lab  # noqa: E402
+
 _REPLY = "@@STEPS "
 KINDS = ("ps", "both", "ar", "ar-only", "bare", "backward")
 
@@ -121,15 +125,11 @@ def _worker(cfg: dict) -> None:
 
 
 def _measure(cluster, cases: list[tuple[int, int, int]]) -> dict:  # noqa: ANN001
-    import _lab
-
     return _lab.run_on_emulated(cluster, __file__, {"cluster": cluster.model_dump(mode="json"),
                                                     "cases": cases}, _REPLY)
 
 
 def _simulate(cluster, cal, case: tuple[int, int, int], kind: str, options: dict) -> float:  # noqa: ANN001
-    import _lab
-
     from autosync_transfer.domains.domain import Domain
     from autosync_transfer.domains.profile import WorkloadProfile
     from autosync_transfer.rankers.stepsim import StepSimulator
@@ -146,12 +146,7 @@ def _simulate(cluster, cal, case: tuple[int, int, int], kind: str, options: dict
 
 
 def main() -> int:
-    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        sys.path.insert(0, str(ROOT))
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        import _lab
-
-        _worker(_lab.worker_config(sys.argv[2]))
+    if _lab.worker_entry(_worker):
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cluster", default="B")
@@ -162,9 +157,6 @@ def main() -> int:
                     help="NAME=VALUE of StepSimConfig or StepSimVariant (repeatable; each "
                          "option is one more column)")
     args = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import _lab
-
     from autosync_transfer.domains.catalog import get_cluster
     from autosync_transfer.domains.profile import ClusterCalibration
     from autosync_transfer.runtime.profile import processor_name

@@ -30,6 +30,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# _lab sits beside this script (a rank's process runs with PYTHONSAFEPATH: no script folder)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _lab  # noqa: E402
+
 _REPLY = "@@TRACE "
 BLOCKS, WARMUP, STEPS = 4, 2, 5
 PHASES = ("step", "forward", "backward", "finish", "optimizer", "ar_flatten", "ar_first_post",
@@ -164,8 +168,6 @@ def _worker(cfg: dict) -> None:
 
 
 def _measure(domain, strategies) -> dict:  # noqa: ANN001
-    import _lab
-
     from autosync_transfer.runtime.trial import workload_spec_of
 
     return _lab.run_on_emulated(
@@ -188,12 +190,7 @@ def _calibrated_ring(cal, nbytes: float) -> float:  # noqa: ANN001
 
 
 def main() -> int:
-    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        sys.path.insert(0, str(ROOT))
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        import _lab
-
-        _worker(_lab.worker_config(sys.argv[2]))
+    if _lab.worker_entry(_worker):
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--domain", required=True)
@@ -202,7 +199,6 @@ def main() -> int:
     ap.add_argument("--physics", default=str(ROOT / "benchmarks/results/machines/intel-xeon"))
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from stepsim_accuracy import _load_json_models, host_settings, physics_of
 
     from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
