@@ -21,7 +21,13 @@ A second table covers the domains whose store has repeat runs (``benchmarks/repe
 each kind is trained on the domain's strategies *other than* the re-measured ones and scores the
 re-measured ones; ``pw`` = pairwise accuracy on all their pairs against the runs' consensus labels,
 ``res`` = on the pairs the runs resolve (count in the header), ``rg`` = top-1 regret of its pick
-against the consensus-fastest (``dataset.repeat.ranking_figures``), means over seeds.
+against the consensus-fastest, ``rg_res`` = against the confidently-best (0 where the runs cannot
+tell the pick from the fastest; ``dataset.repeat.ranking_figures``), means over seeds.
+``--repeats DIRS`` (comma-separated folders) holds the repeat files where none sits beside a store
+(another machine type's *twin* stores, e.g. ``--stores benchmarks/results/machines/intel-xeon/trials
+--repeats datasets/trials``, run with that machine type's physics in ``$AUTOSYNC_PROFILES_DIR`` and
+``$AUTOSYNC_CALIBRATIONS_DIR``); the runs of the store's own machine type judge it
+(``dataset.repeat.STORE_MACHINE``).
 ``--out FILE`` appends the tables, headed by the command line, to FILE.
 
     python benchmarks/ranker_table.py [--seeds 3] [--epochs 60] [--min-trials 40]
@@ -48,6 +54,10 @@ def main() -> int:
     ap.add_argument("--kinds", default="analytical,stepsim,linear,rnn,gat,transformer")
     ap.add_argument("--stores", default=None, help="trial stores (default: the shipped datasets/)")
     ap.add_argument("--domains", default=None, help="comma-separated subset")
+    ap.add_argument("--repeats", default=None,
+                    help="comma-separated folders holding the repeat files where none sits "
+                         "beside a store (e.g. datasets/trials for another machine type's twin "
+                         "stores); the runs of the store's own machine type judge it")
     ap.add_argument("--out", default=None, help="append the table to this file")
     args = ap.parse_args()
 
@@ -141,18 +151,19 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
     from autosync_transfer.rankers.simulator import train_simulator
 
     rows = []
+    repeats = tuple(x for x in (args.repeats or "").split(",") if x)
     for f in dataset_files(args.stores):
         if f.suffix != ".jsonl":
             continue
         name = Path(f).stem
-        rep = load_repeatability(f, name)
+        rep = load_repeatability(f, name, repeats=repeats)
         if rep is None or not rep.complete_runs() or name not in set(df["domain"]):
             continue
         rows.append((name, f, rep))
     if not rows:
         return
-    out("\non the re-measured strategies (trained without them): pw / res / rg")
-    out(f"{'domain':14s} {'n':>4s} {'resolved':>8s} " + " ".join(f"{k:>22s}" for k in kinds))
+    out("\non the re-measured strategies (trained without them): pw / res / rg / rg_res")
+    out(f"{'domain':14s} {'n':>4s} {'resolved':>8s} " + " ".join(f"{k:>30s}" for k in kinds))
     for name, f, rep in rows:
         sub = df[df["domain"] == name]
         table = strategy_table(sub)
@@ -171,8 +182,9 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
             n_res = figs[0]["resolved_pairs"]
             cells.append(f"{statistics.mean(x['pairwise'] for x in figs):.3f} / "
                          f"{statistics.mean(x['pairwise_resolved'] for x in figs):.3f} / "
-                         f"{statistics.mean(x['top1_regret'] for x in figs):.3f}")
-        out(f"{name:14s} {len(test):4d} {n_res:8d} " + " ".join(f"{c:>22s}" for c in cells))
+                         f"{statistics.mean(x['top1_regret'] for x in figs):.3f} / "
+                         f"{statistics.mean(x['top1_regret_resolved'] for x in figs):.3f}")
+        out(f"{name:14s} {len(test):4d} {n_res:8d} " + " ".join(f"{c:>30s}" for c in cells))
 
 
 if __name__ == "__main__":

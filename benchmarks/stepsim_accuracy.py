@@ -8,11 +8,13 @@ with each strategy's measured runtime (median of its trials' medians):
 * ``pw``: pairwise accuracy of the simulator's ranking (pairs of strategies of one domain)
   against the drift-normalized labels the rankers train on (``dataset.loader.drift_normalized``);
 * ``pw_an``: pairwise accuracy of the analytical sync-only model (the old baseline), beside it;
-* ``pw_res`` / ``regret`` / ``err_rep``: where the store has repeat runs
+* ``pw_res`` / ``regret`` / ``rg_res`` / ``err_rep``: where the store has repeat runs
   (``benchmarks/repeatability.py``) on the profile's machine type (its worker type's processor),
   the profile simulator's pairwise accuracy on the pairs those runs resolve (their count in
   brackets), the top-1 regret of its pick among the re-measured strategies against the fastest
-  by the runs' consensus, and the median step error against that consensus (labels of the same
+  by the runs' consensus, the same against the confidently-best (``rg_res``: 0 where the runs
+  cannot tell the pick from the fastest), and the median step error against that consensus
+  (labels of the same
   machine type as the profile and calibration, whichever machine measured the store);
 * with ``--linear-fit``, ``lin pw``: what simple structure explains, as a yardstick: the pairwise
   accuracy of a linear fit of the log normalized runtime on eight numbers of each strategy
@@ -202,11 +204,11 @@ def main() -> int:
               f"accuracy; pw_an = the analytical sync-only model's pairwise accuracy\n")
     lines = [f"{'domain':16s} {'n':>4s} {'fallback mape':>13s} {'pw':>6s} "
              f"{'profile mape':>13s} {'pw':>6s} {'pw_an':>6s} {'ceil_raw':>8s} "
-             f"{'ceil_norm':>9s} {'pw_res':>12s} {'regret':>6s} {'err_rep':>7s}"
+             f"{'ceil_norm':>9s} {'pw_res':>12s} {'regret':>6s} {'rg_res':>6s} {'err_rep':>7s}"
              + (f" {'lin pw':>6s}" if args.linear_fit else "")]
     summary: dict[str, list[float]] = {"fb_mape": [], "fb_pw": [], "pr_mape": [], "pr_pw": [],
                                        "an_pw": [], "ceil_raw": [], "ceil_norm": [],
-                                       "pw_res": [], "regret": [], "err_rep": [],
+                                       "pw_res": [], "regret": [], "rg_res": [], "err_rep": [],
                                        "lin_pw": []}
     ring_lines: dict[str, str] = {}
     builder_lines = [f"{'domain':16s} {'builder':24s} {'measured':>8s} {'norm':>7s} "
@@ -266,12 +268,13 @@ def main() -> int:
             err = float(np.median([abs(predicted[k] - v) / v for k, v in labels.items()
                                    if k in predicted]))
             row += (f" {fig['pairwise_resolved']:6.3f} ({fig['resolved_pairs']:3d}) "
-                    f"{fig['top1_regret']:6.1%} {err:7.3f}")
+                    f"{fig['top1_regret']:6.1%} {fig['top1_regret_resolved']:6.1%} {err:7.3f}")
             summary["pw_res"].append(fig["pairwise_resolved"])
             summary["regret"].append(fig["top1_regret"])
+            summary["rg_res"].append(fig["top1_regret_resolved"])
             summary["err_rep"].append(err)
         else:
-            row += f" {'-':>12s} {'-':>6s} {'-':>7s}"
+            row += f" {'-':>12s} {'-':>6s} {'-':>6s} {'-':>7s}"
         if args.linear_fit:
             lin = linear_fit_pairwise(np.array([strategy_numbers(s, domain)
                                                 for s in strategies]), yn)
@@ -293,8 +296,8 @@ def main() -> int:
     med = {k: (f"{np.nanmedian(v):.3f}" if v else "-") for k, v in summary.items()}
     lines.append(f"{'median':16s} {'':4s} {med['fb_mape']:>13s} {med['fb_pw']:>6s} "
                  f"{med['pr_mape']:>13s} {med['pr_pw']:>6s} {med['an_pw']:>6s} "
-                 f"{med['ceil_raw']:>8s} {med['ceil_norm']:>9s} {med['pw_res']:>12s} {med['regret']:>6s}"
-                 f" {med['err_rep']:>7s}"
+                 f"{med['ceil_raw']:>8s} {med['ceil_norm']:>9s} {med['pw_res']:>12s} "
+                 f"{med['regret']:>6s} {med['rg_res']:>6s} {med['err_rep']:>7s}"
                  + (f" {med['lin_pw']:>6s}" if args.linear_fit else ""))
     text = header + "\n".join(lines) + "\n"
     if args.builders:

@@ -31,7 +31,11 @@ A third table, for the targets whose store has repeat runs (``benchmarks/repeata
 the re-measured strategies are the evaluation set (the shots come from the others), judged
 against the runs' consensus labels (``dataset.repeat.ranking_figures``): pairwise accuracy on all
 their pairs, on the pairs the runs resolve (their count), and the top-1 regret, zero-shot and
-with 20 target trials (means over seeds), beside the step-time simulator.
+with 20 target trials (means over seeds), beside the step-time simulator. ``--repeats DIRS``
+(comma-separated folders) holds the repeat files where none sits beside a target's store (another
+machine type's *twin* stores in ``--trials`` and ``--heldout``, with that machine type's physics
+in ``$AUTOSYNC_PROFILES_DIR`` and ``$AUTOSYNC_CALIBRATIONS_DIR``); the runs of the store's own
+machine type judge it (``dataset.repeat.STORE_MACHINE``).
 
 ``--heldout DIR``: the trial stores of a held-out cluster (``<model>-heldout.jsonl``, e.g.
 ``benchmarks/results/heldout``; cluster ``examples/clusters/heldout.yml``, which nothing shipped
@@ -101,6 +105,10 @@ def main() -> int:
     ap.add_argument("--trials", default=None, help="trial stores (default: the shipped datasets)")
     ap.add_argument("--heldout", default=None,
                     help="folder of the held-out cluster's trial stores (adds its settings)")
+    ap.add_argument("--repeats", default=None,
+                    help="comma-separated folders holding the targets' repeat files where none "
+                         "sits beside the store (e.g. datasets/trials for another machine "
+                         "type's twin stores); the runs of the store's own machine type judge it")
     ap.add_argument("--min-eval", type=int, default=10,
                     help="hold out at least this many target strategies for evaluation")
     ap.add_argument("--out", default=None, help="append the tables to this file")
@@ -131,7 +139,7 @@ def main() -> int:
     from autosync_transfer.adapt.data import evaluate_on, split_target, target_data
     from autosync_transfer.adapt.methods import FromScratch
     from autosync_transfer.adapt.training import ShotTraining
-    from autosync_transfer.dataset.loader import find_domain, load_trials
+    from autosync_transfer.dataset.loader import dataset_files, find_domain, load_trials
     from autosync_transfer.domains.catalog import split_domain_name
     from autosync_transfer.rankers.simulator import Simulator
 
@@ -231,8 +239,8 @@ def main() -> int:
                                for p in PHYSICS))
         print(rows[-1], file=sys.stderr, flush=True)
         print(pick_rows[-1], file=sys.stderr, flush=True)
-        store = next((f for f in [Path("datasets/trials") / f"{tgt}.jsonl", *heldout_files]
-                      if f.stem == tgt and f.exists()), None)
+        store = next((f for f in [*dataset_files(args.trials), *heldout_files]
+                      if f.suffix == ".jsonl" and f.stem == tgt and f.exists()), None)
         row = resolved_row(args, kind, name, tdom, tgt_data, source, store, df, training)
         if row:
             res_rows.append(row)
@@ -256,12 +264,14 @@ def main() -> int:
     ]
     if res_rows:
         lines += ["", f"{'setting':9s} {'source -> target':28s} {'eval':>4s} {'resolved':>8s} "
-                      f"{'zero pw/res/rg':>20s} {'ft@20 pw/res/rg':>20s} {'stepsim pw/res/rg':>20s}",
+                      f"{'zero pw/res/rg/rgr':>26s} {'ft@20 pw/res/rg/rgr':>26s} "
+                      f"{'stepsim pw/res/rg/rgr':>26s}",
                   *res_rows,
                   "on the target's re-measured strategies (benchmarks/repeatability.py), against the "
                   "repeat runs' consensus labels: pw = pairwise accuracy on all pairs, res = on the "
                   "pairs the runs resolve, rg = top-1 regret of the pick against the consensus-"
-                  f"fastest; ft@20: {args.method} on 20 other target trials, mean over "
+                  "fastest, rgr = against the confidently-best (0 where the runs cannot tell the "
+                  f"pick from the fastest); ft@20: {args.method} on 20 other target trials, mean over "
                   f"{args.seeds} seeds"]
     _emit("\n".join(lines), args.out)
     return 0
@@ -277,7 +287,8 @@ def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df, 
     from autosync_transfer.dataset.repeat import load_repeatability, ranking_figures
     from autosync_transfer.rankers.simulator import Simulator
 
-    rep = load_repeatability(store, tdom.name) if store is not None else None
+    rep = (load_repeatability(store, tdom.name, repeats=_folders(args.repeats))
+           if store is not None else None)
     if rep is None or not rep.complete_runs():
         return None
     held = sorted(set(rep.strategy_ids(rep.complete_runs())) & set(tgt_data.strategy_ids))
@@ -293,7 +304,8 @@ def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df, 
 
     def cell(figs: list[dict]) -> str:
         return "/".join(_f(statistics.mean(f[k] for f in figs))
-                        for k in ("pairwise", "pairwise_resolved", "top1_regret"))
+                        for k in ("pairwise", "pairwise_resolved", "top1_regret",
+                                  "top1_regret_resolved"))
 
     adapter = make_adapter(resolve_method(args.method, 1), training=training, pretrain_trials=df)
     zero = figures(source)
@@ -301,8 +313,12 @@ def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df, 
           for seed in range(args.seeds)] if len(pool) >= 20 else []
     phys = figures(Simulator("stepsim"))
     return (f"{kind:9s} {name:28s} {len(held):4d} {zero['resolved_pairs']:8d} "
-            f"{cell([zero]):>20s} {cell(ft) if ft else '- (< 20 others)':>20s} "
-            f"{cell([phys]):>20s}")
+            f"{cell([zero]):>26s} {cell(ft) if ft else '- (< 20 others)':>26s} "
+            f"{cell([phys]):>26s}")
+
+
+def _folders(spec: str | None) -> tuple[str, ...]:
+    return tuple(x for x in (spec or "").split(",") if x)
 
 
 def _emit(text: str, out: str | None) -> None:

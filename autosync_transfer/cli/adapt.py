@@ -95,7 +95,9 @@ def _print_repeat(repeat: dict) -> None:
                         f"{fmt_float(f['pairwise'])} on {f['pairs']} pairs, "
                         f"{fmt_float(f['pairwise_resolved'])} on the {f['resolved_pairs']} "
                         f"pairs the repeat runs resolve; top-1 regret "
-                        f"{fmt_float(f['top1_regret'])}", markup=False, highlight=False)
+                        f"{fmt_float(f['top1_regret'])} against the consensus-fastest, "
+                        f"{fmt_float(f.get('top1_regret_resolved'))} against the "
+                        f"confidently-best", markup=False, highlight=False)
 
 
 def _print_curve(lc: Any) -> None:

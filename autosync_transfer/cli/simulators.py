@@ -125,7 +125,7 @@ def evaluate(
     if repeat is not None:
         metrics.update({f"repeat_{k}": float(repeat[k]) for k in
                         ("pairs", "pairwise", "resolved_pairs", "pairwise_resolved",
-                         "top1_regret")})
+                         "top1_regret", "top1_regret_resolved")})
     if json_out:
         print_json({"model": info.model_uri, "on": domain.name, "metrics": metrics})
         return
@@ -139,7 +139,8 @@ def evaluate(
     table.add_column("value", justify="right")
     for key in TABLE_METRICS:
         table.add_row(key, _fmt(metrics.get(key)))
-    for key in ("repeat_pairwise", "repeat_pairwise_resolved", "repeat_top1_regret"):
+    for key in ("repeat_pairwise", "repeat_pairwise_resolved", "repeat_top1_regret",
+                "repeat_top1_regret_resolved"):
         if key in metrics:
             table.add_row(key, _fmt(metrics[key]))
     out().print(table)

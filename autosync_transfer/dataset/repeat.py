@@ -18,12 +18,19 @@ What the runs say:
 - **noise ceiling**: the share of *all* pairs that two runs' medians order alike (what a perfect
   simulator can expect when judged against one run);
 - :func:`ranking_figures`: a simulator's pairwise accuracy on all pairs and on resolved pairs,
-  with their counts, and the top-1 regret of the strategy it picks.
+  with their counts, and the top-1 regret of the strategy it picks, against the consensus-fastest
+  and against the confidently-best (zero where the runs cannot tell the pick from the fastest).
 
 Runs are grouped by the machine type they ran on (the plan's ``machine.processor``): labels
 measured on different processors are different labels, so resolved pairs, agreement and the
 consensus use the runs of one machine type (:func:`load_repeatability`'s ``processor``; by
-default the type of the file's first run), and :func:`repeat_processors` lists the types.
+default the type the store's own trials ran on, :data:`STORE_MACHINE`, and where they do not
+record it the type of the file's first run), and :func:`repeat_processors` lists the types.
+
+A store collected on another machine type (a *twin*: the same sampler, seed and protocol on
+another processor) keeps its folder apart; its repeat runs are found beside it, or in the
+``repeats`` folders :func:`load_repeatability` is given (where the shipped store's repeat file
+holds the runs of every machine type), and its own machine type picks the runs.
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ import numpy as np
 from autosync_transfer._files import append_line, complete_lines
 from autosync_transfer.errors import ConfigError
 
-__all__ = ["REPEAT_SUFFIX", "FIRST_RUN", "repeat_path", "stratified", "measure_run",
+__all__ = ["REPEAT_SUFFIX", "FIRST_RUN", "STORE_MACHINE", "repeat_path", "find_repeat_file",
+           "store_processor", "stratified", "measure_run",
            "Repeatability", "load_repeatability", "repeat_processors", "ranking_figures",
            "repeat_evaluation"]
 
@@ -55,6 +63,42 @@ def repeat_path(store_path: str | Path) -> Path:
     p = Path(store_path)
     stem = p.name[: -len(p.suffix)] if p.suffix else p.name
     return p.with_name(stem + REPEAT_SUFFIX)
+
+
+def find_repeat_file(store_path: str | Path, domain: str | None = None,
+                     repeats: Sequence[str | Path] = ()) -> Path | None:
+    """The repeat file of trial store ``store_path``: beside it, else ``DOMAIN.repeat.ndjson`` in
+    the first of the ``repeats`` folders that has one (``domain`` default: the store's name), else
+    None."""
+    beside = repeat_path(store_path)
+    if beside.exists():
+        return beside
+    name = domain or Path(store_path).name.split(".")[0]
+    for folder in repeats:
+        candidate = Path(folder) / f"{name}{REPEAT_SUFFIX}"
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def store_processor(store_path: str | Path) -> str | None:
+    """The machine type (processor) the trials of store ``store_path`` ran on: the first trial
+    that records one (``None``: no trial records it, or no store)."""
+    try:
+        lines, _ = complete_lines(Path(store_path), "trial store")
+    except (OSError, ConfigError):
+        return None
+    for line in lines:
+        if b'"processor"' not in line:
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        proc = (row.get("machine") or {}).get("processor") if isinstance(row, dict) else None
+        if proc:
+            return str(proc)
+    return None
 
 
 def stratified(runtimes: Mapping[str, float], n: int) -> list[str]:
@@ -343,16 +387,24 @@ def repeat_processors(store_path: str | Path, domain: str | None = None) -> list
 
 #: ``processor`` of :func:`load_repeatability`: the machine type of the file's first run
 FIRST_RUN: Any = object()
+#: ``processor`` of :func:`load_repeatability`: the machine type the store's own trials ran on
+#: (:func:`store_processor`), else :data:`FIRST_RUN`'s
+STORE_MACHINE: Any = object()
 
 
 def load_repeatability(store_path: str | Path, domain: str | None = None, *,
-                       processor: str | None | Any = FIRST_RUN) -> Repeatability | None:
-    """The repeat runs beside ``store_path`` (of ``domain``, default: the store's name) measured
-    on ``processor`` (default :data:`FIRST_RUN`: the machine type of the file's first run;
-    ``None``: the runs that did not record theirs), or None when there are none."""
-    path = repeat_path(store_path)
-    if not path.exists():
+                       processor: str | None | Any = STORE_MACHINE,
+                       repeats: Sequence[str | Path] = ()) -> Repeatability | None:
+    """The repeat runs of ``store_path`` (beside it, else in the ``repeats`` folders:
+    :func:`find_repeat_file`; of ``domain``, default: the store's name) measured on ``processor``
+    (default :data:`STORE_MACHINE`: the machine type the store's trials ran on, else the type of
+    the file's first run; :data:`FIRST_RUN`: the file's first run's; ``None``: the runs that did
+    not record theirs), or None when there are none."""
+    path = find_repeat_file(store_path, domain, repeats)
+    if path is None:
         return None
+    if processor is STORE_MACHINE:
+        processor = store_processor(store_path) or FIRST_RUN
     rows = _rows(path)
     name = domain or Path(store_path).name.split(".")[0]
     rep = Repeatability(domain=name)
@@ -381,28 +433,41 @@ def ranking_figures(predicted: Mapping[str, float], rep: Repeatability,
                     runs: Sequence[str] | None = None) -> dict[str, Any]:
     """How a simulator's ``predicted`` times (strategy id -> seconds, lower is faster) order the
     re-measured strategies: pairwise accuracy on all pairs (against the repeat runs' consensus
-    labels) and on resolved pairs, each with its count, and the top-1 regret of its pick (the
-    consensus time of the strategy it predicts fastest over the fastest one's, minus 1)."""
+    labels) and on resolved pairs, each with its count, and the top-1 regret of its pick:
+
+    - ``top1_regret``: the consensus time of the strategy it predicts fastest over the
+      consensus-fastest one's, minus 1 (a point estimate: a pick a few per cent slower may be a
+      pick the runs cannot tell from the fastest);
+    - ``top1_regret_resolved``: the regret against the confidently-best strategy, that is
+      ``top1_regret`` where the runs resolve the pick slower than the consensus-fastest, and 0
+      where they cannot tell the two apart (``pick_resolved_slower`` says which)."""
     runs = list(runs or rep.complete_runs() or rep.runs)
     labels = rep.consensus(runs)
     ids = sorted(set(labels) & set(predicted))
     if len(ids) < 2:
         return {"pairs": 0, "pairwise": math.nan, "resolved_pairs": 0,
-                "pairwise_resolved": math.nan, "top1_regret": math.nan}
+                "pairwise_resolved": math.nan, "top1_regret": math.nan,
+                "top1_regret_resolved": math.nan}
     pairs = list(itertools.combinations(ids, 2))
     right = sum((predicted[a] < predicted[b]) == (labels[a] < labels[b]) for a, b in pairs)
-    resolved = {p: s for p, s in rep.resolved(runs).items() if p[0] in predicted and p[1] in predicted}
+    every = rep.resolved(runs)
+    resolved = {p: s for p, s in every.items() if p[0] in predicted and p[1] in predicted}
     right_res = sum((predicted[a] < predicted[b]) == (s > 0) for (a, b), s in resolved.items())
     pick = min(ids, key=lambda s: (predicted[s], s))
     best = min(ids, key=lambda s: (labels[s], s))
+    regret = labels[pick] / labels[best] - 1.0
+    first, second = sorted((pick, best))
+    sign = every.get((first, second), 0) if pick != best else 0
+    slower = sign == (1 if first == best else -1)
     return {"pairs": len(pairs), "pairwise": right / len(pairs),
             "resolved_pairs": len(resolved),
             "pairwise_resolved": right_res / len(resolved) if resolved else math.nan,
-            "top1_regret": labels[pick] / labels[best] - 1.0, "pick": pick, "best": best}
+            "top1_regret": regret, "top1_regret_resolved": regret if slower else 0.0,
+            "pick_resolved_slower": slower, "pick": pick, "best": best}
 
 
 def repeat_evaluation(simulator: Any, domain: Any, trials: Any = None, *,
-                      exclude: Sequence[str] = (), processor: str | None | Any = FIRST_RUN
+                      exclude: Sequence[str] = (), processor: str | None | Any = STORE_MACHINE
                       ) -> dict[str, Any] | None:
     """``simulator`` (anything with ``score(strategies, domain)``) on ``domain``'s re-measured
     strategies other than ``exclude`` (e.g. the shots it was adapted on): :func:`ranking_figures`

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from autosync_transfer._files import append_line
-from autosync_transfer.dataset.repeat import (load_repeatability, measure_run, ranking_figures,
-                                              repeat_path, repeat_processors, stratified)
+from autosync_transfer.dataset.repeat import (FIRST_RUN, find_repeat_file, load_repeatability,
+                                              measure_run, ranking_figures, repeat_path,
+                                              repeat_processors, store_processor, stratified)
 
 
 def test_repeat_file_sits_beside_the_store_and_is_not_a_trial_file(tmp_path: Path) -> None:
@@ -36,11 +37,11 @@ def test_stratified_spans_the_range() -> None:
 
 def _write_run(path: Path, run: str, truth: dict[str, float], rounds: int, noise: float,
                seed: int, drift: float = 0.0, missing: tuple = (),
-               processor: str | None = None) -> None:
+               processor: str | None = None, domain: str = "d") -> None:
     rng = np.random.default_rng(seed)
     ids = sorted(truth)
     machine = {} if processor is None else {"machine": {"processor": processor}}
-    append_line(path, json.dumps({"kind": "plan", "run": run, "domain": "d", "strategy_ids": ids,
+    append_line(path, json.dumps({"kind": "plan", "run": run, "domain": domain, "strategy_ids": ids,
                                   "orders": [ids] * rounds, "protocol": {"iters": 3},
                                   "launcher": "local", "seed": seed, "created": "x",
                                   **machine}), "t")
@@ -118,6 +119,23 @@ def test_ranking_figures_count_resolved_pairs_and_regret(tmp_path: Path) -> None
     assert swapped["resolved_pairs"] == backwards["resolved_pairs"] == perfect["resolved_pairs"]
 
 
+def test_regret_against_the_confidently_best_counts_only_resolved_picks(tmp_path: Path) -> None:
+    store = tmp_path / "d.jsonl"
+    truth = {"a": 1.000, "a2": 1.001, "b": 1.5}  # a and a2 cannot be told apart
+    _write_run(repeat_path(store), "r1", truth, 4, 0.01, seed=3)
+    rep = load_repeatability(store, "d")
+    assert ("a", "a2") not in rep.resolved() and rep.resolved()[("a", "b")] == 1
+    twin = ranking_figures({"a": 2.0, "a2": 1.0, "b": 3.0}, rep)  # picks a2
+    assert twin["pick"] == "a2" and not twin["pick_resolved_slower"]
+    assert twin["top1_regret_resolved"] == 0.0
+    assert twin["top1_regret"] == pytest.approx(0.0, abs=0.02)
+    slow = ranking_figures({"a": 2.0, "a2": 3.0, "b": 1.0}, rep)  # picks b, 50 % slower
+    assert slow["pick"] == "b" and slow["pick_resolved_slower"]
+    assert slow["top1_regret_resolved"] == slow["top1_regret"] == pytest.approx(0.5, rel=0.05)
+    right = ranking_figures(dict(truth), rep)
+    assert right["top1_regret_resolved"] == 0.0 and not right["pick_resolved_slower"]
+
+
 def test_disturbed_measurements_are_not_labels(tmp_path: Path) -> None:
     store = tmp_path / "d.jsonl"
     path = repeat_path(store)
@@ -148,6 +166,28 @@ def _ncf_store(tmp_path: Path, n: int) -> tuple:
     for r in records:
         ts.append(r)
     return domain, store, sorted({r.strategy_id for r in records})
+
+
+def test_repeat_evaluation_scores_the_re_measured_strategies_outside_the_shots(
+        tmp_path: Path) -> None:
+    from autosync_transfer.dataset.repeat import repeat_evaluation
+
+    domain, store, ids = _ncf_store(tmp_path, 8)
+    truth = {s: 1.0 + 0.2 * i for i, s in enumerate(ids[:5])}
+    _write_run(repeat_path(store), "r1", truth, 4, 0.01, seed=9, domain=domain.name)
+
+    class Backwards:  # predicts the slowest fastest
+        def score(self, strategies, dom):  # noqa: ANN001, ANN202
+            assert dom is domain
+            return [-truth[s.id] for s in strategies]
+
+    got = repeat_evaluation(Backwards(), domain, store, exclude=[ids[0]])
+    assert got["strategies"] == 4 and got["pairs"] == 6 and got["pairwise_resolved"] == 0.0
+    assert got["pick"] == ids[4] and got["best"] == ids[1] and got["pick_resolved_slower"]
+    assert got["top1_regret_resolved"] == got["top1_regret"] == pytest.approx(1.8 / 1.2 - 1,
+                                                                              rel=0.05)
+    (tmp_path / "empty").mkdir()
+    assert repeat_evaluation(Backwards(), domain, tmp_path / "empty") is None
 
 
 def test_a_run_is_measured_for_real_interrupted_and_continued(tmp_path: Path) -> None:
@@ -194,6 +234,34 @@ def test_runs_of_two_machine_types_are_never_pooled(tmp_path: Path) -> None:
     assert other.resolved()[("b", "d")] == -1
     assert other.summary()["machine_s"] == pytest.approx(24.0)  # x1's measurements only
     assert load_repeatability(store, "d", processor="ARM") is None
+
+
+def test_a_twin_store_is_judged_by_the_runs_of_its_own_machine_type(tmp_path: Path) -> None:
+    shipped = tmp_path / "shipped"
+    twins = tmp_path / "twins"
+    shipped.mkdir()
+    twins.mkdir()
+    store = shipped / "d.jsonl"
+    store.write_text(json.dumps({"id": "d/a", "machine": {"hostname": "vm"}}) + "\n")
+    twin = twins / "d.jsonl"
+    twin.write_text(json.dumps({"id": "d/a", "machine": {"hostname": "vm"}}) + "\n"
+                    + json.dumps({"id": "d/b", "machine": {"processor": "Intel Xeon"}}) + "\n")
+    path = repeat_path(store)
+    _write_run(path, "r1", TRUTH, 3, 0.01, seed=5, processor="AMD EPYC")
+    _write_run(path, "x1", {**TRUTH, "b": 3.0}, 3, 0.01, seed=6, processor="Intel Xeon")
+    assert store_processor(store) is None and store_processor(twin) == "Intel Xeon"
+    assert store_processor(twins / "missing.jsonl") is None
+    # the shipped store records no machine type: the file's first run judges it
+    assert load_repeatability(store, "d").runs == ["r1"]
+    # nothing beside the twin; the repeats folders are searched, its own machine type picks
+    assert find_repeat_file(twin, "d") is None and load_repeatability(twin, "d") is None
+    assert find_repeat_file(twin, "d", [twins, shipped]) == path
+    rep = load_repeatability(twin, "d", repeats=[shipped])
+    assert rep.runs == ["x1"] and rep.resolved()[("b", "d")] == -1
+    assert load_repeatability(twin, "d", repeats=[shipped], processor=FIRST_RUN).runs == ["r1"]
+    # a repeat file beside the twin comes first
+    _write_run(repeat_path(twin), "x2", TRUTH, 3, 0.01, seed=7, processor="Intel Xeon")
+    assert load_repeatability(twin, "d", repeats=[shipped]).runs == ["x2"]
 
 
 def test_a_run_is_not_continued_on_another_machine_type(tmp_path: Path) -> None:
