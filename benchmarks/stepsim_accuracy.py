@@ -35,8 +35,12 @@ A store whose metadata says ``launcher: emulated`` ran every worker on one machi
 is told so (``StepSimConfig.host_processes`` = world size, ``host_cores`` = the ``cpus`` the
 records' ``machine`` field reports); this is a property of the launcher, not a fitted number.
 
-    python benchmarks/stepsim_accuracy.py [--heldout DIR] [--profiles DIR] [--calibrations DIR]
-        [--linear-fit] [--builders] [--out benchmarks/results/stepsim_accuracy.txt]
+``--datasets DIR`` takes other stores, e.g. another machine type's twins
+(``benchmarks/results/machines/intel-xeon/trials``, with ``--heldout`` its ``heldout/``), and
+``--repeats DIRS`` (comma-separated folders) the repeat files where none sits beside a store.
+
+    python benchmarks/stepsim_accuracy.py [--datasets DIR] [--heldout DIR] [--repeats DIRS]
+        [--profiles DIR] [--calibrations DIR] [--linear-fit] [--builders] [--out benchmarks/results/stepsim_accuracy.txt]
 """
 
 from __future__ import annotations
@@ -172,6 +176,10 @@ def main() -> int:
     ap.add_argument("--profiles", default="datasets/profiles")
     ap.add_argument("--calibrations", default="datasets/calibrations")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--repeats", default=None,
+                    help="comma-separated folders holding the repeat files where none sits "
+                         "beside a store (e.g. datasets/trials for another machine type's twin "
+                         "stores in --datasets)")
     ap.add_argument("--sparse-call-s", type=float, default=0.0,
                     help="StepSimConfig.sparse_call_s: the cost of a row-sparse PS push or pull "
                          "beyond its bytes and latency (default 0: not modelled)")
@@ -260,7 +268,8 @@ def main() -> int:
         summary["ceil_raw"].append(c_raw)
         summary["ceil_norm"].append(c_norm)
         pr_or_fb = pr if (prof is not None or cal is not None) else fb
-        rep = load_repeatability(f, name, processor=machine_type(prof, cal))
+        rep = load_repeatability(f, name, processor=machine_type(prof, cal),
+                                 repeats=tuple(x for x in (args.repeats or "").split(",") if x))
         if rep is not None and rep.complete_runs():
             predicted = dict(zip(raw["strategy_id"], (float(v) for v in pr_or_fb)))
             fig = ranking_figures(predicted, rep)
