@@ -24,8 +24,8 @@ What the runs say:
 Runs are grouped by the machine type they ran on (the plan's ``machine.processor``): labels
 measured on different processors are different labels, so resolved pairs, agreement and the
 consensus use the runs of one machine type (:func:`load_repeatability`'s ``processor``; by
-default the type the store's own trials ran on, :data:`STORE_MACHINE`, and where they do not
-record it the type of the file's first run), and :func:`repeat_processors` lists the types.
+default the type the store's own trials ran on, :data:`STORE_MACHINE`, or its metadata's
+``processor`` where they do not record it, else the type of the file's first run), and :func:`repeat_processors` lists the types.
 
 A store collected on another machine type (a *twin*: the same sampler, seed and protocol on
 another processor) keeps its folder apart; its repeat runs are found beside it, or in the
@@ -51,7 +51,7 @@ from autosync_transfer._files import append_line, complete_lines
 from autosync_transfer.errors import ConfigError
 
 __all__ = ["REPEAT_SUFFIX", "FIRST_RUN", "STORE_MACHINE", "repeat_path", "find_repeat_file",
-           "store_processor", "stratified", "measure_run",
+           "store_processor", "META_PROCESSOR_KEY", "stratified", "measure_run",
            "Repeatability", "load_repeatability", "repeat_processors", "ranking_figures",
            "repeat_evaluation"]
 
@@ -81,9 +81,14 @@ def find_repeat_file(store_path: str | Path, domain: str | None = None,
     return None
 
 
+#: key of a store's ``.meta.json`` naming the machine type of trials that do not record theirs
+META_PROCESSOR_KEY = "processor"
+
+
 def store_processor(store_path: str | Path) -> str | None:
     """The machine type (processor) the trials of store ``store_path`` ran on: the first trial
-    that records one (``None``: no trial records it, or no store)."""
+    that records one, else the store metadata's :data:`META_PROCESSOR_KEY` (stores collected
+    before trials recorded it); ``None``: neither says, or no store."""
     try:
         lines, _ = complete_lines(Path(store_path), "trial store")
     except (OSError, ConfigError):
@@ -98,7 +103,12 @@ def store_processor(store_path: str | Path) -> str | None:
         proc = (row.get("machine") or {}).get("processor") if isinstance(row, dict) else None
         if proc:
             return str(proc)
-    return None
+    meta = Path(store_path).with_name(Path(store_path).name + ".meta.json")
+    try:
+        proc = json.loads(meta.read_text()).get(META_PROCESSOR_KEY)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(proc) if isinstance(proc, str) and proc else None
 
 
 def stratified(runtimes: Mapping[str, float], n: int) -> list[str]:

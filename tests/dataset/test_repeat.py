@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from autosync_transfer._files import append_line
-from autosync_transfer.dataset.repeat import (FIRST_RUN, find_repeat_file, load_repeatability,
-                                              measure_run, ranking_figures, repeat_path,
-                                              repeat_processors, store_processor, stratified)
+from autosync_transfer.dataset.repeat import (FIRST_RUN, META_PROCESSOR_KEY, find_repeat_file,
+                                              load_repeatability, measure_run, ranking_figures,
+                                              repeat_path, repeat_processors, store_processor,
+                                              stratified)
 
 
 def test_repeat_file_sits_beside_the_store_and_is_not_a_trial_file(tmp_path: Path) -> None:
@@ -262,6 +263,32 @@ def test_a_twin_store_is_judged_by_the_runs_of_its_own_machine_type(tmp_path: Pa
     # a repeat file beside the twin comes first
     _write_run(repeat_path(twin), "x2", TRUTH, 3, 0.01, seed=7, processor="Intel Xeon")
     assert load_repeatability(twin, "d", repeats=[shipped]).runs == ["x2"]
+
+
+def test_a_store_whose_trials_predate_the_machine_type_is_judged_by_its_metadata(
+        tmp_path: Path) -> None:
+    from autosync_transfer.dataset.store import TrialStore
+
+    store = tmp_path / "d.jsonl"
+    store.write_text(json.dumps({"id": "d/a", "machine": {"hostname": "vm"}}) + "\n")
+    path = repeat_path(store)
+    # another machine type's runs come first in the file
+    _write_run(path, "x1", {**TRUTH, "b": 3.0}, 3, 0.01, seed=6, processor="Intel Xeon")
+    _write_run(path, "r1", TRUTH, 3, 0.01, seed=5, processor="AMD EPYC")
+    assert store_processor(store) is None and load_repeatability(store, "d").runs == ["x1"]
+    TrialStore(store).write_meta({META_PROCESSOR_KEY: "AMD EPYC"})
+    assert store_processor(store) == "AMD EPYC"
+    rep = load_repeatability(store, "d")
+    assert rep.runs == ["r1"] and rep.resolved()[("b", "d")] == 1
+    # a trial that records its machine type outranks the metadata
+    with store.open("a") as f:
+        f.write(json.dumps({"id": "d/b", "machine": {"processor": "Intel Xeon"}}) + "\n")
+    assert store_processor(store) == "Intel Xeon"
+    assert load_repeatability(store, "d").runs == ["x1"]
+    # metadata that is not a machine type is ignored
+    TrialStore(store.with_name("e.jsonl")).write_meta({META_PROCESSOR_KEY: 3})
+    store.with_name("e.jsonl").write_text("")
+    assert store_processor(store.with_name("e.jsonl")) is None
 
 
 def test_a_run_is_not_continued_on_another_machine_type(tmp_path: Path) -> None:
