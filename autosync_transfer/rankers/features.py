@@ -88,8 +88,10 @@ __all__ = [
     "collate",
 ]
 
-#: bump whenever a column is added, removed, reordered or changes meaning
-FEATURE_SCHEMA_VERSION = 11
+#: bump whenever a column is added, removed, reordered or changes meaning, or the simulator's
+#: terms on the shipped physics move (tests/rankers/test_stepsim_behaviour.py); v12: the
+#: shipped AMD physics measured under the median protocol (calibrations v4), v11's code
+FEATURE_SCHEMA_VERSION = 12
 
 _MAX_POWERSGD_RANK = 64  # AllReduce.powersgd_rank's upper bound
 _LOG_FLOOR_S = 1e-9  # seconds added before log10 so that 0 s stays finite (-9)

@@ -62,7 +62,7 @@ def assert_same_features(a: StrategyFeatures, b: StrategyFeatures, rtol: float =
 
 
 def test_schema_lengths_and_description() -> None:
-    assert SCHEMA.version == FEATURE_SCHEMA_VERSION == 11
+    assert SCHEMA.version == FEATURE_SCHEMA_VERSION == 12
     assert SCHEMA.num_row == len(SCHEMA.row_columns) == 36
     assert SCHEMA.num_agg == len(SCHEMA.agg_columns) == 34
     for cols in (SCHEMA.row_columns, SCHEMA.agg_columns, SCHEMA.server_columns,
