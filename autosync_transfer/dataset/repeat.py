@@ -25,7 +25,8 @@ Runs are grouped by the machine type they ran on (the plan's ``machine.processor
 measured on different processors are different labels, so resolved pairs, agreement and the
 consensus use the runs of one machine type (:func:`load_repeatability`'s ``processor``; by
 default the type the store's own trials ran on, :data:`STORE_MACHINE`, or its metadata's
-``processor`` where they do not record it, else the type of the file's first run), and :func:`repeat_processors` lists the types.
+``processor`` where they do not record it, else the type of the file's first run), and
+:func:`repeat_processors` lists the types.
 
 A store collected on another machine type (a *twin*: the same sampler, seed and protocol on
 another processor) keeps its folder apart; its repeat runs are found beside it, or in the
@@ -103,12 +104,13 @@ def store_processor(store_path: str | Path) -> str | None:
         proc = (row.get("machine") or {}).get("processor") if isinstance(row, dict) else None
         if proc:
             return str(proc)
-    meta = Path(store_path).with_name(Path(store_path).name + ".meta.json")
+    from autosync_transfer.dataset.loader import file_meta
+
     try:
-        proc = json.loads(meta.read_text()).get(META_PROCESSOR_KEY)
-    except (OSError, ValueError, AttributeError):
+        proc = file_meta(store_path).get(META_PROCESSOR_KEY)
+    except (OSError, ConfigError):
         return None
-    return str(proc) if isinstance(proc, str) and proc else None
+    return proc if isinstance(proc, str) and proc else None
 
 
 def stratified(runtimes: Mapping[str, float], n: int) -> list[str]:
