@@ -28,10 +28,16 @@ tell the pick from the fastest; ``dataset.repeat.ranking_figures``), means over 
 --repeats datasets/trials``, run with that machine type's physics in ``$AUTOSYNC_PROFILES_DIR`` and
 ``$AUTOSYNC_CALIBRATIONS_DIR``); the runs of the store's own machine type judge it
 (``dataset.repeat.STORE_MACHINE``).
+``--margin noise`` trains every learned ranker on the pairs its domain's labels can order
+(``dataset.loader.label_margin``: the labels' 95 % noise band from the reference
+re-measurements; the validation accuracy that picks the epoch counts the same pairs); a number
+is one relative margin for every domain; the default 0 counts every pair. ``--tables resolved``
+prints the second table only.
 ``--out FILE`` appends the tables, headed by the command line, to FILE.
 
     python benchmarks/ranker_table.py [--seeds 3] [--epochs 60] [--min-trials 40]
-        [--kinds analytical,stepsim,linear,rnn,gat,transformer] [--out FILE]
+        [--kinds analytical,stepsim,linear,rnn,gat,transformer] [--margin 0|noise|FLOAT]
+        [--tables split,resolved] [--out FILE]
 """
 
 from __future__ import annotations
@@ -58,16 +64,30 @@ def main() -> int:
                     help="comma-separated folders holding the repeat files where none sits "
                          "beside a store (e.g. datasets/trials for another machine type's twin "
                          "stores); the runs of the store's own machine type judge it")
+    ap.add_argument("--margin", default="0",
+                    help="the ranking loss's relative margin: noise (each domain's label "
+                         "noise band, dataset.loader.label_margin) or a number (default 0)")
+    ap.add_argument("--tables", default="split,resolved",
+                    help="which tables: split (the test splits), resolved (the re-measured "
+                         "strategies), comma-separated")
     ap.add_argument("--out", default=None, help="append the table to this file")
     args = ap.parse_args()
+    tables = set(args.tables.split(","))
+    if not tables or not tables <= {"split", "resolved"}:
+        print(f"--tables must name split and/or resolved, got {args.tables!r}", file=sys.stderr)
+        return 2
+    if args.margin != "noise":
+        try:
+            if not float(args.margin) >= 0:
+                raise ValueError
+        except ValueError:
+            print(f"--margin must be noise or a number >= 0, got {args.margin!r}",
+                  file=sys.stderr)
+            return 2
 
     import torch
 
-    from autosync_transfer.dataset.loader import (load_trials, normalized_noise_ceiling,
-                                                  reference_noise, strategy_runtimes,
-                                                  strategy_table)
-    from autosync_transfer.rankers.metrics import noise_ceiling
-    from autosync_transfer.rankers.simulator import train_simulator
+    from autosync_transfer.dataset.loader import load_trials
 
     torch.set_num_threads(1)
     df = load_trials(args.stores)
@@ -86,6 +106,33 @@ def main() -> int:
         lines.append(line)
         print(line, flush=True)
 
+    if "split" in tables:
+        split_table(df, domains, counts, kinds, args, out)
+    if "resolved" in tables:
+        resolved_table(df, kinds, args, out)
+    if args.out:
+        stamp = datetime.date.today().isoformat()
+        with open(args.out, "a", encoding="utf-8") as fh:
+            fh.write(f"\n# {stamp}: python {' '.join(shlex.quote(a) for a in sys.argv)}\n"
+                     + "\n".join(lines) + "\n")
+    return 0
+
+
+def margin_hparams(args, sub) -> dict[str, float] | None:  # noqa: ANN001
+    """The learned rankers' hyper-parameters for one domain's trials ``sub``: ``--margin``."""
+    from autosync_transfer.dataset.loader import label_margin
+
+    margin = label_margin(sub) if args.margin == "noise" else float(args.margin)
+    return {"margin": margin} if margin > 0 else None
+
+
+def split_table(df, domains, counts, kinds: list[str], args, out) -> None:  # noqa: ANN001
+    """The kinds on every domain's seeded test split."""
+    from autosync_transfer.dataset.loader import (normalized_noise_ceiling, reference_noise,
+                                                  strategy_runtimes, strategy_table)
+    from autosync_transfer.rankers.metrics import noise_ceiling
+    from autosync_transfer.rankers.simulator import train_simulator
+
     out(f"{'domain':14s} {'n':>4s} {'ceiling':>7s} {'ceil_n':>6s} {'gap':>6s} "
         + " ".join(f"{k:>30s}" for k in kinds))
     best_learned, ceilings, norm_ceilings, gaps = [], [], [], []
@@ -102,10 +149,12 @@ def main() -> int:
             norm_ceilings.append(ceil_n)
         cells = []
         accs: dict[str, float] = {}
+        hparams = margin_hparams(args, sub)
         for kind in kinds:
             pa, t1, rg = [], [], []
             for seed in range(args.seeds):
-                _, m = train_simulator(kind, table, seed=seed, max_epochs=args.epochs)
+                _, m = train_simulator(kind, table, seed=seed, max_epochs=args.epochs,
+                                       hparams=hparams if kind not in PHYSICS else None)
                 pa.append(m["test_pairwise_accuracy"])
                 t1.append(m["test_top1"])
                 rg.append(m["test_regret"])
@@ -133,13 +182,6 @@ def main() -> int:
             f"{statistics.median(norm_ceilings) if norm_ceilings else float('nan'):.3f} "
             f"(normalized labels); best learned within 0.02 of ceil_n (goal) on "
             f"{sum(g <= 0.02 for g in gaps)} of {len(gaps)} domains")
-    resolved_table(df, kinds, args, out)
-    if args.out:
-        stamp = datetime.date.today().isoformat()
-        with open(args.out, "a", encoding="utf-8") as fh:
-            fh.write(f"\n# {stamp}: python {' '.join(shlex.quote(a) for a in sys.argv)}\n"
-                     + "\n".join(lines) + "\n")
-    return 0
 
 
 def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
@@ -173,10 +215,12 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
         domain = find_domain(name, [f])
         cells = []
         n_res = 0
+        hparams = margin_hparams(args, sub)
         for kind in kinds:
             figs = []
             for seed in range(args.seeds):
-                sim, _ = train_simulator(kind, train, seed=seed, max_epochs=args.epochs)
+                sim, _ = train_simulator(kind, train, seed=seed, max_epochs=args.epochs,
+                                         hparams=hparams if kind not in PHYSICS else None)
                 pred = sim.score(list(test["strategy"]), domain)
                 figs.append(ranking_figures(dict(zip(test["strategy_id"], map(float, pred))), rep))
             n_res = figs[0]["resolved_pairs"]

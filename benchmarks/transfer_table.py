@@ -42,10 +42,14 @@ machine type judge it (``dataset.repeat.STORE_MACHINE``).
 is trained or tuned on); its domains are found from the stores' metadata and the settings
 bert-3l-C -> bert-3l-heldout, ncf-A -> ncf-heldout, vgg16-s-A -> vgg16-s-heldout are added to the
 default ones (with ``--settings``, exactly the given pairs run: ``--heldout`` then only supplies
-the stores). ``--out FILE`` appends the tables, headed by the command line, to FILE.
+the stores). ``--margin noise`` trains the source on the pairs its labels can order
+(``dataset.loader.label_margin`` of the source's trials; fine-tuning keeps the source's
+hyper-parameters, margin included). ``--out FILE`` appends the tables, headed by the command
+line, to FILE.
 
     python benchmarks/transfer_table.py [--seeds 3] [--epochs 40] [--settings bert-A:bert-B,...]
-        [--heldout benchmarks/results/heldout] [--min-eval 10] [--out FILE]
+        [--heldout benchmarks/results/heldout] [--min-eval 10] [--margin 0|noise|FLOAT]
+        [--out FILE]
 """
 
 from __future__ import annotations
@@ -109,6 +113,10 @@ def main() -> int:
                     help="comma-separated folders holding the targets' repeat files where none "
                          "sits beside the store (e.g. datasets/trials for another machine "
                          "type's twin stores); the runs of the store's own machine type judge it")
+    ap.add_argument("--margin", default="0",
+                    help="the source ranker's relative margin: noise (the source's label "
+                         "noise band, dataset.loader.label_margin) or a number (default 0); "
+                         "fine-tuning keeps the source's")
     ap.add_argument("--min-eval", type=int, default=10,
                     help="hold out at least this many target strategies for evaluation")
     ap.add_argument("--out", default=None, help="append the tables to this file")
@@ -128,6 +136,14 @@ def main() -> int:
     if hparams is not None and not isinstance(hparams, dict):
         print(f"--hparams must be a JSON object, got {args.hparams!r}", file=sys.stderr)
         return 2
+    if args.margin != "noise":
+        try:
+            if not float(args.margin) >= 0:
+                raise ValueError
+        except ValueError:
+            print(f"--margin must be noise or a number >= 0, got {args.margin!r}",
+                  file=sys.stderr)
+            return 2
     if args.min_eval < 2:
         print(f"--min-eval must be >= 2, got {args.min_eval}", file=sys.stderr)
         return 2
@@ -139,7 +155,8 @@ def main() -> int:
     from autosync_transfer.adapt.data import evaluate_on, split_target, target_data
     from autosync_transfer.adapt.methods import FromScratch
     from autosync_transfer.adapt.training import ShotTraining
-    from autosync_transfer.dataset.loader import dataset_files, find_domain, load_trials
+    from autosync_transfer.dataset.loader import (dataset_files, find_domain, label_margin,
+                                                  load_trials)
     from autosync_transfer.domains.catalog import split_domain_name
     from autosync_transfer.rankers.simulator import Simulator
 
@@ -196,7 +213,9 @@ def main() -> int:
             continue
         source_data = target_data(sdom, src_df)
         tgt_data = target_data(tdom, tgt_df)
-        source = FromScratch(args.ranker, hparams=hparams, training=training).fit(
+        margin = label_margin(src_df) if args.margin == "noise" else float(args.margin)
+        src_hparams = {**(hparams or {}), "margin": margin} if margin > 0 else hparams
+        source = FromScratch(args.ranker, hparams=src_hparams, training=training).fit(
             None, source_data, seed=0).simulator
         split = split_target(tdom, tgt_data, split_seed=0,
                              holdout_fraction=holdout_fraction(len(tgt_data), args.min_eval))

@@ -301,7 +301,8 @@ class L2SPFineTuning(L.LightningModule):
             return
         o, y, d = (np.concatenate(t) for t in zip(*self._val_outputs))
         self._val_outputs = []
-        self.val_pairwise_acc = float(metrics.per_domain(metrics.pairwise_accuracy, o, y, d))
+        self.val_pairwise_acc = float(metrics.per_domain(
+            metrics.pairwise_accuracy, o, y, d, margin=float(self.ranker.hparams["margin"])))
         self.log("val_pairwise_acc", self.val_pairwise_acc)
 
     def configure_optimizers(self) -> Any:

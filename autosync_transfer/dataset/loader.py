@@ -50,6 +50,7 @@ __all__ = [
     "drift_normalized",
     "normalized_reference_noise",
     "normalized_noise_ceiling",
+    "label_margin",
     "superseded_ids",
     "valid_remeasurement",
     "file_meta",
@@ -459,6 +460,25 @@ def normalized_noise_ceiling(df: pandas.DataFrame, runtimes: Sequence[float] | A
     if noise is None:
         return math.nan
     return noise_ceiling(np.asarray(runtimes, dtype=np.float64), float(noise["median_robust_cv"]))
+
+
+def label_margin(df: pandas.DataFrame, *, confidence: float = 0.95) -> float:
+    """The relative runtime gap below which two of one domain's labels cannot be ordered with
+    ``confidence``: ``exp(z * sqrt(2) * cv) - 1``, with ``z`` the two-sided normal quantile and
+    ``cv`` the plain coefficient of variation of the domain's reference re-measurements
+    (:func:`reference_noise`: drift within the run included, which is what separates two
+    labels measured at different times); 0.0 without re-measurements. As a ranker's
+    ``margin``, the ranking loss and the validation accuracy count only the pairs the labels
+    order (about 0.1 for a store whose references vary by 3.5 %)."""
+    from statistics import NormalDist
+
+    if not 0.0 < confidence < 1.0:
+        raise ConfigError(f"confidence must be in (0, 1), got {confidence}")
+    noise = reference_noise(df)
+    if noise is None or not math.isfinite(float(noise["median_cv"])):
+        return 0.0
+    z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
+    return math.expm1(z * math.sqrt(2.0) * float(noise["median_cv"]))
 
 
 def describe_domain(

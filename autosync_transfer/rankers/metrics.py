@@ -42,16 +42,22 @@ def _as_pair(scores: Any, runtimes: Any) -> tuple[np.ndarray, np.ndarray]:
     return o, y
 
 
-def _pair_counts(o: np.ndarray, y: np.ndarray) -> tuple[int, int, int, int, int]:
+def _pair_counts(o: np.ndarray, y: np.ndarray, margin: float = 0.0
+                 ) -> tuple[int, int, int, int, int]:
     """Over unordered pairs: (concordant, discordant, tied in scores only, tied in runtimes
-    only, tied in both)."""
+    only, tied in both); with ``margin`` > 0, runtimes within ``margin`` of the faster of the
+    two count as tied."""
     n = o.size
     conc = disc = tie_o = tie_y = tie_both = 0
     for a in range(0, n, _BLOCK):
         rows = np.arange(a, min(n, a + _BLOCK))
         upper = np.arange(n)[None, :] > rows[:, None]
         so = np.sign(o[rows, None] - o[None, :])[upper]
-        sy = np.sign(y[rows, None] - y[None, :])[upper]
+        diff = y[rows, None] - y[None, :]
+        if margin > 0:
+            diff = np.where(np.abs(diff) < margin * np.minimum(y[rows, None], y[None, :]),
+                            0.0, diff)
+        sy = np.sign(diff)[upper]
         prod = so * sy
         conc += int((prod > 0).sum())
         disc += int((prod < 0).sum())
@@ -61,11 +67,15 @@ def _pair_counts(o: np.ndarray, y: np.ndarray) -> tuple[int, int, int, int, int]
     return conc, disc, tie_o, tie_y, tie_both
 
 
-def pairwise_accuracy(scores: Any, runtimes: Any) -> float:
+def pairwise_accuracy(scores: Any, runtimes: Any, margin: float = 0.0) -> float:
     """Over all pairs of strategies with different runtimes, the fraction whose order the scores
-    get right (AutoSync's ranking accuracy); a pair with equal scores counts 1/2."""
+    get right (AutoSync's ranking accuracy); a pair with equal scores counts 1/2. With
+    ``margin`` > 0 only the pairs whose runtimes differ by at least ``margin`` relative to the
+    faster of the two count (the pairs the ranking loss trains on with that margin)."""
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
     o, y = _as_pair(scores, runtimes)
-    conc, disc, tie_o, _, _ = _pair_counts(o, y)
+    conc, disc, tie_o, _, _ = _pair_counts(o, y, margin)
     total = conc + disc + tie_o
     if total == 0:
         return float("nan")

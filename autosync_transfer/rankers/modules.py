@@ -119,6 +119,9 @@ class RankerModule(L.LightningModule, abc.ABC):
     #: the feature tables :meth:`score_batch` reads (``rows`` with its index columns, ``agg``,
     #: ``server``, ``group``); a ranker on ``agg`` alone is scored without the per-row features
     inputs: ClassVar[frozenset[str]] = frozenset({"rows", "agg", "server", "group"})
+    #: whether the freshly built ranker already ranks (the ``residual`` ranker's simulator
+    #: prior): its starting weights are then a candidate of the best-validation-epoch choice
+    starts_ranked: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -230,7 +233,8 @@ class RankerModule(L.LightningModule, abc.ABC):
             return
         o, y, d = (torch.cat(t).double().numpy() for t in zip(*self._val_outputs))
         self._val_outputs = []
-        acc = metrics.per_domain(metrics.pairwise_accuracy, o, y, d)
+        acc = metrics.per_domain(metrics.pairwise_accuracy, o, y, d,
+                                 margin=float(self.hparams["margin"]))
         self.log("val_pairwise_acc", float(acc))
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
@@ -288,6 +292,7 @@ class ResidualRanker(LinearRanker):
     pairwise logistic loss: at 10 a strategy simulated 10 % slower scores about 1 higher."""
 
     kind = "residual"
+    starts_ranked = True  # untrained, it ranks as the step simulator
 
     def __init__(self, hidden: int = 16, prior_scale: float = 10.0, **common: Any) -> None:
         if not prior_scale > 0:

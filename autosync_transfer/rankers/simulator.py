@@ -495,6 +495,12 @@ def _callbacks() -> Any:
         def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
             self._t0 = time.perf_counter()
 
+        def consider_initial(self, module: Any, acc: float) -> None:
+            """The weights before the first epoch as a candidate (``best_epoch`` -1)."""
+            if math.isfinite(acc):
+                self.best, self.best_epoch = acc, -1
+                self.best_state = _copy_state(module.state_dict())
+
         def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
             if trainer.sanity_checking:
                 return
@@ -514,6 +520,24 @@ def _callbacks() -> Any:
             self.history["epoch_s"].append(time.perf_counter() - self._t0)
 
     return BestAndHistory()
+
+
+def _validation_accuracy(module: RankerModule, dm: TrialDataModule) -> float:
+    """``val_pairwise_acc`` of ``module`` as it is (the validation epoch's metric: mean over
+    domains, on the pairs its ``margin`` counts)."""
+    outs = []
+    was_training = module.training
+    module.eval()
+    with torch.no_grad():
+        for batch in dm.val_dataloader():
+            outs.append((module(batch).double().numpy(), batch["runtime"].double().numpy(),
+                         batch["domain_id"].numpy()))
+    module.train(was_training)
+    if not outs:
+        return math.nan
+    o, y, d = (np.concatenate(t) for t in zip(*outs))
+    return float(metrics.per_domain(metrics.pairwise_accuracy, o, y, d,
+                                    margin=float(module.hparams["margin"])))
 
 
 def _as_datamodule(data: Any, *, seed: int, split_seed: int, batch_size: int,
@@ -676,6 +700,11 @@ def _fit(kind: str, dm: TrialDataModule, *, hparams: Mapping[str, Any] | None,
         if freeze is not None:
             _apply_freeze(module, freeze)
         tracker = _callbacks()
+        if has_val and (init_sd is not None or module.starts_ranked):
+            # the weights it starts from rank already (the simulator's prior, a source
+            # ranker): they are a candidate like every epoch's, so training never returns a
+            # ranker that validates worse than where it started
+            tracker.consider_initial(module, _validation_accuracy(module, dm))
         callbacks: list[Any] = [tracker]
         if has_val and patience is not None:
             callbacks.append(EarlyStopping(monitor="val_pairwise_acc", mode="max",

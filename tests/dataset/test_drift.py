@@ -39,3 +39,21 @@ def test_normalized_reference_noise_leaves_one_out() -> None:
     # ratios: 1/2 (nearest is 2.0), 2/2 (interpolated between 1 and 3), 3/2
     assert noise["measurements"] == 3
     assert noise["median_robust_cv"] == pytest.approx(1.4826 * 0.5)
+
+
+def test_label_margin_is_the_95_percent_band_of_two_labels() -> None:
+    import math
+    import statistics
+
+    from autosync_transfer.dataset.loader import label_margin
+    from autosync_transfer.errors import ConfigError
+
+    df = _table()
+    cv = statistics.stdev([1.0, 2.0]) / 1.5  # the one reference strategy's plain CV
+    assert label_margin(df[df["domain"] == "d"]) == pytest.approx(
+        math.expm1(1.959964 * math.sqrt(2.0) * cv), rel=1e-5)
+    assert label_margin(df[df["domain"] == "d"], confidence=0.5) < label_margin(
+        df[df["domain"] == "d"])
+    assert label_margin(df[df["domain"] == "e"]) == 0.0  # no re-measurement: every pair counts
+    with pytest.raises(ConfigError, match="confidence must be in"):
+        label_margin(df, confidence=1.0)

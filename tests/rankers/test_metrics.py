@@ -126,3 +126,17 @@ def test_noise_ceiling_by_hand() -> None:
         noise_ceiling(y, -0.1)
     with pytest.raises(ValueError, match="> 0"):
         noise_ceiling([0.0, 1.0], sigma)
+
+
+def test_pairwise_accuracy_with_a_margin_counts_only_pairs_apart_by_it() -> None:
+    from autosync_transfer.rankers.metrics import pairwise_accuracy
+
+    runtimes = [1.00, 1.01, 1.50, 2.00]
+    scores = [2.0, 1.0, 3.0, 4.0]  # only the near-tie (1.00, 1.01) is misordered
+    assert pairwise_accuracy(scores, runtimes) == pytest.approx(5 / 6)
+    assert pairwise_accuracy(scores, runtimes, margin=0.05) == pytest.approx(1.0)
+    # relative to the faster of the two: 1.5 vs 2.0 is 33 % apart
+    assert pairwise_accuracy(scores, runtimes, margin=0.4) == pytest.approx(1.0)
+    assert np.isnan(pairwise_accuracy(scores, runtimes, margin=2.0))  # no pair left
+    with pytest.raises(ValueError, match="margin must be >= 0"):
+        pairwise_accuracy(scores, runtimes, margin=-0.1)

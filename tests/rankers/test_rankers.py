@@ -150,3 +150,55 @@ def test_untrained_residual_ranker_orders_as_the_step_simulator() -> None:
     assert all(p.grad is not None for p in module.head.parameters())
     with pytest.raises(ConfigError, match="prior_scale must be > 0"):
         build_ranker("residual", {"prior_scale": 0.0})
+
+
+def _simulated_triple(n: int = 40, seed: int = 3):  # noqa: ANN202
+    """One tiny domain's strategies labelled with the step simulator's own step times."""
+    from autosync_transfer.rankers.stepsim import StepSimulator
+
+    dom = tiny_domain()
+    seen: dict[str, object] = {}
+    for s in tiny_strategies(dom, n, seed=seed):
+        seen.setdefault(s.id, s)
+    strategies = list(seen.values())
+    step = StepSimulator(dom).simulate(strategies)["step_s"]
+    return dom, strategies, [float(x) for x in step]
+
+
+def test_a_residual_ranker_never_validates_below_its_simulator_prior() -> None:
+    """The starting weights (the simulator's order) are a candidate of the best-epoch choice:
+    with labels the simulation already orders perfectly, no epoch validates better, so the
+    trained ranker is the prior (best_epoch -1) and orders as the simulator; with labels that
+    reverse the simulation, training wins and an epoch is kept."""
+    from autosync_transfer.rankers.metrics import pairwise_accuracy
+
+    dom, strategies, step = _simulated_triple()
+    assert len(set(np.round(step, 12))) > 10
+    sim, m = train_simulator("residual", [(dom, strategies, step)], seed=0, max_epochs=3,
+                             hparams={"hidden": 8, "lr": 0.05})
+    assert m["best_epoch"] == -1
+    assert m["best_val_pairwise_acc"] == pytest.approx(1.0)
+    assert pairwise_accuracy(sim.score(strategies, dom), step) == pytest.approx(1.0)
+    reversed_labels = [1.0 / x for x in step]
+    _, m = train_simulator("residual", [(dom, strategies, reversed_labels)], seed=0,
+                           max_epochs=5, hparams={"hidden": 8, "lr": 0.05})
+    assert m["best_epoch"] >= 0
+    assert m["best_val_pairwise_acc"] > 0.0  # the prior validates at 0 on reversed labels
+    # a ranker that starts from random weights has no such candidate
+    _, m = train_simulator("linear", [(dom, strategies, step)], seed=0, max_epochs=2,
+                           hparams={"hidden": 8})
+    assert m["best_epoch"] >= 0
+
+
+def test_the_margin_drops_near_ties_from_validation() -> None:
+    """With ``margin``, the validation accuracy that picks the epoch counts only the pairs whose
+    labels differ by more than it: a prior that misorders only near-ties validates at 1."""
+    dom, strategies, step = _simulated_triple()
+    rng = np.random.default_rng(0)
+    noisy = [x * float(rng.uniform(0.98, 1.02)) for x in step]  # near-ties misordered
+    _, m0 = train_simulator("residual", [(dom, strategies, noisy)], seed=0, max_epochs=1,
+                            hparams={"hidden": 8, "lr": 1e-6})
+    _, m = train_simulator("residual", [(dom, strategies, noisy)], seed=0, max_epochs=1,
+                           hparams={"hidden": 8, "lr": 1e-6, "margin": 0.05})
+    assert m["best_val_pairwise_acc"] == pytest.approx(1.0)
+    assert m["best_val_pairwise_acc"] >= m0["best_val_pairwise_acc"]
