@@ -26,6 +26,7 @@ __all__ = [
     "regret",
     "per_domain",
     "noise_ceiling",
+    "pairwise_gain",
 ]
 
 _BLOCK = 1024  # rows of the pair matrix handled at once (bounds memory to _BLOCK x n)
@@ -178,3 +179,85 @@ def noise_ceiling(runtimes: Any, rel_sigma: float) -> float:
     z = d / (rel_sigma * math.sqrt(2.0))
     erf = np.frompyfunc(math.erf, 1, 1)
     return float(np.mean(0.5 * (1.0 + erf(z / math.sqrt(2.0)).astype(np.float64))))
+
+
+#: strategies of one domain a bootstrap resample of :func:`pairwise_gain` draws from at most
+#: (a seeded subset beyond it; the point gain uses every strategy)
+_GAIN_STRATEGIES = 300
+
+
+def _pair_correct(o: np.ndarray, y: np.ndarray, margin: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(correct, counted)`` n x n: 1 / 0.5 / 0 where the scores order pair (i, j) as the
+    runtimes do / tie it / reverse it, and which pairs count (runtimes apart by more than
+    ``margin``; the upper triangle only)."""
+    diff = y[:, None] - y[None, :]
+    if margin > 0:
+        diff = np.where(np.abs(diff) < margin * np.minimum(y[:, None], y[None, :]), 0.0, diff)
+    counted = np.triu(diff != 0, 1)
+    so, sy = np.sign(o[:, None] - o[None, :]), np.sign(diff)
+    correct = np.where(so == 0, 0.5, (so == sy).astype(np.float64))
+    return np.where(counted, correct, 0.0), counted
+
+
+def pairwise_gain(new: Any, old: Any, runtimes: Any, domains: Any, *, margin: float = 0.0,
+                  confidence: float = 0.95, n_resamples: int = 999, seed: int = 0
+                  ) -> tuple[float, float]:
+    """How much better ``new`` scores order the strategies than ``old`` ones, paired on the same
+    pairs: ``(gain, low)`` with ``gain`` the mean over domains of ``pairwise_accuracy(new) -
+    pairwise_accuracy(old)`` (pairs counted as :func:`pairwise_accuracy` counts them with
+    ``margin``) and ``low`` its one-sided lower ``confidence`` bound from a percentile bootstrap
+    over strategies, resampled within each domain (:func:`scipy.stats.bootstrap`; pairs sharing
+    a strategy are not independent, so the strategy is the unit). ``low > 0``: ``new`` ranks
+    better with that confidence. ``(nan, nan)`` where no pair counts; ``low = gain`` where
+    ``gain <= 0`` (nothing to bound) or every resample gives the same gain."""
+    from scipy.stats import bootstrap
+
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    n_, o_ = _as_pair(new, old)
+    _, y = _as_pair(new, runtimes)
+    d = np.asarray(domains).reshape(-1)
+    if d.size != y.size:
+        raise ValueError(f"domains needs one id per strategy ({y.size}), got {d.size}")
+    rng = np.random.default_rng(seed)
+    deltas: list[tuple[np.ndarray, np.ndarray]] = []
+    gains = []
+    for dom in np.unique(d):
+        sel = np.flatnonzero(d == dom)
+        cn, counted = _pair_correct(n_[sel], y[sel], margin)
+        co, _ = _pair_correct(o_[sel], y[sel], margin)
+        if not counted.any():
+            continue
+        delta = cn - co
+        gains.append(float(delta.sum() / counted.sum()))
+        if sel.size > _GAIN_STRATEGIES:
+            keep = np.sort(rng.choice(sel.size, _GAIN_STRATEGIES, replace=False))
+            delta, counted = delta[np.ix_(keep, keep)], counted[np.ix_(keep, keep)]
+        deltas.append((delta + delta.T, (counted | counted.T).astype(np.float64)))
+    if not gains:
+        return float("nan"), float("nan")
+    gain = float(np.mean(gains))
+    if gain <= 0:
+        return gain, gain
+
+    def stat(*samples: np.ndarray) -> float:
+        values = []
+        for (delta, counted), idx in zip(deltas, samples):
+            # both symmetric with a zero diagonal: a strategy drawn twice pairs with itself
+            # nowhere, and the factor 2 of taking every ordered pair cancels
+            idx = idx.astype(int)
+            c = counted[np.ix_(idx, idx)].sum()
+            if c:
+                values.append(delta[np.ix_(idx, idx)].sum() / c)
+        return float(np.mean(values)) if values else 0.0
+
+    data = tuple(np.arange(delta.shape[0], dtype=np.float64) for delta, _ in deltas)
+    if any(x.size < 2 for x in data):
+        return gain, float("nan")
+    res = bootstrap(data, stat, n_resamples=n_resamples, vectorized=False, paired=False,
+                    confidence_level=confidence, alternative="greater", method="percentile",
+                    rng=np.random.default_rng(seed))
+    low = float(res.confidence_interval.low)
+    return gain, (gain if not np.isfinite(low) else low)

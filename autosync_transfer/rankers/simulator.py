@@ -488,6 +488,9 @@ def _callbacks() -> Any:
             self.best = -math.inf
             self.best_epoch = -1
             self.best_state: dict[str, Tensor] | None = None
+            self.initial: tuple[float, dict[str, Tensor]] | None = None
+            #: (gain, lower bound) of the best epoch's validation accuracy over the start's
+            self.gain: tuple[float, float] | None = None
             self.history: dict[str, list[float]] = {
                 "train_loss": [], "val_loss": [], "val_pairwise_acc": [], "epoch_s": []}
             self._t0 = 0.0
@@ -500,6 +503,13 @@ def _callbacks() -> Any:
             if math.isfinite(acc):
                 self.best, self.best_epoch = acc, -1
                 self.best_state = _copy_state(module.state_dict())
+                self.initial = (acc, self.best_state)
+
+        def keep_initial(self) -> None:
+            """Go back to the weights before the first epoch (``best_epoch`` -1)."""
+            assert self.initial is not None
+            self.best, self.best_state = self.initial
+            self.best_epoch = -1
 
         def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
             if trainer.sanity_checking:
@@ -522,9 +532,10 @@ def _callbacks() -> Any:
     return BestAndHistory()
 
 
-def _validation_accuracy(module: RankerModule, dm: TrialDataModule) -> float:
-    """``val_pairwise_acc`` of ``module`` as it is (the validation epoch's metric: mean over
-    domains, on the pairs its ``margin`` counts)."""
+def _validation_outputs(module: RankerModule, dm: TrialDataModule
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(scores, runtimes, domain ids)`` of ``module`` as it is on the validation split
+    (``None`` where it is empty)."""
     outs = []
     was_training = module.training
     module.eval()
@@ -534,10 +545,45 @@ def _validation_accuracy(module: RankerModule, dm: TrialDataModule) -> float:
                          batch["domain_id"].numpy()))
     module.train(was_training)
     if not outs:
-        return math.nan
+        return None
     o, y, d = (np.concatenate(t) for t in zip(*outs))
-    return float(metrics.per_domain(metrics.pairwise_accuracy, o, y, d,
+    return o, y, d
+
+
+def _validation_accuracy(module: RankerModule, dm: TrialDataModule) -> float:
+    """``val_pairwise_acc`` of ``module`` as it is (the validation epoch's metric: mean over
+    domains, on the pairs its ``margin`` counts)."""
+    out = _validation_outputs(module, dm)
+    if out is None:
+        return math.nan
+    return float(metrics.per_domain(metrics.pairwise_accuracy, *out,
                                     margin=float(module.hparams["margin"])))
+
+
+#: confidence with which a trained epoch must validate better than the weights it started from
+#: to replace them (:func:`~autosync_transfer.rankers.metrics.pairwise_gain`)
+START_CONFIDENCE = 0.95
+
+
+def _gated_best(module: RankerModule, tracker: Any, dm: TrialDataModule, seed: int) -> None:
+    """Where the starting weights were a candidate and an epoch validated above them, keep the
+    epoch only if it ranks the validation strategies better with :data:`START_CONFIDENCE`
+    (paired on the same pairs, bootstrap over strategies): the best of several noisy epochs is
+    not a gain by itself. Otherwise the tracker goes back to the start."""
+    if tracker.initial is None or tracker.best_epoch < 0 or tracker.best_state is None:
+        return
+    module.load_state_dict(tracker.best_state)
+    new = _validation_outputs(module, dm)
+    module.load_state_dict(tracker.initial[1])
+    old = _validation_outputs(module, dm)
+    if new is None or old is None:
+        return
+    gain, low = metrics.pairwise_gain(new[0], old[0], new[1], new[2],
+                                      margin=float(module.hparams["margin"]),
+                                      confidence=START_CONFIDENCE, seed=seed)
+    tracker.gain = (gain, low)
+    if not (math.isfinite(low) and low > 0):
+        tracker.keep_initial()
 
 
 def _as_datamodule(data: Any, *, seed: int, split_seed: int, batch_size: int,
@@ -602,7 +648,10 @@ def train_simulator(
 
     Returns ``(simulator, metrics)``: ``test_pairwise_accuracy``, ``test_kendall_tau``,
     ``test_top1``, ``test_regret`` (means over domains), ``test_per_domain``,
-    ``best_val_pairwise_acc``, ``best_epoch``, ``epochs``, ``fit_s``, ``seconds_per_epoch``,
+    ``best_val_pairwise_acc``, ``best_epoch`` (-1: the starting weights, kept where they
+    already rank and no epoch validated better with 95 % confidence), ``val_gain`` /
+    ``val_gain_low`` (the best epoch's validation gain over those starting weights and its
+    lower bound; ``nan`` where not compared), ``epochs``, ``fit_s``, ``seconds_per_epoch``,
     ``history`` (per epoch: ``train_loss``, ``val_loss``, ``val_pairwise_acc``, ``epoch_s``)
     and the split sizes. See the module docstring for how randomness is seeded.
     """
@@ -635,6 +684,8 @@ def train_simulator(
         epochs=epochs,
         best_epoch=tracker.best_epoch,
         best_val_pairwise_acc=tracker.best if tracker.best_state is not None else float("nan"),
+        val_gain=tracker.gain[0] if tracker.gain else float("nan"),
+        val_gain_low=tracker.gain[1] if tracker.gain else float("nan"),
         fit_s=fit_s,
         seconds_per_epoch=fit_s / max(epochs, 1),
         history=copy.deepcopy(tracker.history),
@@ -727,6 +778,7 @@ def _fit(kind: str, dm: TrialDataModule, *, hparams: Mapping[str, Any] | None,
         )
         t0 = time.perf_counter()
         trainer.fit(module, datamodule=dm)
+        _gated_best(module, tracker, dm, seed)
         fit_s = time.perf_counter() - t0
     if tracker.best_state is not None:
         module.load_state_dict(tracker.best_state)
@@ -747,5 +799,6 @@ def _metrics(test: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, Any
 def _loggable(out: Mapping[str, Any]) -> dict[str, float]:
     """The scalar, finite metrics of ``out`` (for a logger)."""
     keys = ("test_pairwise_accuracy", "test_kendall_tau", "test_top1", "test_regret",
-            "best_val_pairwise_acc", "best_epoch", "epochs", "fit_s", "seconds_per_epoch")
+            "best_val_pairwise_acc", "best_epoch", "val_gain", "val_gain_low", "epochs", "fit_s",
+            "seconds_per_epoch")
     return {k: float(out[k]) for k in keys if k in out and math.isfinite(float(out[k]))}

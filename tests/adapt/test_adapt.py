@@ -398,7 +398,9 @@ def misled_sources(source_df: Any) -> dict[str, Any]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return {kind: train_simulator(kind, table, hparams=hp, seed=0, max_epochs=5,
+        # epochs enough for the residual's learned part to validate above its prior with
+        # confidence (an epoch replaces the prior only then)
+        return {kind: train_simulator(kind, table, hparams=hp, seed=0, max_epochs=12,
                                       patience=None, batch_size=16)[0]
                 for kind, hp in (("linear", None), ("residual", {"prior_scale": 0.1}))}
     finally:

@@ -140,3 +140,45 @@ def test_pairwise_accuracy_with_a_margin_counts_only_pairs_apart_by_it() -> None
     assert np.isnan(pairwise_accuracy(scores, runtimes, margin=2.0))  # no pair left
     with pytest.raises(ValueError, match="margin must be >= 0"):
         pairwise_accuracy(scores, runtimes, margin=-0.1)
+
+
+def test_pairwise_gain_is_paired_and_bounded_by_a_bootstrap_over_strategies() -> None:
+    """``pairwise_gain(new, old, ...)``: the gain in pairwise accuracy on the same pairs and a
+    one-sided lower bound; a clear gain is bounded above 0, a pair or two flipped out of
+    hundreds is not, and a loss is its own bound."""
+    from autosync_transfer.rankers.metrics import pairwise_gain
+
+    rng = np.random.default_rng(0)
+    y = rng.uniform(1.0, 2.0, 40)
+    dom = np.zeros(40)
+    old = y + rng.normal(0.0, 0.3, 40)
+    good = y + rng.normal(0.0, 0.05, 40)
+    gain, low = pairwise_gain(good, old, y, dom)
+    assert gain == pytest.approx(pairwise_accuracy(good, y) - pairwise_accuracy(old, y))
+    assert 0.0 < low < gain
+    # one adjacent pair swapped into the right order: a gain of 1/780, not a confident one
+    order = np.argsort(old)
+    wrong = next(k for k in range(39) if y[order[k]] > y[order[k + 1]])
+    tweaked = old.copy()
+    a, b = order[wrong], order[wrong + 1]
+    tweaked[a], tweaked[b] = old[b], old[a]
+    gain, low = pairwise_gain(tweaked, old, y, dom)
+    assert gain == pytest.approx(1.0 / 780.0)
+    assert low <= 0.0
+    # a loss, nothing to bound; identical scores gain 0
+    assert pairwise_gain(old, good, y, dom)[0] == pairwise_gain(old, good, y, dom)[1] < 0
+    assert pairwise_gain(old, old, y, dom) == (0.0, 0.0)
+    # the mean over domains, each on its own pairs; the margin drops near ties as
+    # pairwise_accuracy does
+    y2 = np.concatenate([y, y * 3.0])
+    gain2, _ = pairwise_gain(np.concatenate([good, old * 3.0]), np.concatenate([old, old * 3.0]),
+                             y2, np.repeat([0, 1], 40))
+    assert gain2 == pytest.approx(pairwise_gain(good, old, y, dom)[0] / 2.0)
+    gm, _ = pairwise_gain(good, old, y, dom, margin=0.1)
+    assert gm == pytest.approx(pairwise_accuracy(good, y, margin=0.1)
+                               - pairwise_accuracy(old, y, margin=0.1))
+    assert all(np.isnan(pairwise_gain(old, old, np.ones(40), dom)))
+    with pytest.raises(ValueError, match="confidence must be in"):
+        pairwise_gain(good, old, y, dom, confidence=1.0)
+    with pytest.raises(ValueError, match="margin must be >= 0"):
+        pairwise_gain(good, old, y, dom, margin=-1.0)

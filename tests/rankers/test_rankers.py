@@ -4,6 +4,7 @@ cost model."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -168,8 +169,7 @@ def _simulated_triple(n: int = 40, seed: int = 3):  # noqa: ANN202
 def test_a_residual_ranker_never_validates_below_its_simulator_prior() -> None:
     """The starting weights (the simulator's order) are a candidate of the best-epoch choice:
     with labels the simulation already orders perfectly, no epoch validates better, so the
-    trained ranker is the prior (best_epoch -1) and orders as the simulator; with labels that
-    reverse the simulation, training wins and an epoch is kept."""
+    trained ranker is the prior (best_epoch -1) and orders as the simulator."""
     from autosync_transfer.rankers.metrics import pairwise_accuracy
 
     dom, strategies, step = _simulated_triple()
@@ -179,15 +179,42 @@ def test_a_residual_ranker_never_validates_below_its_simulator_prior() -> None:
     assert m["best_epoch"] == -1
     assert m["best_val_pairwise_acc"] == pytest.approx(1.0)
     assert pairwise_accuracy(sim.score(strategies, dom), step) == pytest.approx(1.0)
+    # with labels that reverse the simulation an epoch validates above the prior (0), but on
+    # six validation strategies a pair or two is no confident gain: the prior stays
     reversed_labels = [1.0 / x for x in step]
     _, m = train_simulator("residual", [(dom, strategies, reversed_labels)], seed=0,
                            max_epochs=5, hparams={"hidden": 8, "lr": 0.05})
-    assert m["best_epoch"] >= 0
-    assert m["best_val_pairwise_acc"] > 0.0  # the prior validates at 0 on reversed labels
+    assert m["val_strategies"] == 6 and m["val_gain"] > 0
+    assert m["best_epoch"] == -1 and m["val_gain_low"] <= 0
+    assert m["best_val_pairwise_acc"] == pytest.approx(0.0)
     # a ranker that starts from random weights has no such candidate
     _, m = train_simulator("linear", [(dom, strategies, step)], seed=0, max_epochs=2,
                            hparams={"hidden": 8})
     assert m["best_epoch"] >= 0
+
+
+def test_an_epoch_replaces_the_prior_only_when_it_validates_better_with_confidence() -> None:
+    """The best of several noisy epochs is not a gain by itself: an epoch replaces the starting
+    weights only where its validation gain over them has a lower 95 % bound above 0
+    (``val_gain_low``); on labels that reverse the simulation it has, on noisy labels an epoch
+    that validates as the start does not replace it."""
+    dom, strategies, step = _simulated_triple(n=120)
+    rng = np.random.default_rng(0)
+    noisy = [x * float(np.exp(rng.normal(0.0, 0.2))) for x in step]
+    _, m = train_simulator("residual", [(dom, strategies, noisy)], seed=0, max_epochs=2,
+                           hparams={"hidden": 8, "lr": 1e-3})
+    assert m["best_epoch"] == -1
+    assert not (m["val_gain_low"] > 0)  # nan (never compared) or no confident gain
+    reversed_labels = [1.0 / x for x in step]
+    _, m = train_simulator("residual", [(dom, strategies, reversed_labels)], seed=0,
+                           max_epochs=5, hparams={"hidden": 8, "lr": 0.05})
+    assert m["best_epoch"] >= 0
+    assert 0 < m["val_gain_low"] <= m["val_gain"]
+    assert m["val_gain"] == pytest.approx(m["best_val_pairwise_acc"], abs=1e-6)  # from 0
+    # a ranker that starts from random weights is never compared
+    _, m = train_simulator("linear", [(dom, strategies, step)], seed=0, max_epochs=2,
+                           hparams={"hidden": 8})
+    assert math.isnan(m["val_gain"]) and m["best_epoch"] >= 0
 
 
 def test_the_margin_drops_near_ties_from_validation() -> None:
