@@ -76,14 +76,14 @@ def main() -> int:
     if not tables or not tables <= {"split", "resolved"}:
         print(f"--tables must name split and/or resolved, got {args.tables!r}", file=sys.stderr)
         return 2
-    if args.margin != "noise":
-        try:
-            if not float(args.margin) >= 0:
-                raise ValueError
-        except ValueError:
-            print(f"--margin must be noise or a number >= 0, got {args.margin!r}",
-                  file=sys.stderr)
-            return 2
+    from autosync_transfer.dataset.loader import parse_margin
+    from autosync_transfer.errors import ConfigError
+
+    try:
+        args.margin_value = parse_margin(args.margin)
+    except ConfigError as e:
+        print(f"--{e}", file=sys.stderr)
+        return 2
 
     import torch
 
@@ -122,7 +122,7 @@ def margin_hparams(args, sub) -> dict[str, float] | None:  # noqa: ANN001
     """The learned rankers' hyper-parameters for one domain's trials ``sub``: ``--margin``."""
     from autosync_transfer.dataset.loader import label_margin
 
-    margin = label_margin(sub) if args.margin == "noise" else float(args.margin)
+    margin = label_margin(sub) if args.margin_value is None else args.margin_value
     return {"margin": margin} if margin > 0 else None
 
 

@@ -136,14 +136,14 @@ def main() -> int:
     if hparams is not None and not isinstance(hparams, dict):
         print(f"--hparams must be a JSON object, got {args.hparams!r}", file=sys.stderr)
         return 2
-    if args.margin != "noise":
-        try:
-            if not float(args.margin) >= 0:
-                raise ValueError
-        except ValueError:
-            print(f"--margin must be noise or a number >= 0, got {args.margin!r}",
-                  file=sys.stderr)
-            return 2
+    from autosync_transfer.dataset.loader import parse_margin
+    from autosync_transfer.errors import ConfigError
+
+    try:
+        args.margin_value = parse_margin(args.margin)
+    except ConfigError as e:
+        print(f"--{e}", file=sys.stderr)
+        return 2
     if args.min_eval < 2:
         print(f"--min-eval must be >= 2, got {args.min_eval}", file=sys.stderr)
         return 2
@@ -213,7 +213,7 @@ def main() -> int:
             continue
         source_data = target_data(sdom, src_df)
         tgt_data = target_data(tdom, tgt_df)
-        margin = label_margin(src_df) if args.margin == "noise" else float(args.margin)
+        margin = label_margin(src_df) if args.margin_value is None else args.margin_value
         src_hparams = {**(hparams or {}), "margin": margin} if margin > 0 else hparams
         source = FromScratch(args.ranker, hparams=src_hparams, training=training).fit(
             None, source_data, seed=0).simulator

@@ -51,6 +51,7 @@ __all__ = [
     "normalized_reference_noise",
     "normalized_noise_ceiling",
     "label_margin",
+    "parse_margin",
     "superseded_ids",
     "valid_remeasurement",
     "file_meta",
@@ -479,6 +480,21 @@ def label_margin(df: pandas.DataFrame, *, confidence: float = 0.95) -> float:
         return 0.0
     z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
     return math.expm1(z * math.sqrt(2.0) * float(noise["median_cv"]))
+
+
+def parse_margin(value: str) -> float | None:
+    """A ranker margin as a user writes it: ``"noise"`` (``None``: each domain's
+    :func:`label_margin`) or a relative margin >= 0; a :class:`ConfigError` naming the value
+    otherwise."""
+    if value == "noise":
+        return None
+    try:
+        margin = float(value)
+    except ValueError:
+        margin = math.nan
+    if not margin >= 0:
+        raise ConfigError(f"margin must be noise or a number >= 0, got {value!r}")
+    return margin
 
 
 def describe_domain(

@@ -57,3 +57,15 @@ def test_label_margin_is_the_95_percent_band_of_two_labels() -> None:
     assert label_margin(df[df["domain"] == "e"]) == 0.0  # no re-measurement: every pair counts
     with pytest.raises(ConfigError, match="confidence must be in"):
         label_margin(df, confidence=1.0)
+
+
+def test_parse_margin_takes_noise_or_a_number_and_names_a_bad_value() -> None:
+    from autosync_transfer.dataset.loader import parse_margin
+    from autosync_transfer.errors import ConfigError
+
+    assert parse_margin("noise") is None
+    assert parse_margin("0") == 0.0 and parse_margin("0.15") == pytest.approx(0.15)
+    for bad in ("-0.1", "nan", "wide", ""):
+        with pytest.raises(ConfigError) as e:
+            parse_margin(bad)
+        assert str(e.value) == f"margin must be noise or a number >= 0, got {bad!r}"
