@@ -43,6 +43,15 @@ def _as_pair(scores: Any, runtimes: Any) -> tuple[np.ndarray, np.ndarray]:
     return o, y
 
 
+def _label_diff(ya: np.ndarray, yb: np.ndarray, margin: float) -> np.ndarray:
+    """``ya[:, None] - yb[None, :]``, with the pairs within ``margin`` of the faster of the two
+    set to 0 (tied): how every metric here counts a pair's labels."""
+    diff = ya[:, None] - yb[None, :]
+    if margin > 0:
+        diff = np.where(np.abs(diff) < margin * np.minimum(ya[:, None], yb[None, :]), 0.0, diff)
+    return diff
+
+
 def _pair_counts(o: np.ndarray, y: np.ndarray, margin: float = 0.0
                  ) -> tuple[int, int, int, int, int]:
     """Over unordered pairs: (concordant, discordant, tied in scores only, tied in runtimes
@@ -54,11 +63,7 @@ def _pair_counts(o: np.ndarray, y: np.ndarray, margin: float = 0.0
         rows = np.arange(a, min(n, a + _BLOCK))
         upper = np.arange(n)[None, :] > rows[:, None]
         so = np.sign(o[rows, None] - o[None, :])[upper]
-        diff = y[rows, None] - y[None, :]
-        if margin > 0:
-            diff = np.where(np.abs(diff) < margin * np.minimum(y[rows, None], y[None, :]),
-                            0.0, diff)
-        sy = np.sign(diff)[upper]
+        sy = np.sign(_label_diff(y[rows], y, margin))[upper]
         prod = so * sy
         conc += int((prod > 0).sum())
         disc += int((prod < 0).sum())
@@ -190,9 +195,7 @@ def _pair_correct(o: np.ndarray, y: np.ndarray, margin: float) -> tuple[np.ndarr
     """``(correct, counted)`` n x n: 1 / 0.5 / 0 where the scores order pair (i, j) as the
     runtimes do / tie it / reverse it, and which pairs count (runtimes apart by more than
     ``margin``; the upper triangle only)."""
-    diff = y[:, None] - y[None, :]
-    if margin > 0:
-        diff = np.where(np.abs(diff) < margin * np.minimum(y[:, None], y[None, :]), 0.0, diff)
+    diff = _label_diff(y, y, margin)
     counted = np.triu(diff != 0, 1)
     so, sy = np.sign(o[:, None] - o[None, :]), np.sign(diff)
     correct = np.where(so == 0, 0.5, (so == sy).astype(np.float64))

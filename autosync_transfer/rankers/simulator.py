@@ -489,6 +489,7 @@ def _callbacks() -> Any:
             self.best_epoch = -1
             self.best_state: dict[str, Tensor] | None = None
             self.initial: tuple[float, dict[str, Tensor]] | None = None
+            self.initial_outputs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
             #: (gain, lower bound) of the best epoch's validation accuracy over the start's
             self.gain: tuple[float, float] | None = None
             self.history: dict[str, list[float]] = {
@@ -498,12 +499,16 @@ def _callbacks() -> Any:
         def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
             self._t0 = time.perf_counter()
 
-        def consider_initial(self, module: Any, acc: float) -> None:
-            """The weights before the first epoch as a candidate (``best_epoch`` -1)."""
+        def consider_initial(self, module: Any, dm: Any) -> None:
+            """The weights before the first epoch as a candidate (``best_epoch`` -1), with
+            their validation outputs (what an epoch's gain is paired against)."""
+            outputs = _validation_outputs(module, dm)
+            acc = _validation_accuracy(module, outputs)
             if math.isfinite(acc):
                 self.best, self.best_epoch = acc, -1
                 self.best_state = _copy_state(module.state_dict())
                 self.initial = (acc, self.best_state)
+                self.initial_outputs = outputs
 
         def keep_initial(self) -> None:
             """Go back to the weights before the first epoch (``best_epoch`` -1)."""
@@ -550,10 +555,10 @@ def _validation_outputs(module: RankerModule, dm: TrialDataModule
     return o, y, d
 
 
-def _validation_accuracy(module: RankerModule, dm: TrialDataModule) -> float:
-    """``val_pairwise_acc`` of ``module`` as it is (the validation epoch's metric: mean over
-    domains, on the pairs its ``margin`` counts)."""
-    out = _validation_outputs(module, dm)
+def _validation_accuracy(module: RankerModule,
+                         out: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> float:
+    """``val_pairwise_acc`` of ``module``'s validation outputs ``out`` (the validation epoch's
+    metric: mean over domains, on the pairs its ``margin`` counts)."""
     if out is None:
         return math.nan
     return float(metrics.per_domain(metrics.pairwise_accuracy, *out,
@@ -570,13 +575,12 @@ def _gated_best(module: RankerModule, tracker: Any, dm: TrialDataModule, seed: i
     epoch only if it ranks the validation strategies better with :data:`START_CONFIDENCE`
     (paired on the same pairs, bootstrap over strategies): the best of several noisy epochs is
     not a gain by itself. Otherwise the tracker goes back to the start."""
-    if tracker.initial is None or tracker.best_epoch < 0 or tracker.best_state is None:
+    old = tracker.initial_outputs
+    if old is None or tracker.best_epoch < 0 or tracker.best_state is None:
         return
     module.load_state_dict(tracker.best_state)
     new = _validation_outputs(module, dm)
-    module.load_state_dict(tracker.initial[1])
-    old = _validation_outputs(module, dm)
-    if new is None or old is None:
+    if new is None:
         return
     gain, low = metrics.pairwise_gain(new[0], old[0], new[1], new[2],
                                       margin=float(module.hparams["margin"]),
@@ -755,7 +759,7 @@ def _fit(kind: str, dm: TrialDataModule, *, hparams: Mapping[str, Any] | None,
             # the weights it starts from rank already (the simulator's prior, a source
             # ranker): they are a candidate like every epoch's, so training never returns a
             # ranker that validates worse than where it started
-            tracker.consider_initial(module, _validation_accuracy(module, dm))
+            tracker.consider_initial(module, dm)
         callbacks: list[Any] = [tracker]
         if has_val and patience is not None:
             callbacks.append(EarlyStopping(monitor="val_pairwise_acc", mode="max",
