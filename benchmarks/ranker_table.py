@@ -25,19 +25,23 @@ against the consensus-fastest, ``rg_res`` = against the confidently-best (0 wher
 tell the pick from the fastest; ``dataset.repeat.ranking_figures``), means over seeds.
 ``--repeats DIRS`` (comma-separated folders) holds the repeat files where none sits beside a store
 (another machine type's *twin* stores, e.g. ``--stores benchmarks/results/machines/intel-xeon/trials
---repeats datasets/trials``, run with that machine type's physics in ``$AUTOSYNC_PROFILES_DIR`` and
-``$AUTOSYNC_CALIBRATIONS_DIR``); the runs of the store's own machine type judge it
-(``dataset.repeat.STORE_MACHINE``).
+--repeats datasets/trials``, run with that machine type's physics); the runs of the store's own
+machine type judge it (``dataset.repeat.STORE_MACHINE``). The physics is the product's lookup:
+the newest profile and calibration pair of one machine type across the shipped folders and
+``$AUTOSYNC_PROFILES_DIR`` / ``$AUTOSYNC_CALIBRATIONS_DIR``, so physics older than the shipped is
+used by running in a worktree whose ``datasets/profiles`` and ``datasets/calibrations`` hold it.
 ``--margin noise`` trains every learned ranker on the pairs its domain's labels can order
 (``dataset.loader.label_margin``: the labels' 95 % noise band from the reference
 re-measurements; the validation accuracy that picks the epoch counts the same pairs); a number
-is one relative margin for every domain; the default 0 counts every pair. ``--tables resolved``
+is one relative margin for every domain; the default 0 counts every pair. ``--start-margin``
+(noise or a number; default ``--margin``'s) is the label gap counted where an epoch is weighed
+against starting weights that already rank (``train_simulator(start_margin=)``). ``--tables resolved``
 prints the second table only.
 ``--out FILE`` appends the tables, headed by the command line, to FILE.
 
     python benchmarks/ranker_table.py [--seeds 3] [--epochs 60] [--min-trials 40]
         [--kinds analytical,stepsim,linear,rnn,gat,transformer] [--margin 0|noise|FLOAT]
-        [--tables split,resolved] [--out FILE]
+        [--start-margin 0|noise|FLOAT] [--tables split,resolved] [--out FILE]
 """
 
 from __future__ import annotations
@@ -67,6 +71,10 @@ def main() -> int:
     ap.add_argument("--margin", default="0",
                     help="the ranking loss's relative margin: noise (each domain's label "
                          "noise band, dataset.loader.label_margin) or a number (default 0)")
+    ap.add_argument("--start-margin", default=None,
+                    help="the label gap the gate counts when an epoch is weighed against "
+                         "starting weights that already rank: noise or a number (default: "
+                         "--margin's)")
     ap.add_argument("--tables", default="split,resolved",
                     help="which tables: split (the test splits), resolved (the re-measured "
                          "strategies), comma-separated")
@@ -81,6 +89,8 @@ def main() -> int:
 
     try:
         args.margin_value = parse_margin(args.margin)
+        args.start_margin_value = (args.margin_value if args.start_margin is None
+                                   else parse_margin(args.start_margin))
     except ConfigError as e:
         print(f"--{e}", file=sys.stderr)
         return 2
@@ -126,6 +136,13 @@ def margin_hparams(args, sub) -> dict[str, float] | None:  # noqa: ANN001
     return {"margin": margin} if margin > 0 else None
 
 
+def start_margin(args, sub) -> float:  # noqa: ANN001
+    """The start gate's label gap for one domain's trials ``sub``: ``--start-margin``."""
+    from autosync_transfer.dataset.loader import label_margin
+
+    return label_margin(sub) if args.start_margin_value is None else args.start_margin_value
+
+
 def split_table(df, domains, counts, kinds: list[str], args, out) -> None:  # noqa: ANN001
     """The kinds on every domain's seeded test split."""
     from autosync_transfer.dataset.loader import (normalized_noise_ceiling, reference_noise,
@@ -150,11 +167,13 @@ def split_table(df, domains, counts, kinds: list[str], args, out) -> None:  # no
         cells = []
         accs: dict[str, float] = {}
         hparams = margin_hparams(args, sub)
+        gate = start_margin(args, sub)
         for kind in kinds:
             pa, t1, rg = [], [], []
             for seed in range(args.seeds):
                 _, m = train_simulator(kind, table, seed=seed, max_epochs=args.epochs,
-                                       hparams=hparams if kind not in PHYSICS else None)
+                                       hparams=hparams if kind not in PHYSICS else None,
+                                       start_margin=gate)
                 pa.append(m["test_pairwise_accuracy"])
                 t1.append(m["test_top1"])
                 rg.append(m["test_regret"])
@@ -216,11 +235,13 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
         cells = []
         n_res = 0
         hparams = margin_hparams(args, sub)
+        gate = start_margin(args, sub)
         for kind in kinds:
             figs = []
             for seed in range(args.seeds):
                 sim, _ = train_simulator(kind, train, seed=seed, max_epochs=args.epochs,
-                                         hparams=hparams if kind not in PHYSICS else None)
+                                         hparams=hparams if kind not in PHYSICS else None,
+                                         start_margin=gate)
                 pred = sim.score(list(test["strategy"]), domain)
                 figs.append(ranking_figures(dict(zip(test["strategy_id"], map(float, pred))), rep))
             n_res = figs[0]["resolved_pairs"]

@@ -44,7 +44,9 @@ bert-3l-C -> bert-3l-heldout, ncf-A -> ncf-heldout, vgg16-s-A -> vgg16-s-heldout
 default ones (with ``--settings``, exactly the given pairs run: ``--heldout`` then only supplies
 the stores). ``--margin noise`` trains the source on the pairs its labels can order
 (``dataset.loader.label_margin`` of the source's trials; fine-tuning keeps the source's
-hyper-parameters, margin included). ``--out FILE`` appends the tables, headed by the command
+hyper-parameters, margin included); ``--start-margin`` (noise or a number; default
+``--margin``'s) is the label gap the source's training counts where an epoch is weighed against
+its starting weights (``ShotTraining.start_margin``). ``--out FILE`` appends the tables, headed by the command
 line, to FILE.
 
     python benchmarks/transfer_table.py [--seeds 3] [--epochs 40] [--settings bert-A:bert-B,...]
@@ -55,6 +57,7 @@ line, to FILE.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -117,6 +120,10 @@ def main() -> int:
                     help="the source ranker's relative margin: noise (the source's label "
                          "noise band, dataset.loader.label_margin) or a number (default 0); "
                          "fine-tuning keeps the source's")
+    ap.add_argument("--start-margin", default=None,
+                    help="the label gap the source's training counts when an epoch is weighed "
+                         "against its simulator prior: noise (the source's label noise band) or "
+                         "a number (default: --margin's)")
     ap.add_argument("--min-eval", type=int, default=10,
                     help="hold out at least this many target strategies for evaluation")
     ap.add_argument("--out", default=None, help="append the tables to this file")
@@ -141,6 +148,8 @@ def main() -> int:
 
     try:
         args.margin_value = parse_margin(args.margin)
+        args.start_margin_value = (args.margin_value if args.start_margin is None
+                                   else parse_margin(args.start_margin))
     except ConfigError as e:
         print(f"--{e}", file=sys.stderr)
         return 2
@@ -215,7 +224,10 @@ def main() -> int:
         tgt_data = target_data(tdom, tgt_df)
         margin = label_margin(src_df) if args.margin_value is None else args.margin_value
         src_hparams = {**(hparams or {}), "margin": margin} if margin > 0 else hparams
-        source = FromScratch(args.ranker, hparams=src_hparams, training=training).fit(
+        gate = (label_margin(src_df) if args.start_margin_value is None
+                else args.start_margin_value)
+        source = FromScratch(args.ranker, hparams=src_hparams,
+                             training=dataclasses.replace(training, start_margin=gate)).fit(
             None, source_data, seed=0).simulator
         split = split_target(tdom, tgt_data, split_seed=0,
                              holdout_fraction=holdout_fraction(len(tgt_data), args.min_eval))

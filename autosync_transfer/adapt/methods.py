@@ -108,7 +108,8 @@ class FineTune(Adapter):
         def head(dm: ShotDataModule, max_epochs: int, patience: int | None, seed: int
                  ) -> tuple[Simulator, dict[str, Any]]:
             return train_simulator(src.kind, dm, seed=seed, max_epochs=max_epochs,
-                                   patience=patience, init_state=src, freeze="body")
+                                   patience=patience, init_state=src, freeze="body",
+                                   start_margin=self.training.start_margin)
 
         return full if self.mode == "full" else head
 
@@ -139,7 +140,8 @@ class FromScratch(Adapter):
         def train(dm: ShotDataModule, max_epochs: int, patience: int | None, seed: int
                   ) -> tuple[Simulator, dict[str, Any]]:
             return train_simulator(kind, dm, hparams=self.hparams, seed=seed,
-                                   max_epochs=max_epochs, patience=patience)
+                                   max_epochs=max_epochs, patience=patience,
+                                   start_margin=self.training.start_margin)
 
         sim, details = fit_on_shots(train, shots, self.training, seed=seed, costmodel_config=cm)
         return Adapted(sim, self.name, len(shots), {"kind": kind, **details})

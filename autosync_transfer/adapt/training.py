@@ -64,7 +64,9 @@ class ShotTraining:
     early stopping after ``patience`` epochs without improvement (``None``: never),
     ``batch_size`` strategies per batch, ``val_fraction`` of the shots for validation when
     ``N >= cv_below``, else ``folds``-fold cross-validation, ``few_epochs`` when N < 4;
-    ``refit``: after a validation split has chosen the epochs, train them on all shots."""
+    ``refit``: after a validation split has chosen the epochs, train them on all shots;
+    ``start_margin``: the label gap an epoch's gain over weights that already rank counts
+    (``train_simulator(start_margin=)``; ``None``: the ranker's margin)."""
 
     max_epochs: int = 60
     patience: int | None = 10
@@ -74,8 +76,11 @@ class ShotTraining:
     folds: int = 5
     few_epochs: int = 20
     refit: bool = False
+    start_margin: float | None = None
 
     def __post_init__(self) -> None:
+        if self.start_margin is not None and not self.start_margin >= 0:
+            raise ConfigError(f"start_margin must be >= 0, got {self.start_margin}")
         if self.max_epochs < 1 or self.few_epochs < 1:
             raise ConfigError(f"max_epochs and few_epochs must be >= 1, got "
                               f"max_epochs={self.max_epochs}, few_epochs={self.few_epochs}")
@@ -99,9 +104,13 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
     that chose them). Fewer than 2 shots is a :class:`ConfigError`.
 
     ``source``: the simulator training starts from (fine-tuning). It is then a candidate of the
-    selection too, as "epoch 0": when no trained epoch beats its validation (or mean
-    cross-validation) pairwise accuracy, ``source`` itself is returned and ``details`` says
-    ``kept_source: True``; a fine-tuning that does not help on the shots never replaces it."""
+    selection too, as "epoch 0": the trained simulator replaces it only where it ranks the
+    validation strategies (with cross-validation: each fold's, trained anew for the chosen
+    epochs, out of fold) better than ``source`` with 95 % confidence
+    (:func:`~autosync_transfer.rankers.metrics.pairwise_gain`, reported as ``val_gain`` /
+    ``val_gain_low`` or ``cv_gain`` / ``cv_gain_low``); otherwise ``source`` itself is returned
+    and ``details`` says ``kept_source: True``. A best epoch of several noisy ones, or the
+    best of a mean curve, is not a gain by itself."""
     n = len(shots)
     if n < 2:
         raise ConfigError(f"training on target trials needs at least 2 of them, got {n}")
@@ -126,6 +135,11 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
             details["source_val_pairwise_acc"] = _finite(kept)
             if math.isfinite(kept) and (trained is None or kept >= trained):
                 return source, {**details, "kept_source": True, "val_pairwise_acc": kept}
+            if math.isfinite(kept):
+                gain, low = _gain_over_source([(sim, val)], source, shots, config, seed)
+                details.update(val_gain=gain, val_gain_low=low)
+                if not low > 0:  # the best epoch's lead is not a confident one
+                    return source, {**details, "kept_source": True, "val_pairwise_acc": kept}
             details["kept_source"] = False
         if config.refit:
             epochs = int(out["best_epoch"]) + 1 if int(out["best_epoch"]) >= 0 else int(out["epochs"])
@@ -157,15 +171,70 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
                    "cv_pairwise_acc": _finite(cv)}
         if source is not None:
             details["source_cv_pairwise_acc"] = _finite(source_cv)
+            kept = {**details, "epochs": 0, "kept_source": True, "cv_pairwise_acc": source_cv}
             if math.isfinite(source_cv) and (not math.isfinite(cv) or source_cv >= cv):
-                return source, {**details, "epochs": 0, "kept_source": True,
-                                "cv_pairwise_acc": source_cv}
+                return source, kept
+            if math.isfinite(source_cv):
+                # the epoch count was chosen as the best of a mean curve: it replaces the
+                # source only where, trained anew per fold, it ranks the folds' strategies
+                # better out of fold with confidence
+                trained_folds = []
+                for fold in folds:
+                    held = [ids[i] for i in fold]
+                    trained_folds.append((train(module({s: "val" for s in held}), epochs,
+                                                None, seed)[0], held))
+                gain, low = _gain_over_source(trained_folds, source, shots, config, seed)
+                details.update(cv_gain=gain, cv_gain_low=low)
+                if not low > 0:
+                    return source, {**kept, "cv_gain": gain, "cv_gain_low": low}
             details["kept_source"] = False
         sim, _ = train(module({}), epochs, None, seed)
         return sim, details
     epochs = min(config.few_epochs, config.max_epochs)
     sim, _ = train(module({}), epochs, None, seed)
     return sim, {"selection": "fixed epochs (too few shots to validate)", "epochs": epochs}
+
+
+def _gain_over_source(candidates: list[tuple[Simulator, list[str]]], source: Simulator,
+                      shots: TargetData, config: ShotTraining, seed: int
+                      ) -> tuple[float, float]:
+    """The validation gain of trained simulators over the ``source`` they started from and its
+    one-sided lower bound at :data:`~autosync_transfer.rankers.simulator.START_CONFIDENCE`
+    (:func:`~autosync_transfer.rankers.metrics.pairwise_gain`: paired on the same pairs,
+    bootstrap over strategies). ``candidates`` are ``(trained, validation ids)``, each judged on
+    its own validation strategies of ``shots`` (the folds of a cross-validation pooled, a pair
+    counted only within one fold); pairs whose labels differ by less than
+    ``config.start_margin`` (default: the source's margin) do not count."""
+    from autosync_transfer.rankers import metrics
+    from autosync_transfer.rankers.simulator import START_CONFIDENCE
+
+    index = {s: i for i, s in enumerate(shots.strategy_ids)}
+    runtimes = np.asarray(shots.runtimes_s, dtype=np.float64)
+
+    def scores(sim: Simulator, rows: list[int]) -> np.ndarray:
+        if shots.launcher is not None:
+            sim = sim.with_launcher(shots.launcher)
+        return np.asarray(sim.score([shots.strategies[i] for i in rows], shots.domain),
+                          dtype=np.float64)
+
+    new, old, y, groups = [], [], [], []
+    for j, (trained, val_ids) in enumerate(candidates):
+        rows = [index[s] for s in val_ids]
+        if len(rows) < 2:
+            continue
+        new.append(scores(trained, rows))
+        old.append(scores(source, rows))
+        y.append(runtimes[rows])
+        groups.append(np.full(len(rows), j, dtype=np.int64))
+    if not new:
+        return math.nan, math.nan
+    margin = config.start_margin
+    if margin is None:
+        hparams = source.config().get("hparams") or {}
+        margin = float(hparams.get("margin", 0.0) or 0.0)
+    return metrics.pairwise_gain(np.concatenate(new), np.concatenate(old), np.concatenate(y),
+                                 np.concatenate(groups), margin=margin,
+                                 confidence=START_CONFIDENCE, seed=seed)
 
 
 def _source_accuracy(source: Simulator, dm: ShotDataModule) -> float:

@@ -570,11 +570,13 @@ def _validation_accuracy(module: RankerModule,
 START_CONFIDENCE = 0.95
 
 
-def _gated_best(module: RankerModule, tracker: Any, dm: TrialDataModule, seed: int) -> None:
+def _gated_best(module: RankerModule, tracker: Any, dm: TrialDataModule, seed: int,
+                margin: float | None = None) -> None:
     """Where the starting weights were a candidate and an epoch validated above them, keep the
     epoch only if it ranks the validation strategies better with :data:`START_CONFIDENCE`
     (paired on the same pairs, bootstrap over strategies): the best of several noisy epochs is
-    not a gain by itself. Otherwise the tracker goes back to the start."""
+    not a gain by itself. Otherwise the tracker goes back to the start. ``margin``: the label
+    gap the comparison counts (default: the ranker's)."""
     old = tracker.initial_outputs
     if old is None or tracker.best_epoch < 0 or tracker.best_state is None:
         return
@@ -583,7 +585,8 @@ def _gated_best(module: RankerModule, tracker: Any, dm: TrialDataModule, seed: i
     if new is None:
         return
     gain, low = metrics.pairwise_gain(new[0], old[0], new[1], new[2],
-                                      margin=float(module.hparams["margin"]),
+                                      margin=float(module.hparams["margin"] if margin is None
+                                                   else margin),
                                       confidence=START_CONFIDENCE, seed=seed)
     tracker.gain = (gain, low)
     if not (math.isfinite(low) and low > 0):
@@ -632,6 +635,7 @@ def train_simulator(
     freeze: str | Sequence[str] | None = None,
     gradient_clip_val: float = 0.25,
     costmodel_config: CostModelConfig | None = None,
+    start_margin: float | None = None,
 ) -> tuple[Simulator, dict[str, Any]]:
     """Train a simulator of ``kind`` and evaluate it on the test split.
 
@@ -648,7 +652,9 @@ def train_simulator(
     ``hparams`` is given, or a ``state_dict``): fine-tuning keeps the input statistics stored
     with them. ``freeze``: ``"body"`` trains only the ranker's ``head``; a parameter-name prefix
     (or several) freezes those parameters. ``kind="analytical"`` trains nothing and evaluates
-    the cost model.
+    the cost model. ``start_margin``: the relative label gap below which a validation pair does
+    not count when an epoch is weighed against the starting weights (default: the ranker's own
+    ``margin``; e.g. the labels' noise band, :func:`~autosync_transfer.dataset.loader.label_margin`).
 
     Returns ``(simulator, metrics)``: ``test_pairwise_accuracy``, ``test_kendall_tau``,
     ``test_top1``, ``test_regret`` (means over domains), ``test_per_domain``,
@@ -663,6 +669,8 @@ def train_simulator(
         raise ConfigError(f"max_epochs must be >= 1, got {max_epochs}")
     if patience is not None and patience < 1:
         raise ConfigError(f"patience must be >= 1 or None, got {patience}")
+    if start_margin is not None and not start_margin >= 0:
+        raise ConfigError(f"start_margin must be >= 0, got {start_margin}")
     dm = _as_datamodule(data, seed=seed, split_seed=seed if split_seed is None else split_seed,
                         batch_size=batch_size, costmodel_config=costmodel_config)
     cm = dm.costmodel_config or costmodel_config
@@ -677,7 +685,7 @@ def train_simulator(
     module, tracker, fit_s = _fit(kind, dm, hparams=hparams, init_sd=init_sd, freeze=freeze,
                                   seed=seed, max_epochs=max_epochs, patience=patience,
                                   logger=logger, enable_progress_bar=enable_progress_bar,
-                                  gradient_clip_val=gradient_clip_val)
+                                  gradient_clip_val=gradient_clip_val, start_margin=start_margin)
     sim = Simulator.from_module(module, cm, physics=dm.physics)
     test = evaluate_simulator(sim, dm, "test")
     epochs = len(tracker.history["train_loss"])
@@ -732,7 +740,8 @@ def _initial_weights(kind: str, init_state: Simulator | Mapping[str, Tensor] | N
 def _fit(kind: str, dm: TrialDataModule, *, hparams: Mapping[str, Any] | None,
          init_sd: Mapping[str, Tensor] | None, freeze: str | Sequence[str] | None, seed: int,
          max_epochs: int, patience: int | None, logger: Any, enable_progress_bar: bool,
-         gradient_clip_val: float) -> tuple[RankerModule, Any, float]:
+         gradient_clip_val: float, start_margin: float | None = None
+         ) -> tuple[RankerModule, Any, float]:
     """Build the ranker (seeded), fit it on ``dm`` with early stopping on the validation
     pairwise accuracy; ``(module at its best epoch, in eval mode; the tracker; fit seconds)``."""
     import lightning as L
@@ -782,7 +791,7 @@ def _fit(kind: str, dm: TrialDataModule, *, hparams: Mapping[str, Any] | None,
         )
         t0 = time.perf_counter()
         trainer.fit(module, datamodule=dm)
-        _gated_best(module, tracker, dm, seed)
+        _gated_best(module, tracker, dm, seed, start_margin)
         fit_s = time.perf_counter() - t0
     if tracker.best_state is not None:
         module.load_state_dict(tracker.best_state)

@@ -202,13 +202,17 @@ def test_cross_validation_up_to_sixty_shots_by_default(split: Any) -> None:
 
 
 @pytest.mark.parametrize("n", [8, 20])  # cross-validation, validation split
-@pytest.mark.parametrize("trained_acc,kept", [(0.0, True), (1.5, False)])
+@pytest.mark.parametrize("trained_acc", [0.0, 1.5])
 def test_the_source_is_kept_unless_training_beats_it_on_the_shots(
-        source_sim: Any, split: Any, n: int, trained_acc: float, kept: bool) -> None:
+        source_sim: Any, split: Any, n: int, trained_acc: float) -> None:
     """The selection compares the untrained source ("epoch 0") with what training reports on the
-    same validation strategies. Test double: the training function reports a fixed validation
-    accuracy (0.0: no source can do worse; 1.5: no source can do as well) and returns a
-    simulator of its own."""
+    same validation strategies, then, where training reports more, compares the two on their
+    scores, paired. Test double: the training function reports a fixed validation accuracy
+    (0.0: no source can do worse; 1.5: no source can do as well) and returns a simulator of its
+    own; the shots are labeled in the source's own order, so the source ranks every pair right
+    and a reported lead is no gain."""
+    import numpy as np
+
     from autosync_transfer.adapt.training import ShotTraining, fit_on_shots
     from autosync_transfer.rankers.simulator import Simulator
 
@@ -220,20 +224,51 @@ def test_the_source_is_kept_unless_training_beats_it_on_the_shots(
         return other, {"epochs": 2, "best_epoch": 1, "best_val_pairwise_acc": trained_acc,
                        "history": {"val_pairwise_acc": [trained_acc / 2, trained_acc]}}
 
-    sim, details = fit_on_shots(train, split.shots(n, seed=0),
-                                ShotTraining(max_epochs=2, cv_below=20), seed=0, source=source_sim)
-    assert details["kept_source"] is kept
-    assert sim is (source_sim if kept else other)
+    shots = split.shots(n, seed=0)
+    scores = source_sim.with_launcher(shots.launcher).score(list(shots.strategies), shots.domain)
+    shots = _relabeled(shots, 1.0 + np.argsort(np.argsort(scores)))
+    config = ShotTraining(max_epochs=2, cv_below=20)
+    sim, details = fit_on_shots(train, shots, config, seed=0, source=source_sim)
+    assert details["kept_source"] is True and sim is source_sim
     key = "val_pairwise_acc" if n >= 20 else "cv_pairwise_acc"
-    src_key = "source_" + key
-    assert 0.0 <= details[src_key] <= 1.0
-    assert details[key] == (details[src_key] if kept else trained_acc)
-    if n < 20:  # folds, then one final training unless the source is kept
-        assert len(calls) == details["folds"] + (0 if kept else 1)
+    assert details[key] == details["source_" + key] == 1.0
+    gain = "val_gain" if n >= 20 else "cv_gain"
+    if trained_acc > 1.0:  # the reported lead was checked on the scores: none
+        assert details[gain] <= 0.0 and not details[gain + "_low"] > 0.0
+    else:
+        assert gain not in details
+    if n < 20:  # the folds, then (to check a reported lead) the folds again for its epochs
+        assert len(calls) == details["folds"] * (2 if trained_acc > 1.0 else 1)
     # without a source there is nothing to keep: training's result, as before
-    sim2, details2 = fit_on_shots(train, split.shots(n, seed=0),
-                                  ShotTraining(max_epochs=2, cv_below=20), seed=0)
+    sim2, details2 = fit_on_shots(train, shots, config, seed=0)
     assert sim2 is other and "kept_source" not in details2
+
+
+@pytest.mark.parametrize("n", [12, 24])  # cross-validation, validation split
+def test_fine_tuning_replaces_the_source_where_it_ranks_the_shots_better_with_confidence(
+        source_sim: Any, split: Any, n: int) -> None:
+    """Shots labeled against the source's own order (it ranks every pair wrong): fine-tuning
+    learns the order and replaces it, with the gain's lower bound above 0. The same fine-tuning
+    on shots in the source's order keeps the source."""
+    import numpy as np
+
+    from autosync_transfer.adapt import FineTune, ShotTraining
+    from autosync_transfer.adapt.data import evaluate_on
+
+    shots = split.shots(n, seed=0)
+    scores = source_sim.with_launcher(shots.launcher).score(list(shots.strategies), shots.domain)
+    training = ShotTraining(max_epochs=40, patience=None, cv_below=20)
+    reversed_ = _relabeled(shots, 1.0 + np.argsort(np.argsort(-np.asarray(scores))))
+    out = FineTune("full", l2sp=0.0, lr=0.05, training=training).fit(source_sim, reversed_,
+                                                                     seed=0)
+    gain = "val_gain" if n >= 20 else "cv_gain"
+    assert out.details["kept_source"] is False and out.simulator is not source_sim
+    assert out.details[gain + "_low"] > 0.0 and out.details[gain] >= out.details[gain + "_low"]
+    assert evaluate_on(source_sim, reversed_)["pairwise_accuracy"] == 0.0
+    assert evaluate_on(out.simulator, reversed_)["pairwise_accuracy"] > 0.5
+    same = _relabeled(shots, 1.0 + np.argsort(np.argsort(scores)))
+    kept = FineTune("full", l2sp=0.0, lr=0.05, training=training).fit(source_sim, same, seed=0)
+    assert kept.details["kept_source"] is True and kept.simulator is source_sim
 
 
 def test_full_finetuning_is_pulled_toward_the_source_weights(split: Any) -> None:
@@ -471,3 +506,18 @@ def test_guarded_with_too_few_shots_to_judge_fine_tunes(source_sim: Any, split: 
 
     with pytest.raises(ConfigError, match="the analytical model \(no weights\)"):
         Guarded().fit(Simulator("analytical"), split.shots(8, seed=0), seed=0)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("start_margin", -0.05, "start_margin must be >= 0, got -0.05"),
+    ("start_margin", math.nan, "start_margin must be >= 0, got nan"),
+    ("max_epochs", 0, "max_epochs and few_epochs must be >= 1"),
+    ("val_fraction", 1.0, "val_fraction must be in (0, 1), got 1.0"),
+    ("cv_below", 3, "cv_below must be >= 4"),
+])
+def test_shot_training_names_the_bad_field(field: str, value: Any, message: str) -> None:
+    from autosync_transfer.adapt import ShotTraining
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ShotTraining(**{field: value})
+    assert ShotTraining(start_margin=0.1).start_margin == 0.1

@@ -217,6 +217,26 @@ def test_an_epoch_replaces_the_prior_only_when_it_validates_better_with_confiden
     assert math.isnan(m["val_gain"]) and m["best_epoch"] >= 0
 
 
+def test_the_start_gate_counts_only_the_pairs_its_margin_leaves() -> None:
+    """``start_margin`` is the label gap the gate counts, apart from the loss's margin: the same
+    training on labels that reverse the simulation replaces the prior with the default (the
+    ranker's margin, 0) and keeps it where ``start_margin`` is wider than every label gap (no
+    pair is left to show a gain); a negative one is a ConfigError naming it."""
+    dom, strategies, step = _simulated_triple(n=120)
+    reversed_labels = [1.0 / x for x in step]
+    hp = {"hidden": 8, "lr": 0.05}
+    _, m = train_simulator("residual", [(dom, strategies, reversed_labels)], seed=0,
+                           max_epochs=5, hparams=hp)
+    assert m["best_epoch"] >= 0 and m["val_gain_low"] > 0
+    _, m0 = train_simulator("residual", [(dom, strategies, reversed_labels)], seed=0,
+                            max_epochs=5, hparams=hp, start_margin=1e6)
+    assert m0["best_epoch"] == -1 and not (m0["val_gain_low"] > 0)
+    assert m0["epochs"] == m["epochs"]  # trained alike; only the choice differs
+    with pytest.raises(ConfigError, match="start_margin must be >= 0, got -0.1"):
+        train_simulator("residual", [(dom, strategies, step)], seed=0, max_epochs=1,
+                        hparams=hp, start_margin=-0.1)
+
+
 def test_the_margin_drops_near_ties_from_validation() -> None:
     """With ``margin``, the validation accuracy that picks the epoch counts only the pairs whose
     labels differ by more than it: a prior that misorders only near-ties validates at 1."""
