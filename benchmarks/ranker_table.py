@@ -25,11 +25,9 @@ against the consensus-fastest, ``rg_res`` = against the confidently-best (0 wher
 tell the pick from the fastest; ``dataset.repeat.ranking_figures``), means over seeds.
 ``--repeats DIRS`` (comma-separated folders) holds the repeat files where none sits beside a store
 (another machine type's *twin* stores, e.g. ``--stores benchmarks/results/machines/intel-xeon/trials
---repeats datasets/trials``, run with that machine type's physics); the runs of the store's own
-machine type judge it (``dataset.repeat.STORE_MACHINE``). The physics is the product's lookup:
-the newest profile and calibration pair of one machine type across the shipped folders and
-``$AUTOSYNC_PROFILES_DIR`` / ``$AUTOSYNC_CALIBRATIONS_DIR``, so physics older than the shipped is
-used by running in a worktree whose ``datasets/profiles`` and ``datasets/calibrations`` hold it.
+--repeats datasets/trials``, run with that machine type's physics in ``$AUTOSYNC_PROFILES_DIR`` and
+``$AUTOSYNC_CALIBRATIONS_DIR``, which the lookup takes before the shipped physics); the runs of
+the store's own machine type judge it (``dataset.repeat.STORE_MACHINE``).
 ``--margin noise`` trains every learned ranker on the pairs its domain's labels can order
 (``dataset.loader.label_margin``: the labels' 95 % noise band from the reference
 re-measurements; the validation accuracy that picks the epoch counts the same pairs); a number

@@ -12,7 +12,9 @@ Both are JSON files (one :class:`~autosync_transfer.domains.profile.WorkloadProf
 A profile is found by (model graph fingerprint, worker type) and a calibration by (cluster
 fingerprint, launcher): a changed model or cluster has another fingerprint, so nothing stale is
 ever found. Calibrations are versioned: calibrating again writes the next version beside the
-older ones. Among everything that matches, the newest (``created_at``) wins, shipped or not.
+older ones. Among everything that matches, :func:`find_profile` and :func:`find_calibration`
+take the newest (``created_at``), shipped or not; the step simulator's lookup
+(:mod:`autosync_transfer.rankers.physics`) takes what was written here before what was shipped.
 Files that do not parse are skipped (with a warning).
 """
 

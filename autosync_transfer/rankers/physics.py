@@ -8,7 +8,10 @@ fingerprint (made with ``launcher`` when one is given; otherwise any, a non-emul
 preferred over an emulated one) of one machine type: the newest profile whose processor has a
 calibration of its own, with the newest such calibration. Where no machine type has both, the
 newest profile of any type, with a calibration that does not record its processor, else
-another type's (only when nothing else is stored), and the
+another type's (only when nothing else is stored). What was measured here comes before what
+was shipped: at every step the written folders' files (``$AUTOSYNC_PROFILES_DIR`` /
+``$AUTOSYNC_CALIBRATIONS_DIR``, else the user's cache and data folders) are taken before the
+shipped ones, however new those are, newest first within each. With them comes the
 :class:`~autosync_transfer.rankers.stepsim.StepSimConfig` that goes with them: a
 calibration made with the ``emulated`` launcher ran every worker of the cluster on one host, so
 the config says so (``host_processes`` = the world size, ``host_cores`` = the calibration's
@@ -105,6 +108,16 @@ def _folders_state() -> tuple[tuple[str, int | None], ...]:
     return tuple(out)
 
 
+def _written_first(find: Callable[..., list], fingerprint: str, launcher_or_worker: str | None,
+                   written: Path, shipped: Path) -> list:
+    """``find``'s files of ``fingerprint`` in the ``written`` folder, newest first, then the
+    ``shipped`` folder's (one folder once where both are the same)."""
+    out = list(find(fingerprint, launcher_or_worker, folder=written))
+    if Path(shipped).resolve() != Path(written).resolve():
+        out += find(fingerprint, launcher_or_worker, folder=shipped)
+    return out
+
+
 def _covers(calibration: ClusterCalibration, domain: Domain) -> bool:
     names = {n.name for n in calibration.nodes}
     missing = [n.name for n in domain.cluster.nodes if n.name not in names]
@@ -116,8 +129,10 @@ def _covers(calibration: ClusterCalibration, domain: Domain) -> bool:
 
 def _pick_calibration(domain: Domain, launcher: str | None,
                       processor: str | None = None) -> ClusterCalibration | None:
-    found = [c for c in stored.find_calibrations(domain.cluster.fingerprint, launcher)
-             if _covers(c, domain)]  # newest first
+    found = [c for c in _written_first(stored.find_calibrations, domain.cluster.fingerprint,
+                                       launcher, stored.calibrations_dir(),
+                                       stored.shipped_calibrations_dir())
+             if _covers(c, domain)]  # written, then shipped; newest first within each
     if processor is not None:
         # the machine type of the profile first, then calibrations that do not say theirs;
         # another machine type's only when nothing else is stored
@@ -134,7 +149,8 @@ def _pick_pair(domain: Domain, launcher: str | None
                ) -> tuple[WorkloadProfile | None, ClusterCalibration | None]:
     """The newest profile whose machine type has a calibration of its own, with that
     calibration; else the newest profile of any type with :func:`_pick_calibration`'s choice."""
-    profiles = stored.find_profiles(domain.model.fingerprint)  # newest first
+    profiles = _written_first(stored.find_profiles, domain.model.fingerprint, None,
+                              stored.profiles_dir(), stored.shipped_profiles_dir())
     for profile in profiles:
         if profile.processor is None:
             continue

@@ -243,3 +243,40 @@ def test_a_newer_profile_of_an_uncalibrated_machine_does_not_displace_a_matched_
     found = measured_physics(domain)
     assert found.profile.worker_type.startswith("cpu:AMD EPYC")
     assert found.calibration.processor == "AMD EPYC"
+
+
+def test_what_was_measured_here_comes_before_what_was_shipped(
+        dirs: tuple[Path, Path], domain: Domain, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A newer shipped pair (another machine's, a package upgrade) does not displace the profile
+    and calibration written here, however old they are; with nothing written, the shipped pair
+    is taken."""
+    from autosync_transfer.domains import physics as stored
+
+    shipped_p, shipped_c = tmp_path / "shipped-profiles", tmp_path / "shipped-calibrations"
+    monkeypatch.setattr(stored, "shipped_profiles_dir", lambda: shipped_p)
+    monkeypatch.setattr(stored, "shipped_calibrations_dir", lambda: shipped_c)
+    clear_physics_cache()
+    save_profile(_profile(domain, compute_s=0.5).model_copy(update={
+        "worker_type": "cpu:AMD EPYC:threads=1", "created_at": "2026-06-01"}), folder=shipped_p)
+    save_calibration(_calibration(domain, "emulated", gbps=0.02, created="2026-06-01")
+                     .model_copy(update={"processor": "AMD EPYC"}), folder=shipped_c)
+    shipped = measured_physics(domain)  # nothing written: the shipped pair
+    assert shipped.profile.worker_type.startswith("cpu:AMD EPYC")
+    assert shipped.calibration.nodes[0].bandwidth_gbps == 0.02
+    save_profile(_profile(domain, compute_s=0.2).model_copy(update={
+        "worker_type": "cpu:Intel Xeon:threads=1", "created_at": "2026-01-01"}))
+    save_calibration(_calibration(domain, "emulated", gbps=0.03, created="2026-01-01")
+                     .model_copy(update={"processor": "Intel Xeon"}))
+    clear_physics_cache()
+    here = measured_physics(domain)
+    assert here.profile.worker_type.startswith("cpu:Intel Xeon")
+    assert here.calibration.processor == "Intel Xeon"
+    assert here.calibration.nodes[0].bandwidth_gbps == 0.03
+    # a calibration written here without a profile of its machine type pairs with none: the
+    # shipped pair stays one machine's
+    monkeypatch.setenv("AUTOSYNC_PROFILES_DIR", str(tmp_path / "no-profiles"))
+    clear_physics_cache()
+    mixed = measured_physics(domain)
+    assert mixed.profile.worker_type.startswith("cpu:AMD EPYC")
+    assert mixed.calibration.processor == "AMD EPYC"
