@@ -59,18 +59,27 @@ sys.exit(int(sys.argv[2]) if os.environ["RANK"] == "2" else 0)
 @pytest.mark.netns
 @pytest.mark.parametrize("code", [0, 3])
 def test_run_emulated_runs_every_worker_in_its_node_with_torchrun_s_environment(
-        tmp_path, code, two_emulated_hosts) -> None:  # noqa: ANN001
+        tmp_path, code, two_emulated_hosts, monkeypatch) -> None:  # noqa: ANN001
     """Three workers on two emulated nodes: each sees its rank, its node's rank and local rank,
-    and rank 0's address; a failing worker's exit code is returned."""
+    and rank 0's address; a failing worker's exit code is returned, and the run's namespaces
+    are gone (its own: tests running beside it may hold theirs)."""
     from autosync_transfer.demos import run_emulated
-    from autosync_transfer.runtime.emulation import list_namespaces
+    from autosync_transfer.runtime.emulation import EmulatedCluster, list_namespaces
 
+    made: list[EmulatedCluster] = []
+    enter = EmulatedCluster.__enter__
+
+    def recorded(self):  # noqa: ANN001, ANN202 - the real __enter__, remembering the cluster
+        made.append(self)
+        return enter(self)
+
+    monkeypatch.setattr(EmulatedCluster, "__enter__", recorded)
     c = two_emulated_hosts
     script = tmp_path / "report.py"
     script.write_text(_REPORT)
-    before = set(list_namespaces())
     assert run_emulated(c, [str(script), str(tmp_path), str(code)], timeout_s=120) == code
-    assert set(list_namespaces()) <= before  # the namespaces are gone
+    mine = {n for ec in made for n in ec.namespaces}
+    assert len(mine) == 3 and not mine & set(list_namespaces())  # two nodes + the bridge: gone
     if code:
         return
     env = [json.loads((tmp_path / f"r{r}").read_text()) for r in range(3)]
