@@ -87,10 +87,14 @@ def main() -> int:
 
     try:
         args.margin_value = parse_margin(args.margin)
+    except ConfigError as e:
+        print(f"--{e}", file=sys.stderr)
+        return 2
+    try:
         args.start_margin_value = (args.margin_value if args.start_margin is None
                                    else parse_margin(args.start_margin))
     except ConfigError as e:
-        print(f"--{e}", file=sys.stderr)
+        print(f"--start-{e}", file=sys.stderr)  # the option's name
         return 2
 
     import torch
@@ -128,17 +132,17 @@ def main() -> int:
 
 def margin_hparams(args, sub) -> dict[str, float] | None:  # noqa: ANN001
     """The learned rankers' hyper-parameters for one domain's trials ``sub``: ``--margin``."""
-    from autosync_transfer.dataset.loader import label_margin
+    from autosync_transfer.dataset.loader import margin_for
 
-    margin = label_margin(sub) if args.margin_value is None else args.margin_value
+    margin = margin_for(args.margin_value, sub)
     return {"margin": margin} if margin > 0 else None
 
 
 def start_margin(args, sub) -> float:  # noqa: ANN001
     """The start gate's label gap for one domain's trials ``sub``: ``--start-margin``."""
-    from autosync_transfer.dataset.loader import label_margin
+    from autosync_transfer.dataset.loader import margin_for
 
-    return label_margin(sub) if args.start_margin_value is None else args.start_margin_value
+    return margin_for(args.start_margin_value, sub)
 
 
 def split_table(df, domains, counts, kinds: list[str], args, out) -> None:  # noqa: ANN001

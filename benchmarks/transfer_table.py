@@ -148,10 +148,14 @@ def main() -> int:
 
     try:
         args.margin_value = parse_margin(args.margin)
+    except ConfigError as e:
+        print(f"--{e}", file=sys.stderr)
+        return 2
+    try:
         args.start_margin_value = (args.margin_value if args.start_margin is None
                                    else parse_margin(args.start_margin))
     except ConfigError as e:
-        print(f"--{e}", file=sys.stderr)
+        print(f"--start-{e}", file=sys.stderr)  # the option's name
         return 2
     if args.min_eval < 2:
         print(f"--min-eval must be >= 2, got {args.min_eval}", file=sys.stderr)
@@ -164,8 +168,8 @@ def main() -> int:
     from autosync_transfer.adapt.data import evaluate_on, split_target, target_data
     from autosync_transfer.adapt.methods import FromScratch
     from autosync_transfer.adapt.training import ShotTraining
-    from autosync_transfer.dataset.loader import (dataset_files, find_domain, label_margin,
-                                                  load_trials)
+    from autosync_transfer.dataset.loader import (dataset_files, find_domain, load_trials,
+                                                  margin_for)
     from autosync_transfer.domains.catalog import split_domain_name
     from autosync_transfer.rankers.simulator import Simulator
 
@@ -222,10 +226,9 @@ def main() -> int:
             continue
         source_data = target_data(sdom, src_df)
         tgt_data = target_data(tdom, tgt_df)
-        margin = label_margin(src_df) if args.margin_value is None else args.margin_value
+        margin = margin_for(args.margin_value, src_df)
         src_hparams = {**(hparams or {}), "margin": margin} if margin > 0 else hparams
-        gate = (label_margin(src_df) if args.start_margin_value is None
-                else args.start_margin_value)
+        gate = margin_for(args.start_margin_value, src_df)
         source = FromScratch(args.ranker, hparams=src_hparams,
                              training=dataclasses.replace(training, start_margin=gate)).fit(
             None, source_data, seed=0).simulator

@@ -208,24 +208,20 @@ def _gain_over_source(candidates: list[tuple[Simulator, list[str]]], source: Sim
     from autosync_transfer.rankers import metrics
     from autosync_transfer.rankers.simulator import START_CONFIDENCE
 
-    index = {s: i for i, s in enumerate(shots.strategy_ids)}
-    runtimes = np.asarray(shots.runtimes_s, dtype=np.float64)
-
-    def scores(sim: Simulator, rows: list[int]) -> np.ndarray:
-        if shots.launcher is not None:
-            sim = sim.with_launcher(shots.launcher)
-        return np.asarray(sim.score([shots.strategies[i] for i in rows], shots.domain),
-                          dtype=np.float64)
+    def scores(sim: Simulator, held: TargetData) -> np.ndarray:
+        if held.launcher is not None:
+            sim = sim.with_launcher(held.launcher)
+        return np.asarray(sim.score(list(held.strategies), held.domain), dtype=np.float64)
 
     new, old, y, groups = [], [], [], []
     for j, (trained, val_ids) in enumerate(candidates):
-        rows = [index[s] for s in val_ids]
-        if len(rows) < 2:
+        held = shots.subset(val_ids)
+        if len(held) < 2:
             continue
-        new.append(scores(trained, rows))
-        old.append(scores(source, rows))
-        y.append(runtimes[rows])
-        groups.append(np.full(len(rows), j, dtype=np.int64))
+        new.append(scores(trained, held))
+        old.append(scores(source, held))
+        y.append(np.asarray(held.runtimes_s, dtype=np.float64))
+        groups.append(np.full(len(held), j, dtype=np.int64))
     if not new:
         return math.nan, math.nan
     margin = config.start_margin

@@ -52,6 +52,7 @@ __all__ = [
     "normalized_noise_ceiling",
     "label_margin",
     "parse_margin",
+    "margin_for",
     "superseded_ids",
     "valid_remeasurement",
     "file_meta",
@@ -495,6 +496,12 @@ def parse_margin(value: str) -> float | None:
     if not margin >= 0:
         raise ConfigError(f"margin must be noise or a number >= 0, got {value!r}")
     return margin
+
+
+def margin_for(value: float | None, df: pandas.DataFrame) -> float:
+    """A margin as :func:`parse_margin` gives it, for one domain's trials ``df``: a number as
+    it is, ``None`` (``"noise"``) the trials' :func:`label_margin`."""
+    return label_margin(df) if value is None else value
 
 
 def describe_domain(
