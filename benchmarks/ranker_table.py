@@ -225,8 +225,10 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
         rows.append((name, f, rep))
     if not rows:
         return
-    out("\non the re-measured strategies (trained without them): pw / res / rg / rg_res")
-    out(f"{'domain':14s} {'n':>4s} {'resolved':>8s} " + " ".join(f"{k:>30s}" for k in kinds))
+    out("\non the re-measured strategies (trained without them): pw / res [95 % interval] / rg / "
+        "rg_res (means over the seeds; the interval's bounds too: dataset.repeat."
+        "resolved_interval, a bootstrap over strategies)")
+    out(f"{'domain':14s} {'n':>4s} {'resolved':>8s} " + " ".join(f"{k:>47s}" for k in kinds))
     for name, f, rep in rows:
         sub = df[df["domain"] == name]
         table = strategy_table(sub)
@@ -247,11 +249,14 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
                 pred = sim.score(list(test["strategy"]), domain)
                 figs.append(ranking_figures(dict(zip(test["strategy_id"], map(float, pred))), rep))
             n_res = figs[0]["resolved_pairs"]
+            lo = statistics.mean(x["pairwise_resolved_low"] for x in figs)
+            hi = statistics.mean(x["pairwise_resolved_high"] for x in figs)
             cells.append(f"{statistics.mean(x['pairwise'] for x in figs):.3f} / "
-                         f"{statistics.mean(x['pairwise_resolved'] for x in figs):.3f} / "
+                         f"{statistics.mean(x['pairwise_resolved'] for x in figs):.3f} "
+                         f"[{lo:.3f}, {hi:.3f}] / "
                          f"{statistics.mean(x['top1_regret'] for x in figs):.3f} / "
                          f"{statistics.mean(x['top1_regret_resolved'] for x in figs):.3f}")
-        out(f"{name:14s} {len(test):4d} {n_res:8d} " + " ".join(f"{c:>30s}" for c in cells))
+        out(f"{name:14s} {len(test):4d} {n_res:8d} " + " ".join(f"{c:>47s}" for c in cells))
 
 
 if __name__ == "__main__":

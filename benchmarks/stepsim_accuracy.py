@@ -10,8 +10,8 @@ with each strategy's measured runtime (median of its trials' medians):
 * ``pw_an``: pairwise accuracy of the analytical sync-only model (the old baseline), beside it;
 * ``pw_res`` / ``regret`` / ``rg_res`` / ``err_rep``: where the store has repeat runs
   (``benchmarks/repeatability.py``) on the profile's machine type (its worker type's processor),
-  the profile simulator's pairwise accuracy on the pairs those runs resolve (their count in
-  brackets), the top-1 regret of its pick among the re-measured strategies against the fastest
+  the profile simulator's pairwise accuracy on the pairs those runs resolve (its 95 % interval
+  over strategies, ``dataset.repeat.resolved_interval``, and the pairs' count in brackets), the top-1 regret of its pick among the re-measured strategies against the fastest
   by the runs' consensus, the same against the confidently-best (``rg_res``: 0 where the runs
   cannot tell the pick from the fastest), and the median step error against that consensus
   (labels of the same
@@ -212,7 +212,7 @@ def main() -> int:
               f"accuracy; pw_an = the analytical sync-only model's pairwise accuracy\n")
     lines = [f"{'domain':16s} {'n':>4s} {'fallback mape':>13s} {'pw':>6s} "
              f"{'profile mape':>13s} {'pw':>6s} {'pw_an':>6s} {'ceil_raw':>8s} "
-             f"{'ceil_norm':>9s} {'pw_res':>12s} {'regret':>6s} {'rg_res':>6s} {'err_rep':>7s}"
+             f"{'ceil_norm':>9s} {'pw_res [95 % interval] (pairs)':>32s} {'regret':>6s} {'rg_res':>6s} {'err_rep':>7s}"
              + (f" {'lin pw':>6s}" if args.linear_fit else "")]
     summary: dict[str, list[float]] = {"fb_mape": [], "fb_pw": [], "pr_mape": [], "pr_pw": [],
                                        "an_pw": [], "ceil_raw": [], "ceil_norm": [],
@@ -276,14 +276,16 @@ def main() -> int:
             labels = rep.consensus(rep.complete_runs())
             err = float(np.median([abs(predicted[k] - v) / v for k, v in labels.items()
                                    if k in predicted]))
-            row += (f" {fig['pairwise_resolved']:6.3f} ({fig['resolved_pairs']:3d}) "
+            lo, hi = fig["pairwise_resolved_low"], fig["pairwise_resolved_high"]
+            row += (f" {fig['pairwise_resolved']:6.3f} [{lo:.3f}, {hi:.3f}] "
+                    f"({fig['resolved_pairs']:3d}) "
                     f"{fig['top1_regret']:6.1%} {fig['top1_regret_resolved']:6.1%} {err:7.3f}")
             summary["pw_res"].append(fig["pairwise_resolved"])
             summary["regret"].append(fig["top1_regret"])
             summary["rg_res"].append(fig["top1_regret_resolved"])
             summary["err_rep"].append(err)
         else:
-            row += f" {'-':>12s} {'-':>6s} {'-':>6s} {'-':>7s}"
+            row += f" {'-':>32s} {'-':>6s} {'-':>6s} {'-':>7s}"
         if args.linear_fit:
             lin = linear_fit_pairwise(np.array([strategy_numbers(s, domain)
                                                 for s in strategies]), yn)

@@ -298,12 +298,13 @@ def main() -> int:
     ]
     if res_rows:
         lines += ["", f"{'setting':9s} {'source -> target':28s} {'eval':>4s} {'resolved':>8s} "
-                      f"{'zero pw/res/rg/rgr':>26s} {'ft@20 pw/res/rg/rgr':>26s} "
-                      f"{'stepsim pw/res/rg/rgr':>26s}",
+                      f"{'zero pw/res[ci]/rg/rgr':>42s} {'ft@20 pw/res[ci]/rg/rgr':>42s} "
+                      f"{'stepsim pw/res[ci]/rg/rgr':>42s}",
                   *res_rows,
                   "on the target's re-measured strategies (benchmarks/repeatability.py), against the "
                   "repeat runs' consensus labels: pw = pairwise accuracy on all pairs, res = on the "
-                  "pairs the runs resolve, rg = top-1 regret of the pick against the consensus-"
+                  "pairs the runs resolve, ci = its 95 % interval over strategies (dataset.repeat."
+                  "resolved_interval; with seeds, the bounds' means), rg = top-1 regret of the pick against the consensus-"
                   "fastest, rgr = against the confidently-best (0 where the runs cannot tell the "
                   f"pick from the fastest); ft@20: {args.method} on 20 other target trials, mean over "
                   f"{args.seeds} seeds"]
@@ -337,9 +338,12 @@ def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df, 
         return ranking_figures(dict(zip(holdout.strategy_ids, map(float, scores))), rep)
 
     def cell(figs: list[dict]) -> str:
-        return "/".join(_f(statistics.mean(f[k] for f in figs))
-                        for k in ("pairwise", "pairwise_resolved", "top1_regret",
-                                  "top1_regret_resolved"))
+        def mean(k: str) -> str:
+            return _f(statistics.mean(f[k] for f in figs))
+
+        lo, hi = (mean(f"pairwise_resolved_{b}") for b in ("low", "high"))
+        return (f"{mean('pairwise')}/{mean('pairwise_resolved')}[{lo},{hi}]/"
+                f"{mean('top1_regret')}/{mean('top1_regret_resolved')}")
 
     adapter = make_adapter(resolve_method(args.method, 1), training=training, pretrain_trials=df)
     zero = figures(source)
@@ -347,8 +351,8 @@ def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df, 
           for seed in range(args.seeds)] if len(pool) >= 20 else []
     phys = figures(Simulator("stepsim"))
     return (f"{kind:9s} {name:28s} {len(held):4d} {zero['resolved_pairs']:8d} "
-            f"{cell([zero]):>26s} {cell(ft) if ft else '- (< 20 others)':>26s} "
-            f"{cell([phys]):>26s}")
+            f"{cell([zero]):>42s} {cell(ft) if ft else '- (< 20 others)':>42s} "
+            f"{cell([phys]):>42s}")
 
 
 def _folders(spec: str | None) -> tuple[str, ...]:

@@ -28,12 +28,17 @@ class Adapted:
     """What an adapter produced: ``simulator`` (None when there was nothing to train on, e.g.
     from scratch with fewer than 2 shots), the adapter's ``method`` name, the number of target
     strategies it trained on (``shots``) and ``details`` (how epochs were chosen, the epochs, the
-    cross-validation score, ...; JSON-serializable)."""
+    cross-validation score, ...; JSON-serializable). ``held_out``: where the adapter trained
+    with held-out shots, ``{strategy id: (fold, score)}``, what ``simulator``'s training line
+    scored the shots it was not trained on (``fit_on_shots(held_out=)``); not part of
+    ``details``."""
 
     simulator: Simulator | None
     method: str
     shots: int
     details: dict[str, Any] = field(default_factory=dict)
+    held_out: dict[str, tuple[int, float]] | None = field(default=None, repr=False,
+                                                          compare=False)
 
 
 def check_source(source: Simulator | None, method: str, *, learned: bool = False) -> Simulator:

@@ -9,8 +9,9 @@
   fine-tune it on the shots like :class:`FineTune`.
 * :class:`FromScratch`: a new simulator trained on the same N shots only: the control every
   adapted simulator is compared with.
-* :class:`Guarded`: the source fine-tuned, or a new residual ranker on the target's physics,
-  whichever validates better on the shots (the source's learned part is dropped when it hurts).
+* :class:`Guarded`: the source fine-tuned, or a new residual ranker on the target's physics
+  where it orders the held-out shots better with confidence (the source's learned part is
+  dropped when it hurts).
 
 Epochs are chosen on the shots alone (:func:`~autosync_transfer.adapt.training.fit_on_shots`).
 """
@@ -18,11 +19,13 @@ Epochs are chosen on the shots alone (:func:`~autosync_transfer.adapt.training.f
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from autosync_transfer.adapt.base import Adapted, Adapter, check_source
-from autosync_transfer.adapt.training import ShotTraining, finetune_full, fit_on_shots
+from autosync_transfer.adapt.training import (ShotTraining, finetune_full, fit_on_shots,
+                                              paired_gain, shot_margin)
 from autosync_transfer.errors import ConfigError, UnknownNameError
 
 if TYPE_CHECKING:
@@ -90,12 +93,14 @@ class FineTune(Adapter):
             raise ConfigError(f"fine-tuning needs at least 2 target trials, got {len(shots)} "
                               f"(use shots=0 for zero-shot)")
         train = self._train_fn(src)
+        held_out: dict[str, tuple[int, float]] = {}
         sim, details = fit_on_shots(train, shots, self.training, seed=seed,
-                                    costmodel_config=src.costmodel_config, source=src)
+                                    costmodel_config=src.costmodel_config, source=src,
+                                    held_out=held_out)
         details = {"mode": self.mode, **details}
         if self.mode == "full":
             details["l2sp"] = self.l2sp
-        return Adapted(sim, self.method, len(shots), details)
+        return Adapted(sim, self.method, len(shots), details, held_out=held_out)
 
     def _train_fn(self, src: Simulator) -> Any:
         from autosync_transfer.rankers.simulator import train_simulator
@@ -117,16 +122,19 @@ class FineTune(Adapter):
 class FromScratch(Adapter):
     """A new ``kind`` simulator (default: the source's kind, or :data:`DEFAULT_KIND` when the
     source is analytical or absent) trained on the shots alone, with ``hparams`` (default: the
-    ranker's defaults). Fewer than 2 shots: nothing to train (``simulator=None``)."""
+    ranker's defaults). Fewer than 2 shots: nothing to train (``simulator=None``).
+    ``held_out``: also record the held-out shots' scores (:attr:`Adapted.held_out`; with
+    cross-validation this trains every fold once more)."""
 
     name: ClassVar[str] = "from-scratch"
     uses_source: ClassVar[bool] = False
 
     def __init__(self, kind: str | None = None, *, hparams: Mapping[str, Any] | None = None,
-                 training: ShotTraining | None = None) -> None:
+                 training: ShotTraining | None = None, held_out: bool = False) -> None:
         self.kind = kind
         self.hparams = dict(hparams) if hparams is not None else None
         self.training = training or ShotTraining()
+        self.held_out = bool(held_out)
 
     def fit(self, source: Simulator | None, shots: TargetData, *, seed: int = 0) -> Adapted:
         from autosync_transfer.rankers.simulator import train_simulator
@@ -143,8 +151,10 @@ class FromScratch(Adapter):
                                    max_epochs=max_epochs, patience=patience,
                                    start_margin=self.training.start_margin)
 
-        sim, details = fit_on_shots(train, shots, self.training, seed=seed, costmodel_config=cm)
-        return Adapted(sim, self.name, len(shots), {"kind": kind, **details})
+        held_out: dict[str, tuple[int, float]] | None = {} if self.held_out else None
+        sim, details = fit_on_shots(train, shots, self.training, seed=seed, costmodel_config=cm,
+                                    held_out=held_out)
+        return Adapted(sim, self.name, len(shots), {"kind": kind, **details}, held_out=held_out)
 
 
 class MultiSource(Adapter):
@@ -235,13 +245,17 @@ class Guarded(Adapter):
     when the target's own shots say it helps.
 
     Two simulators are trained on the shots with the same seed, hence the same validation
-    strategies (:func:`~autosync_transfer.adapt.training.fit_on_shots`): the source fine-tuned
-    as by :class:`FineTune`, and a new ``residual`` ranker (the step-time simulator with the
-    target's own physics plus a correction that starts at zero; the source's hyper-parameters
-    when it is a residual ranker itself). The one with the better validation (or
-    cross-validation) pairwise accuracy on the shots is returned; a tie keeps the source.
-    Fewer than ``min_shots`` shots (too few pairs to judge): plain fine-tuning, or the source as
-    is with no shots.
+    strategies or folds (:func:`~autosync_transfer.adapt.training.fit_on_shots`): the source
+    fine-tuned as by :class:`FineTune`, and a new ``residual`` ranker (the step-time simulator
+    with the target's own physics plus a correction that starts at zero; the source's
+    hyper-parameters when it is a residual ranker itself). The residual ranker replaces the
+    fine-tuned source only where it orders the held-out shots (validation split, or each fold
+    out of fold) better with confidence: paired on the same pairs, the one-sided 95 % lower
+    bound of its gain above 0 (:func:`~autosync_transfer.adapt.training.paired_gain`, reported
+    as ``physics_gain`` / ``physics_gain_low``); otherwise the source is kept. ``shots_pairwise``
+    reports both lines' validation (or cross-validation) pairwise accuracy. Fewer than
+    ``min_shots`` shots (too few pairs to judge): plain fine-tuning, or the source as is with no
+    shots.
     """
 
     name: ClassVar[str] = "guarded"
@@ -261,15 +275,24 @@ class Guarded(Adapter):
                            {"start": "source", "reason": f"fewer than {self.min_shots} shots",
                             **tuned.details})
         hparams = src.hparams if src.kind == PHYSICS_START_KIND else None
-        fresh = FromScratch(PHYSICS_START_KIND, hparams=hparams,
-                            training=self.finetune.training).fit(src, shots, seed=seed)
+        training = self.finetune.training
+        fresh = FromScratch(PHYSICS_START_KIND, hparams=hparams, training=training,
+                            held_out=True).fit(src, shots, seed=seed)
         judged = {"source": _shot_score(tuned.details), "physics": _shot_score(fresh.details)}
-        if fresh.simulator is not None and judged["physics"] is not None and (
-                judged["source"] is None or judged["physics"] > judged["source"]):
+        gain, low = paired_gain(fresh.held_out or {}, tuned.held_out or {}, shots,
+                                margin=shot_margin(training, src), seed=seed)
+        verdict = {"shots_pairwise": judged, "physics_gain": _finite_or_none(gain),
+                   "physics_gain_low": _finite_or_none(low)}
+        if fresh.simulator is not None and low > 0:
             return Adapted(fresh.simulator, self.name, len(shots),
-                           {"start": "physics", "shots_pairwise": judged, **fresh.details})
+                           {"start": "physics", **verdict, **fresh.details},
+                           held_out=fresh.held_out)
         return Adapted(tuned.simulator, self.name, len(shots),
-                       {"start": "source", "shots_pairwise": judged, **tuned.details})
+                       {"start": "source", **verdict, **tuned.details}, held_out=tuned.held_out)
+
+
+def _finite_or_none(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
 
 
 def _shot_score(details: Mapping[str, Any]) -> float | None:

@@ -50,7 +50,8 @@ if TYPE_CHECKING:
     from autosync_transfer.rankers.costmodel import CostModelConfig
     from autosync_transfer.rankers.simulator import Simulator
 
-__all__ = ["ShotTraining", "TrainFn", "fit_on_shots", "finetune_full", "L2SPFineTuning"]
+__all__ = ["ShotTraining", "TrainFn", "fit_on_shots", "paired_gain", "shot_margin", "finetune_full",
+           "L2SPFineTuning"]
 
 #: ``(datamodule, max_epochs, patience, seed) -> (simulator, train_simulator-like output)``;
 #: the output has ``epochs``, ``best_epoch``, ``best_val_pairwise_acc`` and ``history``
@@ -98,6 +99,7 @@ class ShotTraining:
 def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, seed: int,
                  costmodel_config: CostModelConfig | None = None,
                  source: Simulator | None = None,
+                 held_out: dict[str, tuple[int, float]] | None = None,
                  ) -> tuple[Simulator, dict[str, Any]]:
     """Train on ``shots`` with ``train``, choosing the epochs as :class:`ShotTraining` says.
     Returns the simulator and ``details`` (``selection``, ``epochs`` and the validation score
@@ -110,7 +112,15 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
     (:func:`~autosync_transfer.rankers.metrics.pairwise_gain`, reported as ``val_gain`` /
     ``val_gain_low`` or ``cv_gain`` / ``cv_gain_low``); otherwise ``source`` itself is returned
     and ``details`` says ``kept_source: True``. A best epoch of several noisy ones, or the
-    best of a mean curve, is not a gain by itself."""
+    best of a mean curve, is not a gain by itself.
+
+    ``held_out``: a dict filled with ``{strategy id: (fold, score)}``, the scores that what is
+    returned gives the shots it was not trained on, as the selection judged them: ``source``'s
+    own where it is kept, else the validation split's by the trained simulator (before a
+    ``refit``), or each fold's by the fold trained anew for the chosen epochs (without a
+    ``source`` these are trained only when ``held_out`` is asked for). Two trainings with the
+    same ``seed`` and shots share the split, so their records pair up
+    (:func:`paired_gain`). Left empty below 4 shots (nothing is held out)."""
     n = len(shots)
     if n < 2:
         raise ConfigError(f"training on target trials needs at least 2 of them, got {n}")
@@ -134,13 +144,16 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
             kept = _source_accuracy(source, dm)
             details["source_val_pairwise_acc"] = _finite(kept)
             if math.isfinite(kept) and (trained is None or kept >= trained):
+                _record(held_out, [(source, val)], shots)
                 return source, {**details, "kept_source": True, "val_pairwise_acc": kept}
             if math.isfinite(kept):
                 gain, low = _gain_over_source([(sim, val)], source, shots, config, seed)
                 details.update(val_gain=gain, val_gain_low=low)
                 if not low > 0:  # the best epoch's lead is not a confident one
+                    _record(held_out, [(source, val)], shots)
                     return source, {**details, "kept_source": True, "val_pairwise_acc": kept}
             details["kept_source"] = False
+        _record(held_out, [(sim, val)], shots)
         if config.refit:
             epochs = int(out["best_epoch"]) + 1 if int(out["best_epoch"]) >= 0 else int(out["epochs"])
             sim, _ = train(module({}), max(1, epochs), None, seed)
@@ -172,7 +185,9 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
         if source is not None:
             details["source_cv_pairwise_acc"] = _finite(source_cv)
             kept = {**details, "epochs": 0, "kept_source": True, "cv_pairwise_acc": source_cv}
+            every_fold = [(source, [ids[i] for i in fold]) for fold in folds]
             if math.isfinite(source_cv) and (not math.isfinite(cv) or source_cv >= cv):
+                _record(held_out, every_fold, shots)
                 return source, kept
             if math.isfinite(source_cv):
                 # the epoch count was chosen as the best of a mean curve: it replaces the
@@ -186,8 +201,15 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
                 gain, low = _gain_over_source(trained_folds, source, shots, config, seed)
                 details.update(cv_gain=gain, cv_gain_low=low)
                 if not low > 0:
+                    _record(held_out, every_fold, shots)
                     return source, {**kept, "cv_gain": gain, "cv_gain_low": low}
+                _record(held_out, trained_folds, shots)
             details["kept_source"] = False
+        elif held_out is not None:
+            # out of fold, trained for the chosen epochs (the curves' fits ran max_epochs)
+            _record(held_out, [(train(module({ids[i]: "val" for i in fold}), epochs, None,
+                                      seed)[0], [ids[i] for i in fold]) for fold in folds],
+                    shots)
         sim, _ = train(module({}), epochs, None, seed)
         return sim, details
     epochs = min(config.few_epochs, config.max_epochs)
@@ -199,38 +221,61 @@ def _gain_over_source(candidates: list[tuple[Simulator, list[str]]], source: Sim
                       shots: TargetData, config: ShotTraining, seed: int
                       ) -> tuple[float, float]:
     """The validation gain of trained simulators over the ``source`` they started from and its
-    one-sided lower bound at :data:`~autosync_transfer.rankers.simulator.START_CONFIDENCE`
+    one-sided lower bound (:func:`paired_gain`). ``candidates`` are ``(trained, validation
+    ids)``, each judged on its own validation strategies of ``shots`` (the folds of a
+    cross-validation pooled, a pair counted only within one fold); pairs whose labels differ by
+    less than ``config.start_margin`` (default: the source's margin) do not count."""
+    new: dict[str, tuple[int, float]] = {}
+    old: dict[str, tuple[int, float]] = {}
+    _record(new, candidates, shots)
+    _record(old, [(source, held) for _, held in candidates], shots)
+    return paired_gain(new, old, shots, margin=shot_margin(config, source), seed=seed)
+
+
+def shot_margin(config: ShotTraining, source: Simulator | None) -> float:
+    """The label gap a pair of shots needs to count in a gain: ``config.start_margin``, else the
+    ``source``'s loss margin (0 without one)."""
+    if config.start_margin is not None:
+        return float(config.start_margin)
+    hparams = (source.config().get("hparams") or {}) if source is not None else {}
+    return float(hparams.get("margin", 0.0) or 0.0)
+
+
+def paired_gain(new: dict[str, tuple[int, float]], old: dict[str, tuple[int, float]],
+                shots: TargetData, *, margin: float, seed: int) -> tuple[float, float]:
+    """How much better the held-out scores ``new`` order ``shots`` than ``old`` (records of
+    :func:`fit_on_shots`' ``held_out``), on the strategies both scored in the same fold, a pair
+    counted only within one fold: ``(gain, low)`` with ``low`` the one-sided lower bound at
+    :data:`~autosync_transfer.rankers.simulator.START_CONFIDENCE`
     (:func:`~autosync_transfer.rankers.metrics.pairwise_gain`: paired on the same pairs,
-    bootstrap over strategies). ``candidates`` are ``(trained, validation ids)``, each judged on
-    its own validation strategies of ``shots`` (the folds of a cross-validation pooled, a pair
-    counted only within one fold); pairs whose labels differ by less than
-    ``config.start_margin`` (default: the source's margin) do not count."""
+    bootstrap over strategies); ``(nan, nan)`` where no pair counts."""
     from autosync_transfer.rankers import metrics
     from autosync_transfer.rankers.simulator import START_CONFIDENCE
 
-    def scores(sim: Simulator, held: TargetData) -> np.ndarray:
+    both = [s for s in shots.strategy_ids if s in new and s in old and new[s][0] == old[s][0]]
+    if len(both) < 2:
+        return math.nan, math.nan
+    y = np.asarray(shots.subset(both).runtimes_s, dtype=np.float64)
+    return metrics.pairwise_gain(
+        np.array([new[s][1] for s in both]), np.array([old[s][1] for s in both]), y,
+        np.array([new[s][0] for s in both], dtype=np.int64), margin=margin,
+        confidence=START_CONFIDENCE, seed=seed)
+
+
+def _record(held_out: dict[str, tuple[int, float]] | None,
+            candidates: list[tuple[Simulator, list[str]]], shots: TargetData) -> None:
+    """Fill ``held_out`` (when asked for) with each candidate's scores of its own strategies of
+    ``shots``, the candidate's index as their fold."""
+    if held_out is None:
+        return
+    for j, (sim, held_ids) in enumerate(candidates):
+        held = shots.subset(held_ids)
+        if len(held) == 0:
+            continue
         if held.launcher is not None:
             sim = sim.with_launcher(held.launcher)
-        return np.asarray(sim.score(list(held.strategies), held.domain), dtype=np.float64)
-
-    new, old, y, groups = [], [], [], []
-    for j, (trained, val_ids) in enumerate(candidates):
-        held = shots.subset(val_ids)
-        if len(held) < 2:
-            continue
-        new.append(scores(trained, held))
-        old.append(scores(source, held))
-        y.append(np.asarray(held.runtimes_s, dtype=np.float64))
-        groups.append(np.full(len(held), j, dtype=np.int64))
-    if not new:
-        return math.nan, math.nan
-    margin = config.start_margin
-    if margin is None:
-        hparams = source.config().get("hparams") or {}
-        margin = float(hparams.get("margin", 0.0) or 0.0)
-    return metrics.pairwise_gain(np.concatenate(new), np.concatenate(old), np.concatenate(y),
-                                 np.concatenate(groups), margin=margin,
-                                 confidence=START_CONFIDENCE, seed=seed)
+        scores = np.asarray(sim.score(list(held.strategies), held.domain), dtype=np.float64)
+        held_out.update({s: (j, float(v)) for s, v in zip(held.strategy_ids, scores)})
 
 
 def _source_accuracy(source: Simulator, dm: ShotDataModule) -> float:

@@ -555,7 +555,7 @@ def _metrics(result: AdaptResult, lc: LearningCurve | None,
     """The metrics logged with an adapted simulator: held-out ``test_*``, the zero-shot and
     from-scratch comparisons, the learning curve's means and, where the target has repeat runs,
     the figures on its re-measured strategies (``repeat_*``: all pairs, resolved pairs and their
-    counts, top-1 regret against the consensus-fastest and the confidently-best)."""
+    counts, the resolved figure's 95 % interval, top-1 regret against the consensus-fastest and the confidently-best)."""
     metrics: dict[str, Any] = {
         f"test_{k}": v for k, v in _finite(result.metrics["adapted"]).items()}
     metrics["zero_shot"] = _finite(result.metrics["zero-shot"])
@@ -565,7 +565,8 @@ def _metrics(result: AdaptResult, lc: LearningCurve | None,
             if figs:
                 metrics[f"repeat_{who}"] = {
                     k: float(figs[k]) for k in ("pairs", "pairwise", "resolved_pairs",
-                                                "pairwise_resolved", "top1_regret",
+                                                "pairwise_resolved", "pairwise_resolved_low",
+                                                "pairwise_resolved_high", "top1_regret",
                                                 "top1_regret_resolved")
                     if isinstance(figs.get(k), (int, float)) and math.isfinite(figs[k])}
     if lc is not None:

@@ -79,8 +79,13 @@ def _print_result(res: Any) -> None:
         what = ("kept the fine-tuned source" if start == "source"
                 else "dropped the source's learned part: a residual ranker on the target's "
                      "physics")
+        adapted = res.details["adapted"]
         out().print(f"guarded: {what} (pairwise accuracy on the shots' validation: source "
-                    f"{fmt_float(judged.get('source'))}, physics {fmt_float(judged.get('physics'))})")
+                    f"{fmt_float(judged.get('source'))}, physics {fmt_float(judged.get('physics'))}; "
+                    f"the physics' gain on the held-out shots "
+                    f"{fmt_float(adapted.get('physics_gain'))}, 95 % lower bound "
+                    f"{fmt_float(adapted.get('physics_gain_low'))}: replaces the source only "
+                    f"above 0)", markup=False, highlight=False)
 
 
 def _print_repeat(repeat: dict) -> None:
@@ -93,7 +98,9 @@ def _print_repeat(repeat: dict) -> None:
         if f:
             out().print(f"{label} on {f['strategies']} re-measured strategies: pairwise "
                         f"{fmt_float(f['pairwise'])} on {f['pairs']} pairs, "
-                        f"{fmt_float(f['pairwise_resolved'])} on the {f['resolved_pairs']} "
+                        f"{fmt_float(f['pairwise_resolved'])} "
+                        f"[{fmt_float(f.get('pairwise_resolved_low'))}, "
+                        f"{fmt_float(f.get('pairwise_resolved_high'))}] on the {f['resolved_pairs']} "
                         f"pairs the repeat runs resolve; top-1 regret "
                         f"{fmt_float(f['top1_regret'])} against the consensus-fastest, "
                         f"{fmt_float(f.get('top1_regret_resolved'))} against the "

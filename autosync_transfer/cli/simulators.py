@@ -125,6 +125,7 @@ def evaluate(
     if repeat is not None:
         metrics.update({f"repeat_{k}": float(repeat[k]) for k in
                         ("pairs", "pairwise", "resolved_pairs", "pairwise_resolved",
+                         "pairwise_resolved_low", "pairwise_resolved_high",
                          "top1_regret", "top1_regret_resolved")})
     if json_out:
         print_json({"model": info.model_uri, "on": domain.name, "metrics": metrics})
@@ -142,7 +143,11 @@ def evaluate(
     for key in ("repeat_pairwise", "repeat_pairwise_resolved", "repeat_top1_regret",
                 "repeat_top1_regret_resolved"):
         if key in metrics:
-            table.add_row(key, _fmt(metrics[key]))
+            value = _fmt(metrics[key])
+            if key == "repeat_pairwise_resolved":  # with its 95 % interval over strategies
+                value += (f" [{_fmt(metrics.get(key + '_low'))}, "
+                          f"{_fmt(metrics.get(key + '_high'))}]")
+            table.add_row(key, value)
     out().print(table)
     if repeat is not None:
         out().print(f"repeat_*: on {repeat['strategies']} re-measured strategies of "

@@ -18,8 +18,9 @@ What the runs say:
 - **noise ceiling**: the share of *all* pairs that two runs' medians order alike (what a perfect
   simulator can expect when judged against one run);
 - :func:`ranking_figures`: a simulator's pairwise accuracy on all pairs and on resolved pairs,
-  with their counts, and the top-1 regret of the strategy it picks, against the consensus-fastest
-  and against the confidently-best (zero where the runs cannot tell the pick from the fastest).
+  with their counts and the resolved figure's 95 % interval (:func:`resolved_interval`), and the
+  top-1 regret of the strategy it picks, against the consensus-fastest and against the
+  confidently-best (zero where the runs cannot tell the pick from the fastest).
 
 Runs are grouped by the machine type they ran on (the plan's ``machine.processor``): labels
 measured on different processors are different labels, so resolved pairs, agreement and the
@@ -54,7 +55,7 @@ from autosync_transfer.errors import ConfigError
 __all__ = ["REPEAT_SUFFIX", "FIRST_RUN", "STORE_MACHINE", "repeat_path", "find_repeat_file",
            "store_processor", "META_PROCESSOR_KEY", "stratified", "measure_run",
            "Repeatability", "load_repeatability", "repeat_processors", "ranking_figures",
-           "repeat_evaluation"]
+           "resolved_interval", "repeat_evaluation"]
 
 REPEAT_SUFFIX = ".repeat.ndjson"
 
@@ -452,14 +453,18 @@ def ranking_figures(predicted: Mapping[str, float], rep: Repeatability,
       pick the runs cannot tell from the fastest);
     - ``top1_regret_resolved``: the regret against the confidently-best strategy, that is
       ``top1_regret`` where the runs resolve the pick slower than the consensus-fastest, and 0
-      where they cannot tell the two apart (``pick_resolved_slower`` says which)."""
+      where they cannot tell the two apart (``pick_resolved_slower`` says which);
+    - ``pairwise_resolved_low`` / ``pairwise_resolved_high``: the 95 % interval of
+      ``pairwise_resolved`` over the strategies that could have been re-measured
+      (:func:`resolved_interval`)."""
     runs = list(runs or rep.complete_runs() or rep.runs)
     labels = rep.consensus(runs)
     ids = sorted(set(labels) & set(predicted))
     if len(ids) < 2:
         return {"pairs": 0, "pairwise": math.nan, "resolved_pairs": 0,
-                "pairwise_resolved": math.nan, "top1_regret": math.nan,
-                "top1_regret_resolved": math.nan}
+                "pairwise_resolved": math.nan, "pairwise_resolved_low": math.nan,
+                "pairwise_resolved_high": math.nan,
+                "top1_regret": math.nan, "top1_regret_resolved": math.nan}
     pairs = list(itertools.combinations(ids, 2))
     right = sum((predicted[a] < predicted[b]) == (labels[a] < labels[b]) for a, b in pairs)
     every = rep.resolved(runs)
@@ -474,8 +479,51 @@ def ranking_figures(predicted: Mapping[str, float], rep: Repeatability,
     return {"pairs": len(pairs), "pairwise": right / len(pairs),
             "resolved_pairs": len(resolved),
             "pairwise_resolved": right_res / len(resolved) if resolved else math.nan,
+            **dict(zip(("pairwise_resolved_low", "pairwise_resolved_high"),
+                       resolved_interval(predicted, resolved))),
             "top1_regret": regret, "top1_regret_resolved": regret if slower else 0.0,
             "pick_resolved_slower": slower, "pick": pick, "best": best}
+
+
+def resolved_interval(predicted: Mapping[str, float], resolved: Mapping[tuple[str, str], int],
+                      *, confidence: float = 0.95, n_resamples: int = 999, seed: int = 0
+                      ) -> tuple[float, float]:
+    """The ``confidence`` interval of the share of ``resolved`` pairs (``(a, b)`` -> +1 where
+    ``a`` is confidently faster, -1 where ``b`` is) that ``predicted`` (strategy id -> seconds)
+    orders their way: a percentile bootstrap over strategies (:func:`scipy.stats.bootstrap`;
+    the pairs of one strategy are not independent, so the strategy is the unit, as the
+    re-measured subset is a sample of the store's strategies). ``(nan, nan)`` with no resolved
+    pair or fewer than 3 strategies in them; the point estimate at both ends where every
+    resample gives it."""
+    from scipy.stats import bootstrap
+
+    ids = sorted({s for pair in resolved for s in pair})
+    if len(ids) < 3:
+        return math.nan, math.nan
+    at = {s: i for i, s in enumerate(ids)}
+    n = len(ids)
+    right = np.zeros((n, n))
+    counted = np.zeros((n, n))
+    for (a, b), sign in resolved.items():
+        i, j = at[a], at[b]
+        ok = float((predicted[a] < predicted[b]) == (sign > 0))
+        right[i, j] = right[j, i] = ok
+        counted[i, j] = counted[j, i] = 1.0
+    point = float(right.sum() / counted.sum())
+
+    def stat(idx: np.ndarray) -> float:
+        # both symmetric with a zero diagonal: a strategy drawn twice pairs with itself nowhere
+        idx = idx.astype(int)
+        c = counted[np.ix_(idx, idx)].sum()
+        return float(right[np.ix_(idx, idx)].sum() / c) if c else point
+
+    res = bootstrap((np.arange(n, dtype=np.float64),), stat, n_resamples=n_resamples,
+                    vectorized=False, confidence_level=confidence, method="percentile",
+                    rng=np.random.default_rng(seed))
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (math.isfinite(low) and math.isfinite(high)):  # a degenerate resample distribution
+        return point, point
+    return low, high
 
 
 def repeat_evaluation(simulator: Any, domain: Any, trials: Any = None, *,

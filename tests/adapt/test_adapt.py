@@ -461,6 +461,36 @@ def test_guarded_keeps_the_fine_tuned_source_when_it_validates_best(
     assert judged["physics"] is not None and judged["physics"] <= 1.0
     assert out.simulator is not None and out.simulator.kind == source_sim.kind
     assert out.details["kept_source"] is True  # what fine-tuning reports
+    low = out.details["physics_gain_low"]
+    assert low is None or low <= 0
+    # the kept source's own scores of the held-out shots: the validation split, or every shot
+    # once with cross-validation
+    assert out.held_out and set(out.held_out) <= set(labeled.strategy_ids)
+    assert len(out.held_out) == (n if n < small().cv_below else out.details["val_strategies"])
+
+
+def test_a_lead_on_the_held_out_shots_is_a_gain_only_with_confidence(split: Any) -> None:
+    """``paired_gain``: paired on the strategies both records scored in the same fold."""
+    from autosync_transfer.adapt.training import paired_gain
+
+    shots = split.shots(20, seed=0)
+    ids, y = list(shots.strategy_ids), list(shots.runtimes_s)
+    right = {s: (i % 4, r) for i, (s, r) in enumerate(zip(ids, y))}  # scores: predicted runtimes
+    wrong = {s: (f, -v) for s, (f, v) in right.items()}  # every pair the other way round
+    gain, low = paired_gain(right, wrong, shots, margin=0.0, seed=0)
+    assert gain == pytest.approx(1.0) and low > 0
+    # one pair of one fold won, the rest tied: a lead, not a confident one
+    fold0 = [s for s in ids if right[s][0] == 0]
+    a, b = sorted(fold0[:2], key=lambda s: y[ids.index(s)])
+    one_off = dict(right)
+    one_off[a], one_off[b] = (0, right[b][1]), (0, right[a][1])
+    gain, low = paired_gain(right, one_off, shots, margin=0.0, seed=0)
+    assert gain > 0 and not low > 0
+    # strategies scored in different folds never pair: nothing to compare
+    moved = {s: (f + 1, v) for s, (f, v) in wrong.items()}
+    assert all(math.isnan(v) for v in paired_gain(right, moved, shots, margin=0.0, seed=0))
+    # a margin larger than every label gap leaves no pair either
+    assert all(math.isnan(v) for v in paired_gain(right, wrong, shots, margin=1e9, seed=0))
 
 
 @pytest.mark.parametrize("which", ["linear", "residual"])
@@ -483,6 +513,7 @@ def test_guarded_drops_the_learned_part_when_the_physics_validates_better(
     out = Guarded(training=small()).fit(source, labeled, seed=0)
     judged = out.details["shots_pairwise"]
     assert out.details["start"] == "physics" and judged["physics"] > judged["source"]
+    assert out.details["physics_gain_low"] > 0  # a confident gain on the held-out shots
     assert out.simulator is not None and out.simulator.kind == "residual"
     assert out.simulator is not source
     # the source's architecture for a residual source, the defaults otherwise

@@ -131,7 +131,9 @@ def test_guarded_judges_the_source_on_the_shots_and_registers_the_method(
     assert report["result"]["method"] == "guarded" and report["result"]["shots"] == 10
     details = report["result"]["details"]["adapted"]
     judged = details["shots_pairwise"]
-    assert details["start"] == ("source" if judged["source"] >= judged["physics"] else "physics")
+    # the physics replaces the source only with a confident gain on the held-out shots
+    low = details["physics_gain_low"]
+    assert details["start"] == ("physics" if low is not None and low > 0 else "source")
     assert 0.0 <= judged["source"] <= 1.0 and 0.0 <= judged["physics"] <= 1.0
     version = json.loads(cli("registry", "show", TARGET, "--json").out)["versions"][0]
     assert version["tags"]["method"] == "guarded" and version["tags"]["shots"] == "10"
@@ -141,6 +143,7 @@ def test_guarded_judges_the_source_on_the_shots_and_registers_the_method(
     assert res.code == 0, res.err
     said = "kept the fine-tuned source" if details["start"] == "source" else "dropped the source"
     assert f"guarded: {said}" in res.out and "pairwise accuracy on the shots" in res.out
+    assert "95 % lower bound" in res.out
 
 
 def test_curve_prints_the_table_and_logs_the_plot(cli: Any, registry: Path,

@@ -3,6 +3,7 @@ labels, the ranking figures on them, and a real run that is interrupted and cont
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -118,6 +119,31 @@ def test_ranking_figures_count_resolved_pairs_and_regret(tmp_path: Path) -> None
     swapped = ranking_figures({**TRUTH, "b": 1.53}, rep)
     assert swapped["pairwise_resolved"] == 1.0
     assert swapped["resolved_pairs"] == backwards["resolved_pairs"] == perfect["resolved_pairs"]
+    # every resample orders every pair alike: the interval is the point
+    assert (perfect["pairwise_resolved_low"], perfect["pairwise_resolved_high"]) == (1.0, 1.0)
+    assert (backwards["pairwise_resolved_low"], backwards["pairwise_resolved_high"]) == (0.0, 0.0)
+
+
+def test_the_resolved_figure_carries_its_interval_over_strategies() -> None:
+    from autosync_transfer.dataset.repeat import resolved_interval
+
+    ids = [f"s{i:02d}" for i in range(20)]
+    truth = {s: 1.0 + 0.1 * i for i, s in enumerate(ids)}
+    resolved = {(a, b): 1 for a, b in itertools.combinations(ids, 2)}  # ids sort by speed
+    # one strategy predicted slowest: its 19 pairs wrong, the other 171 right
+    off = {**truth, "s00": 100.0}
+    point = 171 / 190
+    low, high = resolved_interval(off, resolved)
+    assert 0.6 < low < point < high <= 1.0
+    # the interval narrows with the number of strategies: 40 strategies, one misplaced
+    ids40 = [f"t{i:02d}" for i in range(40)]
+    res40 = {(a, b): 1 for a, b in itertools.combinations(ids40, 2)}
+    off40 = {**{s: 1.0 + 0.1 * i for i, s in enumerate(ids40)}, "t00": 100.0}
+    low40, high40 = resolved_interval(off40, res40)
+    assert high40 - low40 < high - low
+    # seeded: the same interval twice; nothing resolved: no interval
+    assert resolved_interval(off, resolved) == (low, high)
+    assert all(math.isnan(v) for v in resolved_interval(truth, {}))
 
 
 def test_regret_against_the_confidently_best_counts_only_resolved_picks(tmp_path: Path) -> None:
@@ -184,6 +210,7 @@ def test_repeat_evaluation_scores_the_re_measured_strategies_outside_the_shots(
 
     got = repeat_evaluation(Backwards(), domain, store, exclude=[ids[0]])
     assert got["strategies"] == 4 and got["pairs"] == 6 and got["pairwise_resolved"] == 0.0
+    assert got["pairwise_resolved_low"] == got["pairwise_resolved_high"] == 0.0
     assert got["pick"] == ids[4] and got["best"] == ids[1] and got["pick_resolved_slower"]
     assert got["top1_regret_resolved"] == got["top1_regret"] == pytest.approx(1.8 / 1.2 - 1,
                                                                               rel=0.05)
