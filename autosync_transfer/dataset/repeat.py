@@ -486,15 +486,16 @@ def ranking_figures(predicted: Mapping[str, float], rep: Repeatability,
 
 
 def resolved_interval(predicted: Mapping[str, float], resolved: Mapping[tuple[str, str], int],
-                      *, confidence: float = 0.95, n_resamples: int = 999, seed: int = 0
-                      ) -> tuple[float, float]:
+                      *, baseline: Mapping[str, float] | None = None, confidence: float = 0.95,
+                      n_resamples: int = 999, seed: int = 0) -> tuple[float, float]:
     """The ``confidence`` interval of the share of ``resolved`` pairs (``(a, b)`` -> +1 where
     ``a`` is confidently faster, -1 where ``b`` is) that ``predicted`` (strategy id -> seconds)
-    orders their way: a percentile bootstrap over strategies (:func:`scipy.stats.bootstrap`;
-    the pairs of one strategy are not independent, so the strategy is the unit, as the
-    re-measured subset is a sample of the store's strategies). ``(nan, nan)`` with no resolved
-    pair or fewer than 3 strategies in them; the point estimate at both ends where every
-    resample gives it."""
+    orders their way; with ``baseline`` (another simulator's predictions), of that share minus
+    the baseline's on the same pairs (paired: what one simulator adds over the other). A
+    percentile bootstrap over strategies (:func:`scipy.stats.bootstrap`; the pairs of one
+    strategy are not independent, so the strategy is the unit, as the re-measured subset is a
+    sample of the store's strategies). ``(nan, nan)`` with no resolved pair or fewer than 3
+    strategies in them; the point estimate at both ends where every resample gives it."""
     from scipy.stats import bootstrap
 
     ids = sorted({s for pair in resolved for s in pair})
@@ -507,6 +508,8 @@ def resolved_interval(predicted: Mapping[str, float], resolved: Mapping[tuple[st
     for (a, b), sign in resolved.items():
         i, j = at[a], at[b]
         ok = float((predicted[a] < predicted[b]) == (sign > 0))
+        if baseline is not None:
+            ok -= float((baseline[a] < baseline[b]) == (sign > 0))
         right[i, j] = right[j, i] = ok
         counted[i, j] = counted[j, i] = 1.0
     point = float(right.sum() / counted.sum())

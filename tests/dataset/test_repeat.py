@@ -141,6 +141,11 @@ def test_the_resolved_figure_carries_its_interval_over_strategies() -> None:
     off40 = {**{s: 1.0 + 0.1 * i for i, s in enumerate(ids40)}, "t00": 100.0}
     low40, high40 = resolved_interval(off40, res40)
     assert high40 - low40 < high - low
+    # paired against a baseline: the gain over it, bounded; against itself exactly nothing
+    gain = resolved_interval(truth, resolved, baseline=off)
+    # one strategy of 20 misplaced: a gain no resample reverses, but not one away from 0
+    assert gain[0] == 0.0 and 19 / 190 < gain[1] <= 0.4
+    assert resolved_interval(off, resolved, baseline=off) == (0.0, 0.0)
     # seeded: the same interval twice; nothing resolved: no interval
     assert resolved_interval(off, resolved) == (low, high)
     assert all(math.isnan(v) for v in resolved_interval(truth, {}))
