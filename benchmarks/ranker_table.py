@@ -230,7 +230,7 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
         "resolved_interval, a bootstrap over strategies)")
     paired = "stepsim" in kinds and any(k not in PHYSICS for k in kinds)
     out(f"{'domain':14s} {'n':>4s} {'resolved':>8s} " + " ".join(f"{k:>47s}" for k in kinds)
-        + (f" {'best learned - stepsim [95 %]':>34s}" if paired else ""))
+        + (f" {'best learned - stepsim [95 %]':>47s}" if paired else ""))
     for name, f, rep in rows:
         sub = df[df["domain"] == name]
         table = strategy_table(sub)

@@ -277,8 +277,9 @@ def main() -> int:
             err = float(np.median([abs(predicted[k] - v) / v for k, v in labels.items()
                                    if k in predicted]))
             lo, hi = fig["pairwise_resolved_low"], fig["pairwise_resolved_high"]
-            row += (f" {fig['pairwise_resolved']:6.3f} [{lo:.3f}, {hi:.3f}] "
-                    f"({fig['resolved_pairs']:3d}) "
+            cell = (f"{fig['pairwise_resolved']:.3f} [{lo:.3f}, {hi:.3f}] "
+                    f"({fig['resolved_pairs']:3d})")
+            row += (f" {cell:>32s} "
                     f"{fig['top1_regret']:6.1%} {fig['top1_regret_resolved']:6.1%} {err:7.3f}")
             summary["pw_res"].append(fig["pairwise_resolved"])
             summary["regret"].append(fig["top1_regret"])

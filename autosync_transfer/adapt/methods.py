@@ -63,12 +63,14 @@ class FineTune(Adapter):
     rate ``lr`` (default: the source's); ``mode="head"``: only the ``head``, with the source's
     optimizer settings. ``training``: epochs, validation / cross-validation
     (:class:`~autosync_transfer.adapt.training.ShotTraining`). No shots: the source as is.
+    ``held_out``: also record the shots' out-of-fold scores (:attr:`Adapted.held_out`; where the
+    source is replaced, this trains every fold once more).
     """
 
     name: ClassVar[str] = "finetune"
 
     def __init__(self, mode: str = "full", *, l2sp: float = 0.01, lr: float | None = None,
-                 training: ShotTraining | None = None) -> None:
+                 training: ShotTraining | None = None, held_out: bool = False) -> None:
         if mode not in FINETUNE_MODES:
             raise ConfigError(f"fine-tuning mode must be one of {', '.join(FINETUNE_MODES)}, "
                               f"got {mode!r}")
@@ -80,6 +82,7 @@ class FineTune(Adapter):
         self.l2sp = float(l2sp)
         self.lr = lr
         self.training = training or ShotTraining()
+        self.held_out = bool(held_out)
 
     @property
     def method(self) -> str:
@@ -93,7 +96,7 @@ class FineTune(Adapter):
             raise ConfigError(f"fine-tuning needs at least 2 target trials, got {len(shots)} "
                               f"(use shots=0 for zero-shot)")
         train = self._train_fn(src)
-        held_out: dict[str, tuple[int, float]] = {}
+        held_out: dict[str, tuple[int, float]] | None = {} if self.held_out else None
         sim, details = fit_on_shots(train, shots, self.training, seed=seed,
                                     costmodel_config=src.costmodel_config, source=src,
                                     held_out=held_out)
@@ -249,8 +252,9 @@ class Guarded(Adapter):
     fine-tuned as by :class:`FineTune`, and a new ``residual`` ranker (the step-time simulator
     with the target's own physics plus a correction that starts at zero; the source's
     hyper-parameters when it is a residual ranker itself). The residual ranker replaces the
-    fine-tuned source only where it orders the held-out shots (validation split, or each fold
-    out of fold) better with confidence: paired on the same pairs, the one-sided 95 % lower
+    fine-tuned source only where it orders the shots out of fold (each line's folds trained
+    anew without them for its chosen epochs; a kept source scores them as is) better with
+    confidence: paired on the same pairs, the one-sided 95 % lower
     bound of its gain above 0 (:func:`~autosync_transfer.adapt.training.paired_gain`, reported
     as ``physics_gain`` / ``physics_gain_low``); otherwise the source is kept. ``shots_pairwise``
     reports both lines' validation (or cross-validation) pairwise accuracy. Fewer than
@@ -264,7 +268,11 @@ class Guarded(Adapter):
                  training: ShotTraining | None = None) -> None:
         if min_shots < 2:
             raise ConfigError(f"min_shots must be >= 2, got {min_shots}")
-        self.finetune = finetune or FineTune("full", training=training)
+        finetune = finetune or FineTune("full", training=training)
+        # the fine-tuned line is judged on its out-of-fold scores: it records them
+        self.finetune = finetune if finetune.held_out else FineTune(
+            finetune.mode, l2sp=finetune.l2sp, lr=finetune.lr, training=finetune.training,
+            held_out=True)
         self.min_shots = int(min_shots)
 
     def fit(self, source: Simulator | None, shots: TargetData, *, seed: int = 0) -> Adapted:

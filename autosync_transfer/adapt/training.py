@@ -108,20 +108,24 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
     ``source``: the simulator training starts from (fine-tuning). It is then a candidate of the
     selection too, as "epoch 0": the trained simulator replaces it only where it ranks the
     validation strategies (with cross-validation: each fold's, trained anew for the chosen
-    epochs, out of fold) better than ``source`` with 95 % confidence
+    epochs without it, out of fold) better than ``source`` with 95 % confidence
     (:func:`~autosync_transfer.rankers.metrics.pairwise_gain`, reported as ``val_gain`` /
     ``val_gain_low`` or ``cv_gain`` / ``cv_gain_low``); otherwise ``source`` itself is returned
     and ``details`` says ``kept_source: True``. A best epoch of several noisy ones, or the
     best of a mean curve, is not a gain by itself.
 
-    ``held_out``: a dict filled with ``{strategy id: (fold, score)}``, the scores that what is
-    returned gives the shots it was not trained on, as the selection judged them: ``source``'s
-    own where it is kept, else the validation split's by the trained simulator (before a
-    ``refit``), or each fold's by the fold trained anew for the chosen epochs (without a
-    ``source`` these are trained only when ``held_out`` is asked for). Two trainings with the
-    same ``seed`` and shots share the split, so their records pair up
-    (:func:`paired_gain`). Left empty below 4 shots (nothing is held out)."""
+    ``held_out``: a dict filled with ``{strategy id: (fold, score)}``: every shot scored out of
+    fold by what is returned, ``source``'s own scores where it is kept, else each fold's by a
+    simulator trained anew without it for the chosen epochs (with a validation split, on
+    ``k``-fold splits drawn for the purpose, so that the best epoch's weights, chosen on the
+    validation strategies, are not what scores them). These fold trainings run only when
+    ``held_out`` is asked for (under cross-validation they are the gate's where it ran). Two
+    trainings with the same ``seed`` and shots draw the same folds, so their records pair up
+    (:func:`paired_gain`); the epoch count itself was chosen on the same shots, a milder
+    selection. Left empty below 4 shots (nothing is held out)."""
     n = len(shots)
+    if held_out is not None:
+        held_out.clear()
     if n < 2:
         raise ConfigError(f"training on target trials needs at least 2 of them, got {n}")
     ids = list(shots.strategy_ids)
@@ -143,21 +147,28 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
         if source is not None:
             kept = _source_accuracy(source, dm)
             details["source_val_pairwise_acc"] = _finite(kept)
+        cross = _record_folds(n, config, seed)
+        if source is not None:
+            kept = _source_accuracy(source, dm)
+            details["source_val_pairwise_acc"] = _finite(kept)
+            as_kept = [(source, [ids[i] for i in fold]) for fold in cross]
             if math.isfinite(kept) and (trained is None or kept >= trained):
-                _record(held_out, [(source, val)], shots)
+                _record(held_out, as_kept, shots)
                 return source, {**details, "kept_source": True, "val_pairwise_acc": kept}
             if math.isfinite(kept):
                 gain, low = _gain_over_source([(sim, val)], source, shots, config, seed)
                 details.update(val_gain=gain, val_gain_low=low)
                 if not low > 0:  # the best epoch's lead is not a confident one
-                    _record(held_out, [(source, val)], shots)
+                    _record(held_out, as_kept, shots)
                     return source, {**details, "kept_source": True, "val_pairwise_acc": kept}
             details["kept_source"] = False
-        _record(held_out, [(sim, val)], shots)
+        epochs = max(1, int(out["best_epoch"]) + 1 if int(out["best_epoch"]) >= 0
+                     else int(out["epochs"]))
+        if held_out is not None:
+            _record(held_out, _fold_trainings(train, module, ids, cross, epochs, seed), shots)
         if config.refit:
-            epochs = int(out["best_epoch"]) + 1 if int(out["best_epoch"]) >= 0 else int(out["epochs"])
-            sim, _ = train(module({}), max(1, epochs), None, seed)
-            details["refit_epochs"] = max(1, epochs)
+            sim, _ = train(module({}), epochs, None, seed)
+            details["refit_epochs"] = epochs
         return sim, details
     if n >= 4:
         k = max(2, min(config.folds, n // 2))
@@ -193,11 +204,7 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
                 # the epoch count was chosen as the best of a mean curve: it replaces the
                 # source only where, trained anew per fold, it ranks the folds' strategies
                 # better out of fold with confidence
-                trained_folds = []
-                for fold in folds:
-                    held = [ids[i] for i in fold]
-                    trained_folds.append((train(module({s: "val" for s in held}), epochs,
-                                                None, seed)[0], held))
+                trained_folds = _fold_trainings(train, module, ids, folds, epochs, seed)
                 gain, low = _gain_over_source(trained_folds, source, shots, config, seed)
                 details.update(cv_gain=gain, cv_gain_low=low)
                 if not low > 0:
@@ -205,11 +212,9 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
                     return source, {**kept, "cv_gain": gain, "cv_gain_low": low}
                 _record(held_out, trained_folds, shots)
             details["kept_source"] = False
-        elif held_out is not None:
+        if held_out is not None and not held_out:
             # out of fold, trained for the chosen epochs (the curves' fits ran max_epochs)
-            _record(held_out, [(train(module({ids[i]: "val" for i in fold}), epochs, None,
-                                      seed)[0], [ids[i] for i in fold]) for fold in folds],
-                    shots)
+            _record(held_out, _fold_trainings(train, module, ids, folds, epochs, seed), shots)
         sim, _ = train(module({}), epochs, None, seed)
         return sim, details
     epochs = min(config.few_epochs, config.max_epochs)
@@ -260,6 +265,26 @@ def paired_gain(new: dict[str, tuple[int, float]], old: dict[str, tuple[int, flo
         np.array([new[s][1] for s in both]), np.array([old[s][1] for s in both]), y,
         np.array([new[s][0] for s in both], dtype=np.int64), margin=margin,
         confidence=START_CONFIDENCE, seed=seed)
+
+
+def _record_folds(n: int, config: ShotTraining, seed: int) -> list[np.ndarray]:
+    """The ``k``-fold split of ``n`` shots on which a validation split's ``held_out`` record is
+    scored (a generator of its own: the validation strategies chose the best epoch)."""
+    k = max(2, min(config.folds, n // 2))
+    return np.array_split(np.random.default_rng([int(seed), 7919, 1]).permutation(n), k)
+
+
+def _fold_trainings(train: TrainFn, module: Callable[[dict[str, str]], ShotDataModule],
+                    ids: list[str], folds: list[np.ndarray], epochs: int, seed: int
+                    ) -> list[tuple[Simulator, list[str]]]:
+    """Each fold's simulator, trained for ``epochs`` on the other shots, and the fold's ids.
+    The fold is left out of training and of validation alike (the ``test`` split): a training
+    that keeps its best validation epoch must not choose it on the strategies it is judged on."""
+    out = []
+    for fold in folds:
+        held = [ids[i] for i in fold]
+        out.append((train(module({s: "test" for s in held}), epochs, None, seed)[0], held))
+    return out
 
 
 def _record(held_out: dict[str, tuple[int, float]] | None,
