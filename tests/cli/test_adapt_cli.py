@@ -228,3 +228,52 @@ def test_collect_store_path(tmp_path: Path) -> None:
     assert collect_store_path(tmp_path / "b.jsonl", TARGET) == tmp_path / "b.jsonl"
     with pytest.raises(ConfigError, match="JSON Lines"):
         collect_store_path(tmp_path / "b.parquet", TARGET)
+
+
+def test_adapt_judges_both_simulators_on_the_re_measured_strategies_with_an_interval(
+        cli: Any, registry: Path, trials_dir: Path, tmp_path: Path) -> None:
+    """A target store with repeat runs beside it: the printout, the report and the registered
+    version give the resolved-pair figure with its 95 % interval."""
+    import shutil
+
+    import numpy as np
+
+    from autosync_transfer._files import append_line
+    from autosync_transfer.dataset.loader import load_trials, strategy_table
+    from autosync_transfer.dataset.repeat import repeat_path
+
+    folder = tmp_path / "trials"
+    shutil.copytree(trials_dir, folder)
+    table = strategy_table(load_trials(folder, domain=TARGET)).sort_values("runtime_s")
+    ids = list(table["strategy_id"])[::3][:10]  # ten strategies spanning the store
+    truth = dict(zip(table["strategy_id"], table["runtime_s"]))
+    path = repeat_path(folder / f"{TARGET}.jsonl")
+    rng = np.random.default_rng(0)
+    append_line(path, json.dumps({"kind": "plan", "run": "r1", "domain": TARGET,
+                                  "strategy_ids": ids, "orders": [ids] * 4,
+                                  "protocol": {"iters": 3}, "launcher": "local", "seed": 0,
+                                  "created": "x"}), "t")
+    for k in range(4):
+        for s in ids:
+            append_line(path, json.dumps({
+                "kind": "measurement", "run": "r1", "round": k, "strategy_id": s,
+                "status": "ok",
+                "median_s": truth[s] * float(np.exp(0.002 * rng.standard_normal())),
+                "wall_s": 1.0, "cpu": {}}), "t")
+    res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--shots", "5",
+              "--data", str(folder), "--json", *FAST)
+    assert res.code == 0, res.err
+    report = json.loads(res.out)
+    for who in ("adapted", "zero_shot"):
+        fig = report["repeat"][who]
+        assert fig["resolved_pairs"] > 0
+        low, high = fig["pairwise_resolved_low"], fig["pairwise_resolved_high"]
+        assert low <= fig["pairwise_resolved"] <= high
+    version = json.loads(cli("registry", "show", TARGET, "--json").out)["versions"][0]
+    logged = {k: v for k, v in version["metrics"].items() if k.startswith("repeat_adapted")}
+    assert any(k.endswith("pairwise_resolved_low") for k in logged), logged
+    res = cli("adapt", "--source", SOURCE, "--target", TARGET, "--shots", "5",
+              "--data", str(folder), *FAST)
+    assert res.code == 0, res.err
+    assert "re-measured strategies" in res.out and "pairs the repeat runs resolve" in res.out
+    assert "[" in res.out.split("re-measured strategies")[1].split("pairs the repeat")[0]
