@@ -18,7 +18,7 @@ def adapt(
     target: Optional[str] = typer.Option(None, "--target", metavar="DOMAIN", help="Target domain, e.g. bert-B (or --model with --cluster-file)."),
     model: Optional[str] = model_option("Your workload as the target, run on --cluster-file (its trials in --data, e.g. the store `collect --model` wrote): path/to/file.py or package.module with build_model(), example_batch(batch_size, generator) and loss_fn(output, targets); ...:NAME for a Workload object or factory; or a zoo model name."),
     cluster_file: Optional[str] = cluster_file_option(),
-    method: AdaptMethod = typer.Option(AdaptMethod.auto, "--method", help="auto: finetune with target trials, zero-shot without. guarded: the source fine-tuned, or a new residual ranker on the target's physics (the step-time simulator plus a learned correction), whichever validates better on the target trials."),
+    method: AdaptMethod = typer.Option(AdaptMethod.auto, "--method", help="auto: finetune with target trials, zero-shot without. guarded: the source fine-tuned, or a new residual ranker on the target's physics (the step-time simulator plus a learned correction) where it orders the target trials better out of fold with 95 % confidence."),
     shots: Optional[int] = typer.Option(None, "--shots", min=0, help="Target trials to adapt on (default: 20, or all outside the held-out split when fewer)."),
     collect: bool = typer.Option(False, "--collect", help="Measure the target trials first on the emulated target cluster (needs root) and append them to its store."),
     seed: int = typer.Option(0, "--seed", help="Seed of the shot choice and of training."),
