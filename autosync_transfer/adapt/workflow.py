@@ -577,7 +577,8 @@ def _metrics(result: AdaptResult, lc: LearningCurve | None,
 
 
 def _promote(info: ModelVersionInfo, tgt_name: str, split: TargetSplit) -> bool:
-    """Promote the adapted version if it beats the target's champion on the held-out split."""
+    """Promote the adapted version if it orders the held-out split better than the target's
+    champion with 95 % confidence (paired on the same pairs; with no champion, it promotes)."""
     from autosync_transfer.registry.workflows import promote_if_better
 
     if _METRIC not in info.metrics or not math.isfinite(info.metrics[_METRIC]):
@@ -589,4 +590,18 @@ def _promote(info: ModelVersionInfo, tgt_name: str, split: TargetSplit) -> bool:
 
         return evaluate_on(champion_sim, holdout)["pairwise_accuracy"]
 
-    return promote_if_better(tgt_name, info.version, _METRIC, rescore=rescore)
+    def judge(candidate: Simulator, champion_sim: Simulator) -> tuple[float, float]:
+        import numpy as np
+
+        from autosync_transfer.rankers import metrics
+
+        def scores(sim: Simulator) -> Any:
+            if holdout.launcher is not None:
+                sim = sim.with_launcher(holdout.launcher)
+            return np.asarray(sim.score(list(holdout.strategies), holdout.domain), dtype=float)
+
+        return metrics.pairwise_gain(scores(candidate), scores(champion_sim),
+                                     np.asarray(holdout.runtimes_s, dtype=float),
+                                     np.zeros(len(holdout), dtype=np.int64))
+
+    return promote_if_better(tgt_name, info.version, _METRIC, rescore=rescore, judge=judge)

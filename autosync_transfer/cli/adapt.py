@@ -140,6 +140,11 @@ def _print_registration(report: Any) -> None:
     trained = " (trained and registered now)" if report.source_trained else ""
     verdict = ("promoted to champion" if report.promoted
                else f"champion stays version {report.champion}")
+    from autosync_transfer.registry.workflows import promotion_note
+
+    note = promotion_note(v.name, v.version)
+    if note:
+        verdict += f" ({note})"
     lines = [
         f"source {report.source_model} version {report.source_version}{trained}",
         f"registered {v.name} version {v.version} (lineage: {report.source_model}/"

@@ -95,6 +95,11 @@ def train(
     best = report.best.version
     verdict = ("promoted to champion" if report.promoted
                else f"champion stays version {report.champion}")
+    from autosync_transfer.registry.workflows import promotion_note
+
+    note = promotion_note(best.name, best.version)
+    if note:
+        verdict += f" ({note})"
     con.print(f"registered {report.name} versions "
               f"{', '.join(r.version.version for r in report.runs)}; best version {best.version} "
               f"({key} {_fmt(best.metrics.get(key))}) {verdict}",

@@ -66,8 +66,8 @@ if TYPE_CHECKING:
     from autosync_transfer.rankers.modules import RankerModule
     from autosync_transfer.strategies.types import Strategy
 
-__all__ = ["Simulator", "train_simulator", "evaluate_simulator", "ANALYTICAL", "STEPSIM",
-           "CONFIG_FORMAT", "quiet_lightning"]
+__all__ = ["Simulator", "train_simulator", "evaluate_simulator", "paired_comparison",
+           "ANALYTICAL", "STEPSIM", "CONFIG_FORMAT", "quiet_lightning"]
 
 #: version of the layout of :meth:`Simulator.config`
 CONFIG_FORMAT = 1
@@ -434,6 +434,28 @@ def evaluate_simulator(simulator: Simulator, datamodule: TrialDataModule, split:
     out["strategies"] = len(items)
     out["per_domain"] = per_domain
     return out
+
+
+def paired_comparison(new: Simulator, old: Simulator, datamodule: TrialDataModule,
+                      split: str = "test", *, confidence: float = 0.95, seed: int = 0,
+                      batch_size: int = 64) -> tuple[float, float]:
+    """How much better ``new`` orders a split of ``datamodule`` than ``old``, paired on the same
+    pairs: ``(gain, low)``, the mean over domains of the pairwise-accuracy difference and its
+    one-sided lower ``confidence`` bound (:func:`~autosync_transfer.rankers.metrics.pairwise_gain`,
+    a bootstrap over strategies). Each simulator featurizes with its own ``physics``, as
+    :func:`evaluate_simulator` does."""
+    datamodule.setup()
+    columns = []
+    for sim in (new, old):
+        dm = datamodule.with_physics(sim.physics) if sim.spec.reads_physics else datamodule
+        items = dm.split_items(split)
+        columns.append((sim.score_features([x[0] for x in items], batch_size=batch_size),
+                        np.array([x[1] for x in items]), np.array([x[2] for x in items])))
+    (n_scores, runtimes, domains), (o_scores, o_runtimes, _) = columns
+    if not np.array_equal(runtimes, o_runtimes):  # the two featurizations' splits must agree
+        raise RuntimeError(f"the {split} split differs between the two simulators' physics")
+    return metrics.pairwise_gain(n_scores, o_scores, runtimes, domains,
+                                 confidence=confidence, seed=seed)
 
 
 # -- training -----------------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 One registered model per domain, ``autosync-<domain>`` (e.g. ``autosync-bert-B``); each version
 is one logged simulator (see :mod:`autosync_transfer.registry.flavor`), described by a
-:class:`ModelVersionInfo`. The alias ``champion`` points at the best version on the domain's test
-split (:func:`~autosync_transfer.registry.workflows.promote_if_better` moves it).
+:class:`ModelVersionInfo`. The alias ``champion`` points at the version that ranks the domain's
+held-out strategies best as far as a paired comparison can tell
+(:func:`~autosync_transfer.registry.workflows.promote_if_better` moves it only on a confident
+gain).
 
 The functions taking an ``MlflowClient`` are the lookups the other registry modules build on;
 unknown names, versions and aliases are :class:`~autosync_transfer.errors.UnknownNameError`.

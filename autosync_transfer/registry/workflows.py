@@ -4,8 +4,10 @@ one, promote the best version to champion.
 :func:`train_and_register` trains one simulator per seed on a domain's measured strategies (the
 table :func:`~autosync_transfer.dataset.loader.strategy_table` makes of its trials), logs and
 registers each (:func:`~autosync_transfer.registry.flavor.log_simulator`, with plots) and
-promotes the best seed if it beats the champion (:func:`promote_if_better`, which compares test
-metrics only on the same test split, re-scoring the champion when they differ).
+promotes the best seed if it beats the champion (:func:`promote_if_better`: on pairwise accuracy
+only where it orders the same test strategies better with 95 % confidence, paired,
+:func:`~autosync_transfer.rankers.simulator.paired_comparison`; another metric by its number on
+the same test split, re-scoring the champion when the splits differ).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def promote_if_better(
     *,
     alias: str = CHAMPION,
     rescore: Callable[[Simulator], float] | None = None,
+    judge: Callable[[Simulator, Simulator], tuple[float, float]] | None = None,
 ) -> bool:
     """Make ``version`` the ``alias`` (champion) if it beats the current one on ``metric``
     (:data:`LOWER_IS_BETTER` metrics: smaller wins; ties keep the incumbent); returns whether it
@@ -74,6 +77,14 @@ def promote_if_better(
     split differs, ``rescore`` (a function giving a simulator's ``metric`` on the candidate's test
     split) re-scores the champion (a champion this code cannot load, e.g. of an older feature
     schema, loses); without it the versions are not comparable and nothing changes.
+
+    ``judge``: a paired comparison that decides instead of the two numbers. ``judge(candidate,
+    champion)`` gives ``(gain, low)``, the candidate's gain on the same strategies and its
+    one-sided lower confidence bound (:func:`~autosync_transfer.rankers.simulator.
+    paired_comparison`); the candidate is promoted only where ``low > 0``, a lead within the
+    noise of a few held-out strategies being no reason to replace a champion. Both are recorded
+    on the candidate version (tags ``promotion_gain``, ``promotion_gain_low``,
+    ``promotion_against``). A champion this code cannot load loses.
     """
     from autosync_transfer.registry import store
 
@@ -88,6 +99,20 @@ def promote_if_better(
         return True
     incumbent = version_info(cur)
     if incumbent.version == cand.version:
+        return False
+    if judge is not None:
+        try:
+            inc_sim = load_simulator(name, incumbent.version)
+        except ConfigError:  # e.g. an older feature schema: this code cannot use it
+            c.set_registered_model_alias(name, alias, cand.version)
+            return True
+        gain, low = judge(load_simulator(name, cand.version), inc_sim)
+        for key, value in (("promotion_gain", f"{gain:.6g}"), ("promotion_gain_low", f"{low:.6g}"),
+                           ("promotion_against", str(incumbent.version))):
+            c.set_model_version_tag(name, str(cand.version), key, value)
+        if low > 0:
+            c.set_registered_model_alias(name, alias, cand.version)
+            return True
         return False
     same_split = incumbent.tags.get("test_split", "") == cand.tags.get("test_split", "")
     if same_split and metric in incumbent.metrics:
@@ -105,6 +130,19 @@ def promote_if_better(
         c.set_registered_model_alias(name, alias, cand.version)
         return True
     return False
+
+
+def promotion_note(name: str, version: str | int) -> str:
+    """What the judge of :func:`promote_if_better` recorded on ``version``, in words (``""``
+    where no paired comparison ran)."""
+    from autosync_transfer.registry import store
+
+    tags = version_info(model_version(store.client(), name, version)).tags
+    if "promotion_gain_low" not in tags:
+        return ""
+    return (f"its pairwise-accuracy gain over version {tags.get('promotion_against', '?')} on the "
+            f"same held-out strategies {float(tags['promotion_gain']):+.3f}, 95 % lower bound "
+            f"{float(tags['promotion_gain_low']):+.3f}: it replaces the champion only above 0")
 
 
 # -- train, log, register -------------------------------------------------------------------------
@@ -221,7 +259,7 @@ def train_and_register(
     :class:`~autosync_transfer.errors.UnknownNameError`.
     """
     from autosync_transfer.rankers.kinds import kind_of
-    from autosync_transfer.rankers.simulator import evaluate_simulator
+    from autosync_transfer.rankers.simulator import evaluate_simulator, paired_comparison
     from autosync_transfer.registry import store
 
     kind_of(kind)  # an unknown kind is an UnknownNameError naming the known ones
@@ -255,7 +293,12 @@ def train_and_register(
     def rescore(champion_sim: Simulator) -> float:
         return float(evaluate_simulator(champion_sim, dm, "test")[eval_key])
 
-    promoted = promote_if_better(name, best.version.version, metric, rescore=rescore)
+    def judge(candidate: Simulator, champion_sim: Simulator) -> tuple[float, float]:
+        return paired_comparison(candidate, champion_sim, dm, "test")
+
+    # pairwise accuracy is compared paired, with confidence; another metric by its number
+    promoted = promote_if_better(name, best.version.version, metric, rescore=rescore,
+                                 judge=judge if metric == "pairwise_acc" else None)
     return TrainReport(domain=dom.name, kind=kind, name=name, metric=metric, runs=tuple(runs),
                        best=best, promoted=promoted, champion=champion(name),
                        test_split=test_split)

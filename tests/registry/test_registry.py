@@ -8,6 +8,7 @@ plus a fixed compute time and seeded noise (no measurement), on the small catalo
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import time
@@ -212,6 +213,36 @@ def test_pickled_code_in_weights_is_refused(tmp_path: Path,
 
 
 # -- aliases --------------------------------------------------------------------------------------
+
+
+def test_a_judge_promotes_only_a_confident_gain_and_records_it(registry: Path) -> None:
+    from autosync_transfer import registry as models
+
+    sim = analytical()
+    v1 = log(sim, 0.70)
+    assert models.promote_if_better(NAME, v1.version) is True
+    seen: list[tuple[str, str]] = []
+
+    def judge(result: tuple[float, float]) -> Any:
+        def compare(candidate: Any, champion_sim: Any) -> tuple[float, float]:
+            seen.append((candidate.kind, champion_sim.kind))  # both loaded from the registry
+            return result
+        return compare
+
+    v2 = log(sim, 0.99)  # a higher number is not a reason by itself
+    assert models.promote_if_better(NAME, v2.version, judge=judge((0.29, -0.01))) is False
+    assert models.champion(NAME) == "1" and seen == [("analytical", "analytical")]
+    tags = models.describe_model(NAME)["versions"][0]["tags"]
+    assert (tags["promotion_gain"], tags["promotion_gain_low"], tags["promotion_against"]) == (
+        "0.29", "-0.01", "1")
+    v3 = log(sim, 0.10)  # nor a lower one against it: the judge decides
+    assert models.promote_if_better(NAME, v3.version, judge=judge((0.05, 0.01))) is True
+    assert models.champion(NAME) == "3"
+    # a judge with nothing to compare (no pair counts) keeps the champion
+    v4 = log(sim, 0.80)
+    assert models.promote_if_better(NAME, v4.version,
+                                    judge=judge((math.nan, math.nan))) is False
+    assert models.champion(NAME) == "3"
 
 
 def test_champion_and_promote_if_better(registry: Path) -> None:
