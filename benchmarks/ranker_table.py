@@ -82,19 +82,13 @@ def main() -> int:
     if not tables or not tables <= {"split", "resolved"}:
         print(f"--tables must name split and/or resolved, got {args.tables!r}", file=sys.stderr)
         return 2
-    from autosync_transfer.dataset.loader import parse_margin
+    from autosync_transfer.dataset.loader import parse_margins
     from autosync_transfer.errors import ConfigError
 
     try:
-        args.margin_value = parse_margin(args.margin)
+        args.margin_value, args.start_margin_value = parse_margins(args.margin, args.start_margin)
     except ConfigError as e:
-        print(f"--{e}", file=sys.stderr)
-        return 2
-    try:
-        args.start_margin_value = (args.margin_value if args.start_margin is None
-                                   else parse_margin(args.start_margin))
-    except ConfigError as e:
-        print(f"--start-{e}", file=sys.stderr)  # the option's name
+        print(e, file=sys.stderr)
         return 2
 
     import torch

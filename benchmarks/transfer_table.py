@@ -143,19 +143,13 @@ def main() -> int:
     if hparams is not None and not isinstance(hparams, dict):
         print(f"--hparams must be a JSON object, got {args.hparams!r}", file=sys.stderr)
         return 2
-    from autosync_transfer.dataset.loader import parse_margin
+    from autosync_transfer.dataset.loader import parse_margins
     from autosync_transfer.errors import ConfigError
 
     try:
-        args.margin_value = parse_margin(args.margin)
+        args.margin_value, args.start_margin_value = parse_margins(args.margin, args.start_margin)
     except ConfigError as e:
-        print(f"--{e}", file=sys.stderr)
-        return 2
-    try:
-        args.start_margin_value = (args.margin_value if args.start_margin is None
-                                   else parse_margin(args.start_margin))
-    except ConfigError as e:
-        print(f"--start-{e}", file=sys.stderr)  # the option's name
+        print(e, file=sys.stderr)
         return 2
     if args.min_eval < 2:
         print(f"--min-eval must be >= 2, got {args.min_eval}", file=sys.stderr)

@@ -51,7 +51,7 @@ __all__ = [
     "normalized_reference_noise",
     "normalized_noise_ceiling",
     "label_margin",
-    "parse_margin",
+    "parse_margin", "parse_margins",
     "margin_for",
     "superseded_ids",
     "valid_remeasurement",
@@ -496,6 +496,22 @@ def parse_margin(value: str) -> float | None:
     if not margin >= 0:
         raise ConfigError(f"margin must be noise or a number >= 0, got {value!r}")
     return margin
+
+
+def parse_margins(margin: str, start_margin: str | None) -> tuple[float | None, float | None]:
+    """The loss margin and the start gate's margin of a ranking table's ``--margin`` and
+    ``--start-margin`` (:func:`parse_margin`; no ``start_margin``: the loss margin's); a bad one
+    is a :class:`ConfigError` naming its option and the value."""
+    try:
+        value = parse_margin(margin)
+    except ConfigError as e:
+        raise ConfigError(f"--{e}") from None
+    if start_margin is None:
+        return value, value
+    try:
+        return value, parse_margin(start_margin)
+    except ConfigError as e:
+        raise ConfigError(f"--start-{e}") from None
 
 
 def margin_for(value: float | None, df: pandas.DataFrame) -> float:

@@ -69,3 +69,15 @@ def test_parse_margin_takes_noise_or_a_number_and_names_a_bad_value() -> None:
         with pytest.raises(ConfigError) as e:
             parse_margin(bad)
         assert str(e.value) == f"margin must be noise or a number >= 0, got {bad!r}"
+
+
+def test_a_tables_two_margins_name_their_option() -> None:
+    from autosync_transfer.dataset.loader import parse_margins
+    from autosync_transfer.errors import ConfigError
+
+    assert parse_margins("0.1", None) == (0.1, 0.1)  # the gate takes the loss's margin
+    assert parse_margins("0", "noise") == (0.0, None)
+    with pytest.raises(ConfigError, match=r"^--margin must be noise or a number >= 0, got '-1'$"):
+        parse_margins("-1", "noise")
+    with pytest.raises(ConfigError, match=r"^--start-margin must be .*, got 'x'$"):
+        parse_margins("0", "x")
