@@ -278,16 +278,11 @@ def _learning_adds(predictions: dict[str, list[dict[str, float]]],
                 if p[0] in base and p[1] in base}
     if not resolved:
         return f"{best}: -"
-    gains, lows, highs = [], [], []
-    for pred in predictions[best]:
-        right = sum((pred[a] < pred[b]) == (v > 0) for (a, b), v in resolved.items())
-        was = sum((base[a] < base[b]) == (v > 0) for (a, b), v in resolved.items())
-        gains.append((right - was) / len(resolved))
-        low, high = resolved_interval(pred, resolved, baseline=base)
-        lows.append(low)
-        highs.append(high)
-    return (f"{best} {statistics.mean(gains):+.3f} [{statistics.mean(lows):+.3f}, "
-            f"{statistics.mean(highs):+.3f}]")
+    # the same resolved pairs for both: the gain is the difference of their resolved figures
+    gain = resolved_of[best] - resolved_of["stepsim"]
+    bounds = [resolved_interval(pred, resolved, baseline=base) for pred in predictions[best]]
+    return (f"{best} {gain:+.3f} [{statistics.mean(b[0] for b in bounds):+.3f}, "
+            f"{statistics.mean(b[1] for b in bounds):+.3f}]")
 
 
 if __name__ == "__main__":

@@ -144,9 +144,6 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
         details: dict[str, Any] = {
             "selection": "validation", "val_strategies": n_val, "epochs": int(out["epochs"]),
             "best_epoch": int(out["best_epoch"]), "val_pairwise_acc": trained}
-        if source is not None:
-            kept = _source_accuracy(source, dm)
-            details["source_val_pairwise_acc"] = _finite(kept)
         cross = _record_folds(n, config, seed)
         if source is not None:
             kept = _source_accuracy(source, dm)
