@@ -2,7 +2,13 @@
 interleaved rounds (order shuffled per round), appended beside the store and resumable.
 
     python benchmarks/repeatability.py --run r1            # measure (or continue) run r1
+    python benchmarks/repeatability.py --run r4 --domains bert-3l-heldout --strategies all
+                                                           # a wider run: every strategy
     python benchmarks/repeatability.py --report            # the table, from what is stored
+
+``--strategies N|all`` sets how many strategies a *new* run measures (default: the domain's
+number below); a run that exists keeps its plan. Runs of different sizes pool: the reports
+judge each pair on the rounds that measured both (``Repeatability.resolved``).
 
 Each domain's repeat file is ``<store>.repeat.ndjson`` (see
 ``autosync_transfer.dataset.repeat``); a run started again continues where it stopped. The
@@ -46,8 +52,12 @@ def main() -> int:
     ap.add_argument("--run", help="measure (or continue) this run on every domain")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--domains", help="comma-separated subset of the domains")
+    ap.add_argument("--strategies", default=None,
+                    help="N or 'all': how many strategies a new run measures (default: the "
+                         "domain's own number)")
     ap.add_argument("--report", action="store_true", help="print the table of what is stored")
     args = ap.parse_args()
+    size = _run_size(args.strategies)
 
     from autosync_transfer.dataset.loader import load_trials, strategy_table
     from autosync_transfer.dataset.repeat import (load_repeatability, measure_run, ranking_figures,
@@ -55,9 +65,18 @@ def main() -> int:
 
     chosen = [d for d in DOMAINS if not args.domains or d[0] in args.domains.split(",")]
     if args.run:
-        for name, store, n in chosen:
-            measure_run(store, name, run=args.run, n=n, rounds=args.rounds,
-                        progress=lambda m: print(m, flush=True))
+        # every domain's size is checked before the first measurement
+        sizes = [_planned_size(store, name, args.run, n if size is None else size,
+                               explicit=size is not None) for name, store, n in chosen]
+        from autosync_transfer.errors import ConfigError
+
+        for (name, store, _), n in zip(chosen, sizes):
+            try:
+                measure_run(store, name, run=args.run, n=n, rounds=args.rounds,
+                            progress=lambda m: print(m, flush=True))
+            except ConfigError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
     if args.report or not args.run:
         print(f"{'domain':<15} {'processor':<27} {'runs':>4} {'n x rounds':>10} {'resolved':>12} "
               f"{'agree (both)':>14} {'ceiling':>8} {'machine':>8} {'store raw':>9} {'store norm':>10}")
@@ -70,6 +89,42 @@ def main() -> int:
                 if rep is not None:
                     _report_row(name, str(proc or "-"), store, rep)
     return 0
+
+
+def _run_size(text: str | None) -> int | None:
+    """``--strategies``: a positive count, ``all`` (every strategy of the store) or None."""
+    if text is None:
+        return None
+    if text == "all":
+        return sys.maxsize
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        print(f"error: --strategies must be a positive count or 'all', got {text!r}",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return n
+
+
+def _planned_size(store: Path, name: str, run: str, n: int, explicit: bool) -> int:
+    """The number of strategies run ``run`` measures: its plan's where it exists (a run
+    continues, it is not widened: an ``explicit`` other number is refused), else ``n``."""
+    from autosync_transfer.dataset.loader import load_trials, strategy_table
+    from autosync_transfer.dataset.repeat import _plans, _rows, repeat_path
+
+    plan = next((p for p in _plans(_rows(repeat_path(store)), name) if p["run"] == run), None)
+    if plan is None:
+        return n
+    have = len(plan["strategy_ids"])
+    if explicit and min(n, len(strategy_table(load_trials(store, domain=name)))) != have:
+        shown = "all" if n == sys.maxsize else n
+        print(f"error: --strategies {shown}: run {run!r} of {name} exists with {have} "
+              f"strategies; a run keeps its plan (start a new run to measure more)",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return have
 
 
 def _report_row(name: str, proc: str, store: Path, rep: "Repeatability") -> None:

@@ -13,7 +13,9 @@ What the runs say:
 - **resolved pairs**: a pair of strategies is resolved when the per-round ratio of their medians
   (paired by round, so drift within a run cancels) has a 95 % Student-t interval that excludes 1
   (:func:`~autosync_transfer.measure.stats.paired_speedup`) -- the interval decides, not a fixed
-  percentage; pooled over several runs, every run's own mean ratio must also point its way;
+  percentage; pooled over several runs, every run's own mean ratio must also point its way
+  (runs may measure different strategy sets, e.g. a wider run beside earlier ones: a pair is
+  judged on the rounds that measured both);
 - **agreement** of two runs: the share of the pairs that both resolve which they order alike;
 - **noise ceiling**: the share of *all* pairs that two runs' medians order alike (what a perfect
   simulator can expect when judged against one run);
@@ -254,18 +256,22 @@ class Repeatability:
         return out
 
     def strategy_ids(self, runs: Sequence[str] | None = None) -> list[str]:
-        """The strategies every run of ``runs`` (default: all) measured."""
-        runs = list(runs or self.runs)
-        sets = [set(self.levels.get(r, {})) for r in runs]
-        common = set.intersection(*sets) if sets else set()
-        return sorted(common)
+        """The strategies the runs of ``runs`` (default: all) can compare: those any of them
+        measured, where runs of different strategy sets overlap (a wider run beside earlier
+        ones); a strategy whose rounds share no strategy with the rest (runs of disjoint sets)
+        cannot be put on their scale, and only the largest such group counts."""
+        return sorted(self._rounds(list(runs or self.runs)))
 
     def _rounds(self, runs: Sequence[str]) -> dict[str, dict[tuple[str, int], float]]:
-        """strategy -> {(run, round): median} over ``runs``, for the strategies all of them
-        measured."""
-        ids = self.strategy_ids(runs)
-        return {s: {(run, k): v for run in runs for k, v in self.levels[run][s].items()}
-                for s in ids}
+        """strategy -> {(run, round): median} over ``runs``, for the strategies they can
+        compare (:meth:`strategy_ids`): a pair is then judged on the rounds both were measured
+        in."""
+        series: dict[str, dict[tuple[str, int], float]] = {}
+        for run in runs:
+            for s, by_round in self.levels.get(run, {}).items():
+                series.setdefault(s, {}).update({(run, k): v for k, v in by_round.items()})
+        keep = _largest_linked(series)
+        return {s: series[s] for s in sorted(keep)}
 
     def resolved(self, runs: Sequence[str] | None = None, *, confidence: float = 0.95
                  ) -> dict[tuple[str, str], int]:
@@ -363,6 +369,31 @@ class Repeatability:
             out.update(agreement=first["agreement"], both_resolved=first["both_resolved"],
                        noise_ceiling=ceiling if pairs else None, ceiling_pairs=pairs)
         return out
+
+
+def _largest_linked(series: Mapping[str, Mapping[tuple[str, int], float]]) -> set[str]:
+    """The largest set of strategies linked through shared rounds (two strategies are linked
+    when one round measured both; ties: the group with the first strategy id)."""
+    by_cell: dict[tuple[str, int], list[str]] = {}
+    for s, cells in series.items():
+        for k in cells:
+            by_cell.setdefault(k, []).append(s)
+    seen: set[str] = set()
+    best: set[str] = set()
+    for start in sorted(series):
+        if start in seen:
+            continue
+        group, todo = {start}, [start]
+        while todo:
+            for k in series[todo.pop()]:
+                for other in by_cell[k]:
+                    if other not in group:
+                        group.add(other)
+                        todo.append(other)
+        seen |= group
+        if len(group) > len(best):
+            best = group
+    return best
 
 
 def _runs_agree(a: Mapping[tuple[str, int], float], b: Mapping[tuple[str, int], float],

@@ -105,6 +105,45 @@ def test_a_pair_one_run_orders_the_other_way_is_not_resolved_by_pooling(tmp_path
     assert res[("x", "z")] == 1 and res[("y", "z")] == 1  # every run agrees on these
 
 
+def test_a_wider_run_pools_with_earlier_ones_pair_by_pair(tmp_path: Path) -> None:
+    store = tmp_path / "d.jsonl"
+    path = repeat_path(store)
+    wide = {**TRUTH, "e": 3.2, "f": 0.6}
+    # r1 and r2 measure the four strategies of TRUTH; r3, later and at another level, all six
+    _write_run(path, "r1", TRUTH, 3, 0.01, seed=1)
+    _write_run(path, "r2", TRUTH, 3, 0.01, seed=2)
+    _write_run(path, "r3", {s: 1.3 * t for s, t in wide.items()}, 3, 0.01, seed=3)
+    rep = load_repeatability(store, "d")
+    assert rep.complete_runs() == ["r1", "r2", "r3"]
+    assert rep.strategy_ids() == sorted(wide)  # every strategy a run measured, not the four
+    series = rep._rounds(rep.runs)
+    assert len(series["a"]) == 9 and len(series["e"]) == 3
+    res = rep.resolved()
+    # a new strategy is judged on r3's rounds alone; the old pairs on all nine
+    assert res[("a", "e")] == 1 and res[("a", "f")] == -1 and res[("e", "f")] == -1
+    assert res[("a", "b")] == 1 and res[("b", "d")] == 1
+    labels = rep.consensus()
+    # one scale for all six: r3's level is taken out by its rounds' effects
+    assert sorted(labels, key=labels.get) == sorted(wide, key=wide.get)
+    assert labels["e"] / labels["a"] == pytest.approx(3.2, rel=0.05)
+    figs = ranking_figures(dict(wide), rep)
+    assert figs["pairs"] == 15 and figs["pairwise_resolved"] == 1.0
+    assert rep.summary()["strategies"] == 6
+    # the first two runs alone still give the four
+    assert rep.strategy_ids(["r1", "r2"]) == sorted(TRUTH)
+
+
+def test_runs_of_disjoint_strategy_sets_are_not_put_on_one_scale(tmp_path: Path) -> None:
+    store = tmp_path / "d.jsonl"
+    path = repeat_path(store)
+    _write_run(path, "r1", {"a": 1.0, "b": 2.0, "c": 3.0}, 3, 0.01, seed=1)
+    _write_run(path, "r2", {"x": 0.5, "y": 0.7}, 3, 0.01, seed=2)  # no strategy in common
+    rep = load_repeatability(store, "d")
+    assert rep.strategy_ids() == ["a", "b", "c"]  # the larger linked group
+    assert set(rep.consensus()) == {"a", "b", "c"}
+    assert rep.strategy_ids(["r2"]) == ["x", "y"]
+
+
 def test_ranking_figures_count_resolved_pairs_and_regret(tmp_path: Path) -> None:
     store = tmp_path / "d.jsonl"
     _write_run(repeat_path(store), "r1", TRUTH, 4, 0.01, seed=3)
@@ -335,3 +374,21 @@ def test_a_run_is_not_continued_on_another_machine_type(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="'r1' was measured on 'Some Other CPU'"):
         measure_run(store, domain, run="r1", n=2, rounds=1, launcher="local")
     assert len(repeat_path(store).read_text().splitlines()) == 1  # nothing written
+
+
+def test_the_repeat_script_refuses_to_widen_a_run_and_a_bad_size() -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    script = root / "benchmarks" / "repeatability.py"
+    before = repeat_path(root / "datasets/trials/ncf-A.jsonl").read_bytes()
+    for size, says in (("12", "run 'r1' of ncf-A exists with 30 strategies"),
+                       ("0", "--strategies must be a positive count or 'all', got '0'"),
+                       ("many", "got 'many'")):
+        out = subprocess.run([sys.executable, str(script), "--run", "r1", "--domains", "ncf-A",
+                              "--strategies", size], capture_output=True, text=True, cwd=root,
+                             timeout=120)
+        assert out.returncode == 2, out.stderr
+        assert says in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert repeat_path(root / "datasets/trials/ncf-A.jsonl").read_bytes() == before
