@@ -240,7 +240,8 @@ class MultiSource(Adapter):
         details = {"pretrain_domains": names, "pretrain_epochs": int(out["epochs"]),
                    "pretrain_test_pairwise_acc": out.get("test_pairwise_accuracy"),
                    "kind": kind, **adapted.details}
-        return Adapted(adapted.simulator, self.name, len(shots), details)
+        return Adapted(adapted.simulator, self.name, len(shots), details,
+                       held_out=adapted.held_out)
 
 
 class Guarded(Adapter):

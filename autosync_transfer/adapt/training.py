@@ -106,9 +106,11 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
     that chose them). Fewer than 2 shots is a :class:`ConfigError`.
 
     ``source``: the simulator training starts from (fine-tuning). It is then a candidate of the
-    selection too, as "epoch 0": the trained simulator replaces it only where it ranks the
-    validation strategies (with cross-validation: each fold's, trained anew for the chosen
-    epochs without it, out of fold) better than ``source`` with 95 % confidence
+    selection too, as "epoch 0": the trained simulator replaces it only where it beats
+    ``source`` on the validation strategies and, out of fold, ranks the shots better than
+    ``source`` with 95 % confidence: each fold's shots scored by a simulator trained anew for
+    the chosen epochs without them (with a validation split, on ``k`` folds drawn for the
+    purpose, ``gain_folds``; with cross-validation, its own folds)
     (:func:`~autosync_transfer.rankers.metrics.pairwise_gain`, reported as ``val_gain`` /
     ``val_gain_low`` or ``cv_gain`` / ``cv_gain_low``); otherwise ``source`` itself is returned
     and ``details`` says ``kept_source: True``. A best epoch of several noisy ones, or the
@@ -118,8 +120,8 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
     fold by what is returned, ``source``'s own scores where it is kept, else each fold's by a
     simulator trained anew without it for the chosen epochs (with a validation split, on
     ``k``-fold splits drawn for the purpose, so that the best epoch's weights, chosen on the
-    validation strategies, are not what scores them). These fold trainings run only when
-    ``held_out`` is asked for (under cross-validation they are the gate's where it ran). Two
+    validation strategies, are not what scores them). These fold trainings are the gate's
+    where it ran, else they run only when ``held_out`` is asked for. Two
     trainings with the same ``seed`` and shots draw the same folds, so their records pair up
     (:func:`paired_gain`); the epoch count itself was chosen on the same shots, a milder
     selection. Left empty below 4 shots (nothing is held out)."""
@@ -145,6 +147,9 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
             "selection": "validation", "val_strategies": n_val, "epochs": int(out["epochs"]),
             "best_epoch": int(out["best_epoch"]), "val_pairwise_acc": trained}
         cross = _record_folds(n, config, seed)
+        epochs = max(1, int(out["best_epoch"]) + 1 if int(out["best_epoch"]) >= 0
+                     else int(out["epochs"]))
+        folds_trained = None
         if source is not None:
             kept = _source_accuracy(source, dm)
             details["source_val_pairwise_acc"] = _finite(kept)
@@ -153,16 +158,19 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
                 _record(held_out, as_kept, shots)
                 return source, {**details, "kept_source": True, "val_pairwise_acc": kept}
             if math.isfinite(kept):
-                gain, low = _gain_over_source([(sim, val)], source, shots, config, seed)
-                details.update(val_gain=gain, val_gain_low=low)
-                if not low > 0:  # the best epoch's lead is not a confident one
+                # the best epoch's weights were chosen on the validation strategies, so their
+                # lead there is not a gain by itself: each of k folds, trained anew for the
+                # chosen epochs without it, is judged against the source out of fold
+                folds_trained = _fold_trainings(train, module, ids, cross, epochs, seed)
+                gain, low = _gain_over_source(folds_trained, source, shots, config, seed)
+                details.update(val_gain=gain, val_gain_low=low, gain_folds=len(cross))
+                if not low > 0:  # the lead is not a confident one
                     _record(held_out, as_kept, shots)
                     return source, {**details, "kept_source": True, "val_pairwise_acc": kept}
             details["kept_source"] = False
-        epochs = max(1, int(out["best_epoch"]) + 1 if int(out["best_epoch"]) >= 0
-                     else int(out["epochs"]))
         if held_out is not None:
-            _record(held_out, _fold_trainings(train, module, ids, cross, epochs, seed), shots)
+            _record(held_out, folds_trained or _fold_trainings(train, module, ids, cross,
+                                                               epochs, seed), shots)
         if config.refit:
             sim, _ = train(module({}), epochs, None, seed)
             details["refit_epochs"] = epochs

@@ -244,6 +244,60 @@ def test_the_source_is_kept_unless_training_beats_it_on_the_shots(
     assert sim2 is other and "kept_source" not in details2
 
 
+def test_a_lead_only_the_choosing_split_shows_does_not_replace_the_source(
+        source_sim: Any, split: Any) -> None:
+    """With a validation split, the trained weights are those of the epoch that validated best:
+    on the strategies that chose them they lead by selection. Test double: a training that
+    ranks its validation strategies perfectly and every other strategy backwards (a simulator
+    that learned nothing but its selection). On its own validation split it leads the source
+    with 95 % confidence; out of fold, trained anew without the fold, it loses, and the source
+    is kept."""
+    import numpy as np
+
+    from autosync_transfer.adapt.training import ShotTraining, _gain_over_source, fit_on_shots
+
+    n = min(40, split.available)
+    assert n >= 30
+    shots = split.shots(n, seed=0)
+    scores = source_sim.with_launcher(shots.launcher).score(list(shots.strategies), shots.domain)
+    noisy = np.argsort(np.argsort(scores)) + np.random.default_rng(1).normal(0, n / 2, n)
+    shots = _relabeled(shots, 1.0 + np.argsort(np.argsort(noisy)))  # the source: mediocre
+    label = dict(zip(map(id, shots.strategies), shots.runtimes_s))
+    sid = dict(zip(map(id, shots.strategies), shots.strategy_ids))
+
+    class Selected:
+        def __init__(self, val: set[str]) -> None:
+            self.val = val
+
+        def with_launcher(self, launcher: Any) -> "Selected":
+            return self
+
+        def score(self, strategies: Any, domain: Any) -> Any:
+            return np.array([label[id(x)] if sid[id(x)] in self.val else -label[id(x)]
+                             for x in strategies])
+
+    chosen: list[tuple[Selected, list[str]]] = []
+
+    def train(dm: Any, max_epochs: int, patience: Any, seed: int) -> Any:
+        val = sorted(s for s, where in dm.assignment.items() if where == "val")
+        sim = Selected(set(val))
+        if val:
+            chosen.append((sim, val))
+        return sim, {"epochs": 5, "best_epoch": 2, "best_val_pairwise_acc": 1.0,
+                     "history": {"val_pairwise_acc": [0.5, 0.8, 1.0, 0.9, 0.9]}}
+
+    config = ShotTraining(max_epochs=5, cv_below=20, val_fraction=0.4)
+    held: dict[str, tuple[int, float]] = {}
+    sim, details = fit_on_shots(train, shots, config, seed=0, source=source_sim, held_out=held)
+    assert details["selection"].startswith("validation") and len(chosen) == 1
+    in_sample = _gain_over_source(chosen, source_sim, shots, config, 0)
+    assert in_sample[1] > 0, in_sample  # on the split that chose it: a confident-looking lead
+    assert details["source_val_pairwise_acc"] < 1.0  # the source was behind on that split
+    assert details["kept_source"] is True and sim is source_sim
+    assert details["val_gain"] < 0 and not details["val_gain_low"] > 0
+    assert details["gain_folds"] >= 2 and set(held) == set(shots.strategy_ids)
+
+
 @pytest.mark.parametrize("n", [12, 24])  # cross-validation, validation split
 def test_fine_tuning_replaces_the_source_where_it_ranks_the_shots_better_with_confidence(
         source_sim: Any, split: Any, n: int) -> None:
@@ -318,6 +372,14 @@ def test_multi_source_pretrains_on_the_other_domains(source_sim: Any, split: Any
     with pytest.raises(ConfigError, match="at least one domain other than 'ncf-B'"):
         adapt(source_sim, domains[1], split, method="multi-source", shots=4,
               pretrain_trials=target_df, training=small())
+    # the fine-tuning's out-of-fold record is the adapter's, as for FineTune itself
+    from autosync_transfer.adapt import FineTune, MultiSource
+
+    shots = split.shots(8, seed=0)
+    out = MultiSource(both, pretrain_epochs=2,
+                      finetune=FineTune("full", training=small(), held_out=True)).fit(
+        source_sim, shots, seed=0)
+    assert out.held_out is not None and set(out.held_out) == set(shots.strategy_ids)
 
 
 def test_from_scratch_needs_two_shots(split: Any) -> None:
