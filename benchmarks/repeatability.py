@@ -112,9 +112,9 @@ def _planned_size(store: Path, name: str, run: str, n: int, explicit: bool) -> i
     """The number of strategies run ``run`` measures: its plan's where it exists (a run
     continues, it is not widened: an ``explicit`` other number is refused), else ``n``."""
     from autosync_transfer.dataset.loader import load_trials, strategy_table
-    from autosync_transfer.dataset.repeat import _plans, _rows, repeat_path
+    from autosync_transfer.dataset.repeat import run_plan
 
-    plan = next((p for p in _plans(_rows(repeat_path(store)), name) if p["run"] == run), None)
+    plan = run_plan(store, name, run)
     if plan is None:
         return n
     have = len(plan["strategy_ids"])

@@ -56,8 +56,8 @@ from autosync_transfer.errors import ConfigError
 
 __all__ = ["REPEAT_SUFFIX", "FIRST_RUN", "STORE_MACHINE", "repeat_path", "find_repeat_file",
            "store_processor", "META_PROCESSOR_KEY", "stratified", "measure_run",
-           "Repeatability", "load_repeatability", "repeat_processors", "ranking_figures",
-           "resolved_interval", "repeat_evaluation"]
+           "Repeatability", "load_repeatability", "repeat_processors", "run_plan",
+           "ranking_figures", "resolved_interval", "repeat_evaluation"]
 
 REPEAT_SUFFIX = ".repeat.ndjson"
 
@@ -427,6 +427,13 @@ def repeat_processors(store_path: str | Path, domain: str | None = None) -> list
         return []
     name = domain or Path(store_path).name.split(".")[0]
     return list(dict.fromkeys(_processor(p) for p in _plans(_rows(path), name)))
+
+
+def run_plan(store_path: str | Path, domain: str, run: str) -> Mapping[str, Any] | None:
+    """The plan line of repeat run ``run`` of ``domain`` beside ``store_path`` (its strategies,
+    rounds, protocol, machine), or None where the run has not started."""
+    return next((p for p in _plans(_rows(repeat_path(store_path)), domain) if p["run"] == run),
+                None)
 
 
 #: ``processor`` of :func:`load_repeatability`: the machine type of the file's first run
