@@ -231,6 +231,10 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
         held = set(rep.strategy_ids(rep.complete_runs()))
         train = table[~table["strategy_id"].isin(held)]
         test = table[table["strategy_id"].isin(held)]
+        if len(train) < 2:
+            out(f"{name:14s} {len(test):4d}: left out, its repeat runs cover {len(test)} of its "
+                f"{len(table)} strategies and leave {len(train)} to train on (2 at least)")
+            continue
         domain = find_domain(name, [f])
         cells = []
         n_res = 0

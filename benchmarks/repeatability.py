@@ -58,6 +58,9 @@ def main() -> int:
     ap.add_argument("--report", action="store_true", help="print the table of what is stored")
     args = ap.parse_args()
     size = _run_size(args.strategies)
+    if size is not None and not args.run:
+        print("error: --strategies sets the size of a new run: give --run too", file=sys.stderr)
+        return 2
 
     from autosync_transfer.dataset.loader import load_trials, strategy_table
     from autosync_transfer.dataset.repeat import (load_repeatability, measure_run, ranking_figures,
@@ -65,11 +68,15 @@ def main() -> int:
 
     chosen = [d for d in DOMAINS if not args.domains or d[0] in args.domains.split(",")]
     if args.run:
-        # every domain's size is checked before the first measurement
-        sizes = [_planned_size(store, name, args.run, n if size is None else size,
-                               explicit=size is not None) for name, store, n in chosen]
         from autosync_transfer.errors import ConfigError
 
+        # every domain's size is checked before the first measurement
+        try:
+            sizes = [_planned_size(store, name, args.run, n if size is None else size,
+                                   explicit=size is not None) for name, store, n in chosen]
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         for (name, store, _), n in zip(chosen, sizes):
             try:
                 measure_run(store, name, run=args.run, n=n, rounds=args.rounds,
@@ -121,8 +128,8 @@ def _planned_size(store: Path, name: str, run: str, n: int, explicit: bool) -> i
     if explicit and min(n, len(strategy_table(load_trials(store, domain=name)))) != have:
         shown = "all" if n == sys.maxsize else n
         print(f"error: --strategies {shown}: run {run!r} of {name} exists with {have} "
-              f"strategies; a run keeps its plan (start a new run to measure more)",
-              file=sys.stderr)
+              f"strategies; a run keeps its plan (continue it without --strategies, or start "
+              f"a new run to measure more)", file=sys.stderr)
         raise SystemExit(2)
     return have
 
@@ -148,6 +155,10 @@ def _report_row(name: str, proc: str, store: Path, rep: "Repeatability") -> None
           f"{s['strategies']:>4} x {s['rounds']:<3} {resolved:>12} {agree:>14} "
           f"{ceiling:>8} {s['machine_s'] / 60:>6.1f} m {labels.get(False, '-'):>9} "
           f"{labels.get(True, '-'):>10}")
+    sizes = s.get("run_strategies") or {}
+    if len(set(sizes.values())) > 1:
+        print(f"{'':<15} runs of different sizes ({', '.join(f'{r} {n}' for r, n in sizes.items())}"
+              f"): n is every strategy, resolved counts the pairs measured in 3 rounds together")
 
 
 if __name__ == "__main__":

@@ -63,8 +63,9 @@ class FineTune(Adapter):
     rate ``lr`` (default: the source's); ``mode="head"``: only the ``head``, with the source's
     optimizer settings. ``training``: epochs, validation / cross-validation
     (:class:`~autosync_transfer.adapt.training.ShotTraining`). No shots: the source as is.
-    ``held_out``: also record the shots' out-of-fold scores (:attr:`Adapted.held_out`; where the
-    source is replaced, this trains every fold once more).
+    ``held_out``: also record the shots' out-of-fold scores (:attr:`Adapted.held_out`: the
+    fold trainings that judged a replaced source, else the source's own scores; without a
+    judged source, the folds are trained once more for them).
     """
 
     name: ClassVar[str] = "finetune"
@@ -126,8 +127,8 @@ class FromScratch(Adapter):
     """A new ``kind`` simulator (default: the source's kind, or :data:`DEFAULT_KIND` when the
     source is analytical or absent) trained on the shots alone, with ``hparams`` (default: the
     ranker's defaults). Fewer than 2 shots: nothing to train (``simulator=None``).
-    ``held_out``: also record the held-out shots' scores (:attr:`Adapted.held_out`; with
-    cross-validation this trains every fold once more)."""
+    ``held_out``: also record the held-out shots' scores (:attr:`Adapted.held_out`; this
+    trains every fold once more, for the chosen epochs)."""
 
     name: ClassVar[str] = "from-scratch"
     uses_source: ClassVar[bool] = False
@@ -282,7 +283,7 @@ class Guarded(Adapter):
         if len(shots) < self.min_shots:
             return Adapted(tuned.simulator, self.name, len(shots),
                            {"start": "source", "reason": f"fewer than {self.min_shots} shots",
-                            **tuned.details})
+                            **tuned.details}, held_out=tuned.held_out)
         hparams = src.hparams if src.kind == PHYSICS_START_KIND else None
         training = self.finetune.training
         fresh = FromScratch(PHYSICS_START_KIND, hparams=hparams, training=training,

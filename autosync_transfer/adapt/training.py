@@ -107,8 +107,9 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
 
     ``source``: the simulator training starts from (fine-tuning). It is then a candidate of the
     selection too, as "epoch 0": the trained simulator replaces it only where it beats
-    ``source`` on the validation strategies and, out of fold, ranks the shots better than
-    ``source`` with 95 % confidence: each fold's shots scored by a simulator trained anew for
+    ``source`` on the validation strategies (with a validation split: where training moved
+    from its starting weights at all, ``best_epoch >= 0``) and, out of fold, ranks the shots
+    better than ``source`` with 95 % confidence: each fold's shots scored by a simulator trained anew for
     the chosen epochs without them (with a validation split, on ``k`` folds drawn for the
     purpose, ``gain_folds``; with cross-validation, its own folds)
     (:func:`~autosync_transfer.rankers.metrics.pairwise_gain`, reported as ``val_gain`` /
@@ -154,19 +155,24 @@ def fit_on_shots(train: TrainFn, shots: TargetData, config: ShotTraining, *, see
             kept = _source_accuracy(source, dm)
             details["source_val_pairwise_acc"] = _finite(kept)
             as_kept = [(source, [ids[i] for i in fold]) for fold in cross]
-            if math.isfinite(kept) and (trained is None or kept >= trained):
+            if int(out["best_epoch"]) < 0 or (
+                    math.isfinite(kept) and (trained is None or kept >= trained)):
+                # training kept its starting weights (no epoch beat them), or no epoch beat
+                # the source on the validation strategies
                 _record(held_out, as_kept, shots)
-                return source, {**details, "kept_source": True, "val_pairwise_acc": kept}
-            if math.isfinite(kept):
-                # the best epoch's weights were chosen on the validation strategies, so their
-                # lead there is not a gain by itself: each of k folds, trained anew for the
-                # chosen epochs without it, is judged against the source out of fold
-                folds_trained = _fold_trainings(train, module, ids, cross, epochs, seed)
-                gain, low = _gain_over_source(folds_trained, source, shots, config, seed)
-                details.update(val_gain=gain, val_gain_low=low, gain_folds=len(cross))
-                if not low > 0:  # the lead is not a confident one
-                    _record(held_out, as_kept, shots)
-                    return source, {**details, "kept_source": True, "val_pairwise_acc": kept}
+                return source, {**details, "kept_source": True,
+                                "val_pairwise_acc": _finite(kept)}
+            # the best epoch's weights were chosen on the validation strategies, so their lead
+            # there is not a gain by itself (nor is one where the source's accuracy there is
+            # undefined): each of k folds, trained anew for the chosen epochs without it, is
+            # judged against the source out of fold
+            folds_trained = _fold_trainings(train, module, ids, cross, epochs, seed)
+            gain, low = _gain_over_source(folds_trained, source, shots, config, seed)
+            details.update(val_gain=gain, val_gain_low=low, gain_folds=len(cross))
+            if not low > 0:  # the lead is not a confident one
+                _record(held_out, as_kept, shots)
+                return source, {**details, "kept_source": True,
+                                "val_pairwise_acc": _finite(kept)}
             details["kept_source"] = False
         if held_out is not None:
             _record(held_out, folds_trained or _fold_trainings(train, module, ids, cross,

@@ -149,6 +149,15 @@ def show(
         _print_repeatability(con, rep)
 
 
+def _sizes(rep: dict) -> str:
+    """``(runs of 20, 20 and 39) `` where the complete runs measured different numbers of
+    strategies, else nothing."""
+    sizes = [str(n) for n in (rep.get("run_strategies") or {}).values()]
+    if len(set(sizes)) < 2:
+        return ""
+    return f"(runs of {', '.join(sizes[:-1])} and {sizes[-1]}) "
+
+
 def _print_repeatability(con: Any, rep: dict) -> None:
     """The lines of one machine type's repeat runs."""
     import json
@@ -157,11 +166,14 @@ def _print_repeatability(con: Any, rep: dict) -> None:
     con.print(f"repeatability{on}: runs {', '.join(rep['runs'])} ({len(rep['complete_runs'])} "
               f"complete; protocol {json.dumps(rep['protocol'], sort_keys=True)}; "
               f"{rep['machine_s'] / 60:.0f} min of machine time); {rep['strategies']} strategies "
-              f"x {rep['rounds']} rounds", markup=False, highlight=False)
+              f"{_sizes(rep)}x {rep['rounds']} rounds", markup=False, highlight=False)
     if "pairs" in rep:
         guard = ("; no run orders it the other way" if len(rep["complete_runs"]) > 1 else "")
-        con.print(f"  {rep['resolved_pairs']} of {rep['pairs']} pairs resolved (95 % interval "
-                  f"of the per-round ratio excludes 1{guard})", markup=False, highlight=False)
+        shared = ("measured in 3 rounds together, " if len(set(rep["run_strategies"].values())) > 1
+                  else "")
+        con.print(f"  {rep['resolved_pairs']} of {rep['pairs']} pairs {shared}resolved (95 % "
+                  f"interval of the per-round ratio excludes 1{guard})", markup=False,
+                  highlight=False)
     for k, pair in enumerate(rep.get("agreements", [])):
         if pair["agreement"] is None:
             continue

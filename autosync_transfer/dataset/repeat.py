@@ -54,12 +54,15 @@ import numpy as np
 from autosync_transfer._files import append_line, complete_lines
 from autosync_transfer.errors import ConfigError
 
-__all__ = ["REPEAT_SUFFIX", "FIRST_RUN", "STORE_MACHINE", "repeat_path", "find_repeat_file",
-           "store_processor", "META_PROCESSOR_KEY", "stratified", "measure_run",
+__all__ = ["REPEAT_SUFFIX", "MIN_ROUNDS", "FIRST_RUN", "STORE_MACHINE", "repeat_path",
+           "find_repeat_file", "store_processor", "META_PROCESSOR_KEY", "stratified", "measure_run",
            "Repeatability", "load_repeatability", "repeat_processors", "run_plan",
            "ranking_figures", "resolved_interval", "repeat_evaluation"]
 
 REPEAT_SUFFIX = ".repeat.ndjson"
+#: the fewest rounds that must measure both strategies of a pair for it to be resolved (a
+#: paired interval needs 3)
+MIN_ROUNDS = 3
 
 
 def repeat_path(store_path: str | Path) -> Path:
@@ -256,10 +259,12 @@ class Repeatability:
         return out
 
     def strategy_ids(self, runs: Sequence[str] | None = None) -> list[str]:
-        """The strategies the runs of ``runs`` (default: all) can compare: those any of them
-        measured, where runs of different strategy sets overlap (a wider run beside earlier
-        ones); a strategy whose rounds share no strategy with the rest (runs of disjoint sets)
-        cannot be put on their scale, and only the largest such group counts."""
+        """The strategies the runs of ``runs`` (default: all) can compare: those that every
+        run planning them measured (a strategy whose every measurement in one run failed is
+        left out, as a store's failed trial has no time), where runs of different strategy sets
+        overlap (a wider run beside earlier ones); a strategy whose rounds share no strategy
+        with the rest (runs of disjoint sets) cannot be put on their scale, and only the largest
+        such group counts."""
         return sorted(self._rounds(list(runs or self.runs)))
 
     def _rounds(self, runs: Sequence[str]) -> dict[str, dict[tuple[str, int], float]]:
@@ -270,8 +275,19 @@ class Repeatability:
         for run in runs:
             for s, by_round in self.levels.get(run, {}).items():
                 series.setdefault(s, {}).update({(run, k): v for k, v in by_round.items()})
+        planned = {run: set(self.plans[run]["strategy_ids"]) for run in runs if run in self.plans}
+        series = {s: v for s, v in series.items()
+                  if all(s in self.levels.get(run, {}) for run, ids in planned.items() if s in ids)}
         keep = _largest_linked(series)
         return {s: series[s] for s in sorted(keep)}
+
+    def comparable_pairs(self, runs: Sequence[str] | None = None) -> int:
+        """How many pairs of :meth:`strategy_ids` share at least :data:`MIN_ROUNDS` rounds (the
+        pairs :meth:`resolved` can resolve: all of them where every run measured the same
+        strategies)."""
+        series = self._rounds(list(runs or self.runs))
+        return sum(len(series[a].keys() & series[b].keys()) >= MIN_ROUNDS
+                   for a, b in itertools.combinations(sorted(series), 2))
 
     def resolved(self, runs: Sequence[str] | None = None, *, confidence: float = 0.95
                  ) -> dict[tuple[str, str], int]:
@@ -288,7 +304,7 @@ class Repeatability:
         out: dict[tuple[str, str], int] = {}
         for a, b in itertools.combinations(sorted(series), 2):
             both = sorted(set(series[a]) & set(series[b]))
-            if len(both) < 3:
+            if len(both) < MIN_ROUNDS:
                 continue
             est = paired_speedup([series[a][k] for k in both], [series[b][k] for k in both],
                                  confidence=confidence)
@@ -309,18 +325,17 @@ class Repeatability:
         ids = sorted(series)
         cells = sorted({k for s in ids for k in series[s]})
         col = {k: j for j, k in enumerate(cells)}
-        m = np.full((len(ids), len(cells)), np.nan)
-        for i, s in enumerate(ids):
-            for k, v in series[s].items():
-                m[i, col[k]] = math.log(v)
-        level = float(np.nanmean(m))
-        a = np.nanmean(m, axis=1) - level  # strategy effects
-        b = np.zeros(len(cells))
-        for _ in range(20):
-            b = np.nanmean(m - level - a[:, None], axis=0)
-            b = np.where(np.isnan(b), 0.0, b)
-            a = np.nanmean(m - level - b[None, :], axis=1)
-        return {s: float(math.exp(level + a[i])) for i, s in enumerate(ids)}
+        obs = [(i, col[k], math.log(v)) for i, s in enumerate(ids) for k, v in series[s].items()]
+        # least squares of log median = strategy effect + round effect, solved exactly (the
+        # strategies are linked through shared rounds, so only a common shift is free); the
+        # round effects are then set to average 0, so a label is a strategy's level averaged
+        # over the rounds (with every strategy in every round: the mean of its log medians)
+        design = np.zeros((len(obs), len(ids) + len(cells)))
+        for r, (i, j, _) in enumerate(obs):
+            design[r, i] = design[r, len(ids) + j] = 1.0
+        coef = np.linalg.lstsq(design, np.array([y for _, _, y in obs]), rcond=None)[0]
+        a = coef[:len(ids)] + float(np.mean(coef[len(ids):]))
+        return {s: float(math.exp(a[i])) for i, s in enumerate(ids)}
 
     def agreement(self, run_a: str, run_b: str) -> tuple[float, int]:
         """(share of the pairs both runs resolve that they order alike, how many pairs)."""
@@ -355,9 +370,9 @@ class Repeatability:
         }
         if runs:
             res = self.resolved(runs)
-            n = len(self.strategy_ids(runs))
-            out["pairs"] = n * (n - 1) // 2
+            out["pairs"] = self.comparable_pairs(runs)
             out["resolved_pairs"] = len(res)
+            out["run_strategies"] = {r: len(self.levels.get(r, {})) for r in runs}
         if len(runs) >= 2:
             out["agreements"] = []
             for a, b in itertools.combinations(runs, 2):

@@ -297,6 +297,35 @@ def test_a_lead_only_the_choosing_split_shows_does_not_replace_the_source(
     assert details["val_gain"] < 0 and not details["val_gain_low"] > 0
     assert details["gain_folds"] >= 2 and set(held) == set(shots.strategy_ids)
 
+    # a training that has learned the order (it ranks every strategy right, in fold or not)
+    # replaces the source; its gate's fold trainings are the held-out record, not trained twice
+    calls: list[Any] = []
+
+    class Learned(Selected):
+        def score(self, strategies: Any, domain: Any) -> Any:
+            return np.array([label[id(x)] for x in strategies])
+
+    def learned(dm: Any, max_epochs: int, patience: Any, seed: int) -> Any:
+        calls.append(dm)
+        return Learned(set()), {"epochs": 5, "best_epoch": 2, "best_val_pairwise_acc": 1.0,
+                                "history": {"val_pairwise_acc": [0.5, 0.8, 1.0, 0.9, 0.9]}}
+
+    sim, details = fit_on_shots(learned, shots, config, seed=0, source=source_sim,
+                                held_out=held)
+    assert details["kept_source"] is False and isinstance(sim, Learned)
+    assert details["val_gain_low"] > 0 and len(calls) == 1 + details["gain_folds"]
+    assert {s: v for s, (_, v) in held.items()} == dict(zip(shots.strategy_ids, shots.runtimes_s))
+    # where training kept its starting weights, nothing is judged: the source stays
+    calls.clear()
+
+    def stayed(dm: Any, max_epochs: int, patience: Any, seed: int) -> Any:
+        calls.append(dm)
+        return Learned(set()), {"epochs": 5, "best_epoch": -1, "best_val_pairwise_acc": 1.0,
+                                "history": {"val_pairwise_acc": [0.5] * 5}}
+
+    sim, details = fit_on_shots(stayed, shots, config, seed=0, source=source_sim)
+    assert details["kept_source"] is True and sim is source_sim and len(calls) == 1
+
 
 @pytest.mark.parametrize("n", [12, 24])  # cross-validation, validation split
 def test_fine_tuning_replaces_the_source_where_it_ranks_the_shots_better_with_confidence(

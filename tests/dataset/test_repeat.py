@@ -144,6 +144,41 @@ def test_runs_of_disjoint_strategy_sets_are_not_put_on_one_scale(tmp_path: Path)
     assert rep.strategy_ids(["r2"]) == ["x", "y"]
 
 
+def test_runs_that_overlap_in_part_compare_only_the_pairs_measured_together(
+        tmp_path: Path) -> None:
+    store = tmp_path / "d.jsonl"
+    path = repeat_path(store)
+    # r1: a, b, c; r2, a third slower: c, d, e; linked through c alone
+    _write_run(path, "r1", {"a": 1.0, "b": 1.6, "c": 2.4}, 4, 0.005, seed=1)
+    _write_run(path, "r2", {"c": 2.4 * 1.33, "d": 3.0 * 1.33, "e": 0.7 * 1.33}, 4, 0.005, seed=2)
+    # r3 plans a and x: a fails in every round, x runs; a, without a time in a run that
+    # planned it, is left out (as a failed trial has no time), x is linked to nothing
+    append_line(path, json.dumps({"kind": "plan", "run": "r3", "domain": "d",
+                                  "strategy_ids": ["a", "x"], "orders": [["a", "x"]] * 3,
+                                  "protocol": {}, "launcher": "local", "seed": 0,
+                                  "created": "x"}), "t")
+    for k in range(3):
+        for sid, status in (("a", "failed"), ("x", "ok")):
+            append_line(path, json.dumps({"kind": "measurement", "run": "r3", "round": k,
+                                          "strategy_id": sid, "status": status,
+                                          "median_s": 0.1 if status == "ok" else None,
+                                          "wall_s": 1.0}), "t")
+    rep = load_repeatability(store, "d")
+    assert rep.strategy_ids(["r1", "r2", "r3"]) == ["b", "c", "d", "e"]
+    assert rep.strategy_ids(["r1", "r2"]) == ["a", "b", "c", "d", "e"]
+    assert rep.runs == ["r1", "r2", "r3"]
+    rep.plans.pop("r3")  # the first two runs alone, as below
+    assert rep.comparable_pairs() == 3 + 3  # within r1, within r2; (a, d) shares no round
+    res = rep.resolved()
+    assert set(res) == {("a", "b"), ("a", "c"), ("b", "c"), ("c", "d"), ("c", "e"), ("d", "e")}
+    labels = rep.consensus()  # one scale through c: each run's level is its rounds' effect
+    assert labels["d"] / labels["a"] == pytest.approx(3.0, rel=0.02)
+    assert labels["e"] / labels["b"] == pytest.approx(0.7 / 1.6, rel=0.02)
+    summary = rep.summary()
+    assert summary["pairs"] == 6 and summary["resolved_pairs"] == 6
+    assert summary["run_strategies"] == {"r1": 3, "r2": 3}
+
+
 def test_ranking_figures_count_resolved_pairs_and_regret(tmp_path: Path) -> None:
     store = tmp_path / "d.jsonl"
     _write_run(repeat_path(store), "r1", TRUTH, 4, 0.01, seed=3)
@@ -384,6 +419,7 @@ def test_the_repeat_script_refuses_to_widen_a_run_and_a_bad_size() -> None:
     script = root / "benchmarks" / "repeatability.py"
     before = repeat_path(root / "datasets/trials/ncf-A.jsonl").read_bytes()
     for size, says in (("12", "run 'r1' of ncf-A exists with 30 strategies"),
+                       ("all", "run 'r1' of ncf-A exists with 30 strategies"),
                        ("0", "--strategies must be a positive count or 'all', got '0'"),
                        ("many", "got 'many'")):
         out = subprocess.run([sys.executable, str(script), "--run", "r1", "--domains", "ncf-A",
