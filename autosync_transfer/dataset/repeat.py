@@ -260,8 +260,8 @@ class Repeatability:
 
     def strategy_ids(self, runs: Sequence[str] | None = None) -> list[str]:
         """The strategies the runs of ``runs`` (default: all) can compare: those that every
-        run planning them measured (a strategy whose every measurement in one run failed is
-        left out, as a store's failed trial has no time), where runs of different strategy sets
+        complete run planning them measured (a strategy whose every measurement in one run
+        failed is left out, as a store's failed trial has no time), where runs of different strategy sets
         overlap (a wider run beside earlier ones); a strategy whose rounds share no strategy
         with the rest (runs of disjoint sets) cannot be put on their scale, and only the largest
         such group counts."""
@@ -275,7 +275,11 @@ class Repeatability:
         for run in runs:
             for s, by_round in self.levels.get(run, {}).items():
                 series.setdefault(s, {}).update({(run, k): v for k, v in by_round.items()})
-        planned = {run: set(self.plans[run]["strategy_ids"]) for run in runs if run in self.plans}
+        # a complete run that planned a strategy and has no time for it failed it; a run still
+        # measuring may not have reached it yet
+        done = set(self.complete_runs())
+        planned = {run: set(self.plans[run]["strategy_ids"]) for run in runs
+                   if run in self.plans and run in done}
         series = {s: v for s, v in series.items()
                   if all(s in self.levels.get(run, {}) for run, ids in planned.items() if s in ids)}
         keep = _largest_linked(series)
@@ -372,7 +376,8 @@ class Repeatability:
             res = self.resolved(runs)
             out["pairs"] = self.comparable_pairs(runs)
             out["resolved_pairs"] = len(res)
-            out["run_strategies"] = {r: len(self.levels.get(r, {})) for r in runs}
+            kept = set(self.strategy_ids(runs))
+            out["run_strategies"] = {r: len(self.levels.get(r, {}).keys() & kept) for r in runs}
         if len(runs) >= 2:
             out["agreements"] = []
             for a, b in itertools.combinations(runs, 2):
