@@ -205,6 +205,7 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
 
     from autosync_transfer.dataset.loader import dataset_files, find_domain, strategy_table
     from autosync_transfer.dataset.repeat import load_repeatability, ranking_figures
+    from autosync_transfer.rankers.datamodule import TrialDataModule
     from autosync_transfer.rankers.simulator import train_simulator
 
     rows = []
@@ -229,12 +230,21 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
         sub = df[df["domain"] == name]
         table = strategy_table(sub)
         held = set(rep.strategy_ids(rep.complete_runs()))
-        train = table[~table["strategy_id"].isin(held)]
         test = table[table["strategy_id"].isin(held)]
-        if len(train) < 2:
+        # the store's other strategies train; where the repeat runs leave fewer than 2 of them
+        # (every strategy re-measured), a cross-validation over the re-measured ones: each fold
+        # predicted by simulators trained without it, pairs counted within a fold
+        folds = _folds(sorted(held & set(test["strategy_id"])), len(table) - len(test))
+        groups = ({s: k for k, fold in enumerate(folds) for s in fold} if len(folds) > 1
+                  else None)
+        if len(table) - len(test) < 2 and groups is None:
             out(f"{name:14s} {len(test):4d}: left out, its repeat runs cover {len(test)} of its "
-                f"{len(table)} strategies and leave {len(train)} to train on (2 at least)")
+                f"{len(table)} strategies, too few to cross-validate over")
             continue
+        if groups is not None:
+            out(f"{name:14s} {len(test):4d}: its repeat runs cover {len(test)} of its "
+                f"{len(table)} strategies: {len(folds)}-fold cross-validation over them, "
+                f"pairs within a fold (no pick: rg and rg_res are nan)")
         domain = find_domain(name, [f])
         cells = []
         n_res = 0
@@ -245,13 +255,19 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
         for kind in kinds:
             figs = []
             for seed in range(args.seeds):
-                sim, _ = train_simulator(kind, train, seed=seed, max_epochs=args.epochs,
-                                         hparams=hparams if kind not in PHYSICS else None,
-                                         start_margin=gate)
-                pred = dict(zip(test["strategy_id"],
-                                map(float, sim.score(list(test["strategy"]), domain))))
+                pred: dict[str, float] = {}
+                for fold in folds:
+                    part = test[test["strategy_id"].isin(fold)]
+                    # the store's own domain (a held-out cluster is not in the catalog)
+                    data = TrialDataModule(table[~table["strategy_id"].isin(fold)],
+                                           split_seed=seed, seed=seed, domains={name: domain})
+                    sim, _ = train_simulator(kind, data, seed=seed, max_epochs=args.epochs,
+                                             hparams=hparams if kind not in PHYSICS else None,
+                                             start_margin=gate)
+                    pred.update(zip(part["strategy_id"],
+                                    map(float, sim.score(list(part["strategy"]), domain))))
                 predictions.setdefault(kind, []).append(pred)
-                figs.append(ranking_figures(pred, rep))
+                figs.append(ranking_figures(pred, rep, groups=groups))
             n_res = figs[0]["resolved_pairs"]
             resolved_of[kind] = statistics.mean(x["pairwise_resolved"] for x in figs)
             lo = statistics.mean(x["pairwise_resolved_low"] for x in figs)
@@ -262,7 +278,7 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
                          f"{statistics.mean(x['top1_regret'] for x in figs):.3f} / "
                          f"{statistics.mean(x['top1_regret_resolved'] for x in figs):.3f}")
         if paired:
-            cells.append(_learning_adds(predictions, resolved_of, rep))
+            cells.append(_learning_adds(predictions, resolved_of, rep, groups))
         out(f"{name:14s} {len(test):4d} {n_res:8d} " + " ".join(f"{c:>47s}" for c in cells))
     if paired:
         out("best learned - stepsim: the learned kind with the highest res, its share of the "
@@ -270,16 +286,30 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
             "and its 95 % interval (paired, a bootstrap over strategies; means over the seeds)")
 
 
+def _folds(ids: list[str], others: int, k: int = 3) -> list[list[str]]:
+    """The re-measured strategies ``ids`` as one test set where the store has ``others`` >= 2
+    strategies besides them to train on, else ``k`` folds of them (a fixed shuffle)."""
+    if others >= 2 or len(ids) < 2 * k:
+        return [ids]
+    import random
+
+    order = list(ids)
+    random.Random(0).shuffle(order)
+    return [sorted(order[i::k]) for i in range(k)]
+
+
 def _learning_adds(predictions: dict[str, list[dict[str, float]]],
-                   resolved_of: dict[str, float], rep) -> str:  # noqa: ANN001
-    """What the best learned kind adds over the step-time simulator on the resolved pairs."""
+                   resolved_of: dict[str, float], rep, groups=None) -> str:  # noqa: ANN001
+    """What the best learned kind adds over the step-time simulator on the resolved pairs
+    (within one fold, with ``groups``)."""
     from autosync_transfer.dataset.repeat import resolved_interval
 
     learned = [k for k in predictions if k not in PHYSICS]
     best = max(learned, key=lambda k: (resolved_of[k], -learned.index(k)))
     base = predictions["stepsim"][0]
     resolved = {p: v for p, v in rep.resolved(rep.complete_runs()).items()
-                if p[0] in base and p[1] in base}
+                if p[0] in base and p[1] in base
+                and (groups is None or groups[p[0]] == groups[p[1]])}
     if not resolved:
         return f"{best}: -"
     # the same resolved pairs for both: the gain is the difference of their resolved figures

@@ -13,7 +13,8 @@ judge each pair on the rounds that measured both (``Repeatability.resolved``).
 Each domain's repeat file is ``<store>.repeat.ndjson`` (see
 ``autosync_transfer.dataset.repeat``); a run started again continues where it stopped. The
 report gives, per domain: strategies x rounds, resolved pairs (95 % paired-t interval of the
-per-round ratio excludes 1), the agreement of the first two runs on the pairs both resolve,
+per-round ratio excludes 1), the agreement of the first two runs on the pairs both resolve (and of every
+pair of runs, with the lowest, where there are more),
 their noise ceiling on all pairs, the machine time spent, and how the store's own labels order
 the resolved pairs: raw (``norm=False``) and drift-normalized by the store's interleaved
 references (the labels the rankers train on, ``dataset.loader.strategy_table``).
@@ -137,7 +138,7 @@ def _planned_size(store: Path, name: str, run: str, n: int, explicit: bool) -> i
 def _report_row(name: str, proc: str, store: Path, rep: "Repeatability") -> None:
     """One line of the report: the runs of ``rep`` (one machine type)."""
     from autosync_transfer.dataset.loader import load_trials, strategy_table
-    from autosync_transfer.dataset.repeat import ranking_figures
+    from autosync_transfer.dataset.repeat import MIN_ROUNDS, ranking_figures
 
     s = rep.summary()
     agree = (f"{s['agreement']:.3f} ({s['both_resolved']})"
@@ -158,7 +159,13 @@ def _report_row(name: str, proc: str, store: Path, rep: "Repeatability") -> None
     sizes = s.get("run_strategies") or {}
     if len(set(sizes.values())) > 1:
         print(f"{'':<15} runs of different sizes ({', '.join(f'{r} {n}' for r, n in sizes.items())}"
-              f"): n is every strategy, resolved counts the pairs measured in 3 rounds together")
+              f"): n is every strategy, resolved counts the pairs measured in {MIN_ROUNDS} rounds "
+              f"together")
+    pairs = [p for p in s.get("agreements", []) if p["agreement"] is not None]
+    if len(pairs) > 1:  # the row shows the first two runs; every pair of runs here
+        print(f"{'':<15} every pair of runs: " + ", ".join(
+            f"{p['runs'][0]}/{p['runs'][1]} {p['agreement']:.3f} ({p['both_resolved']})"
+            for p in pairs) + f"; lowest {min(p['agreement'] for p in pairs):.3f}")
 
 
 if __name__ == "__main__":

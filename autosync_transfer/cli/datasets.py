@@ -162,6 +162,8 @@ def _print_repeatability(con: Any, rep: dict) -> None:
     """The lines of one machine type's repeat runs."""
     import json
 
+    from autosync_transfer.dataset.repeat import MIN_ROUNDS
+
     on = f" on {rep['processor']}" if rep.get("processor") else ""
     con.print(f"repeatability{on}: runs {', '.join(rep['runs'])} ({len(rep['complete_runs'])} "
               f"complete; protocol {json.dumps(rep['protocol'], sort_keys=True)}; "
@@ -169,8 +171,8 @@ def _print_repeatability(con: Any, rep: dict) -> None:
               f"{_sizes(rep)}x {rep['rounds']} rounds", markup=False, highlight=False)
     if "pairs" in rep:
         guard = ("; no run orders it the other way" if len(rep["complete_runs"]) > 1 else "")
-        shared = ("measured in 3 rounds together, " if len(set(rep["run_strategies"].values())) > 1
-                  else "")
+        shared = (f"measured in {MIN_ROUNDS} rounds together, "
+                  if len(set(rep["run_strategies"].values())) > 1 else "")
         con.print(f"  {rep['resolved_pairs']} of {rep['pairs']} pairs {shared}resolved (95 % "
                   f"interval of the per-round ratio excludes 1{guard})", markup=False,
                   highlight=False)

@@ -501,7 +501,8 @@ def load_repeatability(store_path: str | Path, domain: str | None = None, *,
 
 
 def ranking_figures(predicted: Mapping[str, float], rep: Repeatability,
-                    runs: Sequence[str] | None = None) -> dict[str, Any]:
+                    runs: Sequence[str] | None = None,
+                    groups: Mapping[str, int] | None = None) -> dict[str, Any]:
     """How a simulator's ``predicted`` times (strategy id -> seconds, lower is faster) order the
     re-measured strategies: pairwise accuracy on all pairs (against the repeat runs' consensus
     labels) and on resolved pairs, each with its count, and the top-1 regret of its pick:
@@ -514,20 +515,37 @@ def ranking_figures(predicted: Mapping[str, float], rep: Repeatability,
       where they cannot tell the two apart (``pick_resolved_slower`` says which);
     - ``pairwise_resolved_low`` / ``pairwise_resolved_high``: the 95 % interval of
       ``pairwise_resolved`` over the strategies that could have been re-measured
-      (:func:`resolved_interval`)."""
+      (:func:`resolved_interval`).
+
+    ``groups`` (strategy id -> fold): ``predicted`` holds the scores of several simulators, each
+    trained without its fold (a cross-validation), so a pair counts only within one fold, and
+    the pick, one simulator's, is undefined (the regrets are nan)."""
     runs = list(runs or rep.complete_runs() or rep.runs)
     labels = rep.consensus(runs)
     ids = sorted(set(labels) & set(predicted))
+    if groups is not None:
+        ids = [s for s in ids if s in groups]
     if len(ids) < 2:
         return {"pairs": 0, "pairwise": math.nan, "resolved_pairs": 0,
                 "pairwise_resolved": math.nan, "pairwise_resolved_low": math.nan,
                 "pairwise_resolved_high": math.nan,
                 "top1_regret": math.nan, "top1_regret_resolved": math.nan}
     pairs = list(itertools.combinations(ids, 2))
+    if groups is not None:
+        pairs = [(a, b) for a, b in pairs if groups[a] == groups[b]]
     right = sum((predicted[a] < predicted[b]) == (labels[a] < labels[b]) for a, b in pairs)
     every = rep.resolved(runs)
-    resolved = {p: s for p, s in every.items() if p[0] in predicted and p[1] in predicted}
+    kept = set(ids)
+    resolved = {p: s for p, s in every.items() if p[0] in kept and p[1] in kept
+                and (groups is None or groups[p[0]] == groups[p[1]])}
     right_res = sum((predicted[a] < predicted[b]) == (s > 0) for (a, b), s in resolved.items())
+    if groups is not None:
+        return {"pairs": len(pairs), "pairwise": right / len(pairs) if pairs else math.nan,
+                "resolved_pairs": len(resolved),
+                "pairwise_resolved": right_res / len(resolved) if resolved else math.nan,
+                **dict(zip(("pairwise_resolved_low", "pairwise_resolved_high"),
+                           resolved_interval(predicted, resolved))),
+                "top1_regret": math.nan, "top1_regret_resolved": math.nan}
     pick = min(ids, key=lambda s: (predicted[s], s))
     best = min(ids, key=lambda s: (labels[s], s))
     regret = labels[pick] / labels[best] - 1.0

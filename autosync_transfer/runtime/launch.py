@@ -19,6 +19,7 @@ library API), and :func:`init_from_env` joins the process group torchrun describ
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import pickle
@@ -113,8 +114,9 @@ def _local_entry(rank: int, world: int, port: int, fn: Callable[..., Any], args:
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     torch.set_num_threads(1)
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=world)
+        # the caller's store, listening since before this process started
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=_STORE_TIMEOUT)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
         result = fn(rank, world, *args)
         # plain pickle: tensors travel by value, not as shared-memory handles that die with us
         queue.put((rank, True, pickle.dumps(result)))
@@ -125,6 +127,8 @@ def _local_entry(rank: int, world: int, port: int, fn: Callable[..., Any], args:
             dist.destroy_process_group()
 
 
+#: the rendezvous store's limit on one wait: gloo's default process-group timeout
+_STORE_TIMEOUT = datetime.timedelta(minutes=30)
 #: what the processes of :func:`spawn_local` find imported: they fork from a server that imported
 #: these once (torch's compiler modules are imported by the first optimizer a process builds)
 _PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "autosync_transfer.runtime.ddp")
@@ -149,7 +153,13 @@ def spawn_local(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: 
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(_PRELOAD))  # read when the server starts (first call)
     q = ctx.Queue()
-    port = free_port()
+    # the rendezvous store is the caller's, bound to a port the system picks and held for the
+    # call: no port chosen first and bound later, which another process can take in between
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=_STORE_TIMEOUT)
+    port = int(store.port)
     environ = dict(os.environ)
     procs = [ctx.Process(target=_local_entry,
                          args=(r, world_size, port, fn, args, q, environ, os.getpid()),
@@ -182,6 +192,7 @@ def spawn_local(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: 
             if p.is_alive():
                 p.kill()
                 p.join()
+        del store
     return [results[r] for r in range(world_size)]
 
 

@@ -325,6 +325,14 @@ def test_a_lead_only_the_choosing_split_shows_does_not_replace_the_source(
 
     sim, details = fit_on_shots(stayed, shots, config, seed=0, source=source_sim)
     assert details["kept_source"] is True and sim is source_sim and len(calls) == 1
+    # where the source's accuracy on the split is undefined (every label alike: no pair), a
+    # trained lead is not taken as it is either: the gate finds no pair to gain on
+    tied = _relabeled(shots, [1.0] * n)
+    calls.clear()
+    sim, details = fit_on_shots(learned, tied, config, seed=0, source=source_sim)
+    assert details["source_val_pairwise_acc"] is None
+    assert details["kept_source"] is True and sim is source_sim
+    assert "val_gain" in details and len(calls) == 1 + details["gain_folds"]
 
 
 @pytest.mark.parametrize("n", [12, 24])  # cross-validation, validation split

@@ -226,3 +226,19 @@ def test_show_states_the_repeat_runs_beside_the_store(cli, tmp_path: Path) -> No
                           "--json").out)
     assert info["repeatability"]["machine_s"] == 270.0
     assert [r["processor"] for r in info["repeatability_other_machines"]] == ["Other CPU"]
+    # a wider run beside them: the sizes are stated, and pairs count where measured together
+    append_line(path, json.dumps({"kind": "plan", "run": "r4", "domain": "bert-A",
+                                  "strategy_ids": ["a", "b", "c", "d"],
+                                  "orders": [["d", "c", "b", "a"]] * 3,
+                                  "protocol": {"warmup": 2, "iters": 5}, "launcher": "emulated",
+                                  "seed": 0, "created": "t"}), "t")
+    for k in range(3):
+        for sid, t in (("a", 0.1), ("b", 0.2), ("c", 0.4), ("d", 0.8)):
+            append_line(path, json.dumps({"kind": "measurement", "run": "r4", "round": k,
+                                          "strategy_id": sid, "status": "ok",
+                                          "median_s": t * (1 + 0.01 * k), "wall_s": 10.0,
+                                          "cpu": {}}), "t")
+    res = cli("datasets", "show", "bert-A", "--data", str(store.path))
+    assert res.code == 0, res.err
+    assert "4 strategies (runs of 3, 3, 3 and 4) x 12 rounds" in res.out
+    assert "6 of 6 pairs measured in 3 rounds together, resolved" in res.out

@@ -179,6 +179,37 @@ def test_runs_that_overlap_in_part_compare_only_the_pairs_measured_together(
     assert summary["run_strategies"] == {"r1": 3, "r2": 3}
 
 
+def _failed(path: Path, run: str, round_: int, sid: str) -> None:
+    append_line(path, json.dumps({"kind": "measurement", "run": run, "round": round_,
+                                  "strategy_id": sid, "status": "failed", "median_s": None,
+                                  "wall_s": 1.0}), "t")
+
+
+def test_a_pair_measured_together_in_fewer_than_min_rounds_is_not_compared(
+        tmp_path: Path) -> None:
+    from autosync_transfer.dataset.repeat import MIN_ROUNDS
+
+    store = tmp_path / "d.jsonl"
+    # three rounds, b's first one lost: b shares two rounds with every other strategy, far
+    # apart as they are; the other pairs share three
+    assert MIN_ROUNDS == 3
+    _write_run(repeat_path(store), "r1", {"a": 1.0, "b": 3.0, "c": 5.0, "d": 9.0}, 3, 0.005,
+               seed=4, missing=((0, "b"),))
+    _failed(repeat_path(store), "r1", 0, "b")
+    rep = load_repeatability(store, "d")
+    assert rep.complete_runs() == ["r1"]
+    assert rep.strategy_ids() == ["a", "b", "c", "d"]  # b was measured in the run
+    assert rep.comparable_pairs() == 3
+    assert set(rep.resolved()) == {("a", "c"), ("a", "d"), ("c", "d")}
+    assert rep.summary()["pairs"] == 3
+    # a fourth round gives b its third shared round with each: every pair compares
+    _write_run(repeat_path(tmp_path / "e.jsonl"), "r1", {"a": 1.0, "b": 3.0, "c": 5.0, "d": 9.0},
+               4, 0.005, seed=4, missing=((0, "b"),))
+    _failed(repeat_path(tmp_path / "e.jsonl"), "r1", 0, "b")
+    rep = load_repeatability(tmp_path / "e.jsonl", "d")
+    assert rep.comparable_pairs() == 6 and len(rep.resolved()) == 6
+
+
 def test_ranking_figures_count_resolved_pairs_and_regret(tmp_path: Path) -> None:
     store = tmp_path / "d.jsonl"
     _write_run(repeat_path(store), "r1", TRUTH, 4, 0.01, seed=3)
@@ -196,6 +227,20 @@ def test_ranking_figures_count_resolved_pairs_and_regret(tmp_path: Path) -> None
     # every resample orders every pair alike: the interval is the point
     assert (perfect["pairwise_resolved_low"], perfect["pairwise_resolved_high"]) == (1.0, 1.0)
     assert (backwards["pairwise_resolved_low"], backwards["pairwise_resolved_high"]) == (0.0, 0.0)
+
+
+def test_folded_predictions_are_judged_within_their_folds(tmp_path: Path) -> None:
+    store = tmp_path / "d.jsonl"
+    truth = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "e": 5.0, "f": 6.0}
+    _write_run(repeat_path(store), "r1", truth, 4, 0.005, seed=5)
+    rep = load_repeatability(store, "d")
+    # two simulators, each right on its own fold, on scales that disagree across folds
+    pred = {"a": 10.0, "c": 11.0, "e": 12.0, "b": 1.0, "d": 2.0, "f": 3.0}
+    groups = {"a": 0, "c": 0, "e": 0, "b": 1, "d": 1, "f": 1}
+    fig = ranking_figures(pred, rep, groups=groups)
+    assert fig["pairs"] == fig["resolved_pairs"] == 6 and fig["pairwise_resolved"] == 1.0
+    assert math.isnan(fig["top1_regret"]) and math.isnan(fig["top1_regret_resolved"])
+    assert ranking_figures(pred, rep)["pairwise_resolved"] < 0.8  # across folds: wrong
 
 
 def test_the_resolved_figure_carries_its_interval_over_strategies() -> None:
@@ -427,4 +472,8 @@ def test_the_repeat_script_refuses_to_widen_a_run_and_a_bad_size() -> None:
                              timeout=120)
         assert out.returncode == 2, out.stderr
         assert says in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    out = subprocess.run([sys.executable, str(script), "--domains", "ncf-A", "--strategies", "5"],
+                         capture_output=True, text=True, cwd=root, timeout=120)
+    assert out.returncode == 2 and "give --run too" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
     assert repeat_path(root / "datasets/trials/ncf-A.jsonl").read_bytes() == before
