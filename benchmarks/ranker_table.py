@@ -22,7 +22,11 @@ each kind is trained on the domain's strategies *other than* the re-measured one
 re-measured ones; ``pw`` = pairwise accuracy on all their pairs against the runs' consensus labels,
 ``res`` = on the pairs the runs resolve (count in the header), ``rg`` = top-1 regret of its pick
 against the consensus-fastest, ``rg_res`` = against the confidently-best (0 where the runs cannot
-tell the pick from the fastest; ``dataset.repeat.ranking_figures``), means over seeds.
+tell the pick from the fastest; ``dataset.repeat.ranking_figures``), means over seeds. Where the
+repeat runs cover the store whole (fewer than 2 other strategies), a 3-fold cross-validation over
+the re-measured strategies instead: each fold scored by rankers trained on the store without it,
+pairs counted within a fold, no pick (``rg`` and ``rg_res`` nan). A held-out cluster's store
+(``--stores benchmarks/results/heldout --min-trials 30``) trains on its own domain.
 ``--repeats DIRS`` (comma-separated folders) holds the repeat files where none sits beside a store
 (another machine type's *twin* stores, e.g. ``--stores benchmarks/results/machines/intel-xeon/trials
 --repeats datasets/trials``, run with that machine type's physics in ``$AUTOSYNC_PROFILES_DIR`` and
