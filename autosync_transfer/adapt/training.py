@@ -315,11 +315,15 @@ def _record(held_out: dict[str, tuple[int, float]] | None,
 
 
 def _source_accuracy(source: Simulator, dm: ShotDataModule) -> float:
-    """``source``'s mean per-domain pairwise accuracy on ``dm``'s validation split, untrained."""
+    """``source``'s mean per-domain pairwise accuracy on ``dm``'s validation split, untrained,
+    on the pairs its loss margin counts: as a trained epoch's ``val_pairwise_acc``, which it is
+    weighed against."""
     from autosync_transfer.rankers import metrics
 
     dm.setup()
-    return _val_accuracy(source.module, dm, metrics)
+    module = source.module
+    margin = float((getattr(module, "hparams", None) or {}).get("margin", 0.0) or 0.0)
+    return _val_accuracy(module, dm, metrics, margin=margin)
 
 
 def _finite(v: Any) -> float | None:
@@ -488,8 +492,9 @@ class _BestAndHistory(L.Callback):
                                for k, v in pl_module.ranker.state_dict().items()}
 
 
-def _val_accuracy(module: Any, dm: ShotDataModule, metrics: Any) -> float:
-    """Mean per-domain pairwise accuracy of ``module`` on ``dm``'s validation split."""
+def _val_accuracy(module: Any, dm: ShotDataModule, metrics: Any, margin: float = 0.0) -> float:
+    """Mean per-domain pairwise accuracy of ``module`` on ``dm``'s validation split (on the pairs
+    whose labels differ by at least ``margin``)."""
     import torch
 
     module.eval()
@@ -501,4 +506,4 @@ def _val_accuracy(module: Any, dm: ShotDataModule, metrics: Any) -> float:
     if not outs:
         return math.nan
     o, y, d = (np.concatenate(t) for t in zip(*outs))
-    return float(metrics.per_domain(metrics.pairwise_accuracy, o, y, d))
+    return float(metrics.per_domain(metrics.pairwise_accuracy, o, y, d, margin=margin))

@@ -335,6 +335,34 @@ def test_a_lead_only_the_choosing_split_shows_does_not_replace_the_source(
     assert "val_gain" in details and len(calls) == 1 + details["gain_folds"]
 
 
+def test_the_source_is_weighed_on_the_pairs_its_margin_counts(source_df: Any, split: Any) -> None:
+    """A trained epoch's validation accuracy counts the pairs its loss margin counts; the source
+    it is weighed against is scored on the same pairs. Labels the source orders right but for
+    pairs 1 % apart, which it orders the other way: at its margin of 0.3 it ranks the split
+    perfectly, though on every pair it does not."""
+    import numpy as np
+
+    from autosync_transfer.adapt.data import ShotDataModule
+    from autosync_transfer.adapt.training import _source_accuracy
+    from autosync_transfer.dataset.loader import strategy_table
+    from autosync_transfer.rankers.metrics import pairwise_accuracy
+    from autosync_transfer.rankers.simulator import train_simulator
+
+    source, _ = train_simulator("linear", strategy_table(source_df), seed=0, max_epochs=2,
+                                patience=None, batch_size=16, hparams={"margin": 0.3})
+    shots = split.shots(min(20, split.available), seed=0)
+    scores = source.with_launcher(shots.launcher).score(list(shots.strategies), shots.domain)
+    rank = np.argsort(np.argsort(scores))
+    # pairs of neighbours share a level (levels 2x apart); within a pair, the one the source
+    # puts first runs 1 % slower
+    labels = [2.0 ** (r // 2) * (1.01 if r % 2 == 0 else 1.0) for r in rank]
+    shots = _relabeled(shots, labels)
+    assert pairwise_accuracy(scores, labels) < 0.95  # on every pair: the close ones wrong
+    assert pairwise_accuracy(scores, labels, margin=0.3) == 1.0
+    dm = ShotDataModule(shots, {s: "val" for s in shots.strategy_ids})
+    assert _source_accuracy(source, dm) == 1.0
+
+
 @pytest.mark.parametrize("n", [12, 24])  # cross-validation, validation split
 def test_fine_tuning_replaces_the_source_where_it_ranks_the_shots_better_with_confidence(
         source_sim: Any, split: Any, n: int) -> None:
