@@ -12,6 +12,8 @@ set without a profile of the store's model is left out for that store.
 
     python research/probes/physics_sets.py --domains bert-12l-B,bert-3l-B,bert-B \\
         benchmarks/results/machines/intel-xeon benchmarks/results/machines/intel-xeon/later/*
+
+``--runs r5 --runs r1+r2+r3+r4+r5`` judges by those runs instead (each choice its own row).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ def main() -> int:
     ap.add_argument("--sim-option", action="append", default=[],
                     help="NAME=VALUE of StepSimConfig or StepSimVariant: every set is scored "
                          "once more with each (repeatable)")
+    ap.add_argument("--runs", action="append", default=[],
+                    help="runs that judge, joined by + (e.g. r5 or r4+r5; repeatable); default: "
+                         "the first two complete runs, then all of them")
     ap.add_argument("--processor", default="Intel(R) Xeon(R) Processor",
                     help="the machine type of the sets and of the runs that judge them")
     args = ap.parse_args()
@@ -75,6 +80,10 @@ def main() -> int:
         choices = [rep.complete_runs()[:2]]
         if len(rep.complete_runs()) > 2:
             choices.append(rep.complete_runs())
+        if args.runs:
+            choices = [[r for r in spec.split("+") if r in rep.complete_runs()]
+                       for spec in args.runs]
+            choices = [c for c in choices if c]
         rows: dict[str, list[tuple[str, dict]]] = {}
         for tag, (profs, cals) in sets.items():
             profs = [p for p in profs if p.fingerprint == domain.model.fingerprint]
