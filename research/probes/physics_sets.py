@@ -81,9 +81,16 @@ def main() -> int:
         if len(rep.complete_runs()) > 2:
             choices.append(rep.complete_runs())
         if args.runs:
-            choices = [[r for r in spec.split("+") if r in rep.complete_runs()]
-                       for spec in args.runs]
-            choices = [c for c in choices if c]
+            choices = []
+            for spec in args.runs:
+                wanted = spec.split("+")
+                gone = [r for r in wanted if r not in rep.complete_runs()]
+                if gone:
+                    ap.error(f"--runs {spec}: {name} has no complete run {gone[0]!r}")
+                if wanted not in choices:
+                    choices.append(wanted)
+            sub = table[table["strategy_id"].isin(
+                set(rep.strategy_ids(sorted({r for c in choices for r in c}))))]
         rows: dict[str, list[tuple[str, dict]]] = {}
         for tag, (profs, cals) in sets.items():
             profs = [p for p in profs if p.fingerprint == domain.model.fingerprint]
