@@ -252,14 +252,6 @@ class StepSimVariant(BaseModel):
         "thread while the backward pass runs: it progresses processes / cores times slower "
         "until the backward pass ends, then at full rate (a time change of its queue, exact "
         "for one work-conserving queue); False: rings stream at the links' rate throughout"))
-    ring_slowed_while_ps_busy: bool = Field(default=False, description=(
-        "on a host with more compute processes than cores, the AR thread gets a time slice of "
-        "a core like the parameter-server threads while they work (their queues and the dense "
-        "pieces' chain, from the start of the step): it progresses processes / cores times "
-        "slower until the PS threads' work ends, then at full rate (as "
-        "ring_slowed_while_computing, with the PS threads' end for the backward pass's; with "
-        "both, the later of the two). The calibration's all-reduce is measured with no PS work "
-        "beside it; False: rings stream at the links' rate however busy the PS threads are"))
 
 
 class _Physics:
@@ -350,8 +342,6 @@ class _Physics:
         self.ring_scale = s if (variant.ring_shares_cores and s > 1.0) else 1.0
         self.ar_busy_scale = (slicing if (variant.ring_slowed_while_computing and s > 1.0
                                           and not variant.ring_shares_cores) else 1.0)
-        self.ar_ps_busy_scale = (slicing if (variant.ring_slowed_while_ps_busy and s > 1.0
-                                             and not variant.ring_shares_cores) else 1.0)
         self.wire_scale = self.comm_scale if variant.wire_shares_cores else 1.0
         # per-piece PS work slowed only while the backward pass runs (a research variant)
         self.ps_sliced = variant.ps_sliced_while_computing and self.comm_scale > 1.0
@@ -671,6 +661,11 @@ class StepSimulator:
 
         # ---- queues: end = max_j (release_j + work released at or after j) ----------------------
         t = ph.release_sorted
+        if ph.ar_busy_scale > 1.0:
+            ar_end = _queue_end_slowed(ar_work.reshape(B, V), t, ph.backward_end,
+                                       ph.ar_busy_scale)
+        else:
+            ar_end = _queue_end(ar_work.reshape(B, V), t)
         ps_end_nodes = np.zeros((B, N))
         if ps.size:
             # the PS thread reaches a piece once the pieces before it are done (the queue's
@@ -700,17 +695,6 @@ class StepSimulator:
         ps_end = ps_end_nodes.max(axis=1)
         if chain_end is not None:
             ps_end = np.maximum(ps_end, chain_end)
-        # the AR thread's queue, served slower while the cores are shared (research variants)
-        slow_until = None
-        if ph.ar_busy_scale > 1.0:
-            slow_until = np.full(B, ph.backward_end)
-        if ph.ar_ps_busy_scale > 1.0:
-            slow_until = ps_end if slow_until is None else np.maximum(slow_until, ps_end)
-        if slow_until is not None:
-            ar_end = _queue_end_slowed(ar_work.reshape(B, V), t, slow_until[:, None],
-                                       max(ph.ar_busy_scale, ph.ar_ps_busy_scale))
-        else:
-            ar_end = _queue_end(ar_work.reshape(B, V), t)
         threads_end = np.maximum(ar_end, ps_end)
         sparse_cpu = np.zeros(B)
         if ps.size and rows.sparse[ps].any():
@@ -972,26 +956,22 @@ def _bucket_index(ctab: np.ndarray, codes: np.ndarray, kind: np.ndarray
 
 def _queue_end(work: np.ndarray, release: np.ndarray) -> np.ndarray:
     """End of a work-conserving queue per strategy (and node): ``work [B, V]`` or
-    ``[B, N, V]`` released at ``release [V]`` (ascending; or ``[B, V]``, one per strategy);
-    0 where there is no work."""
+    ``[B, N, V]`` released at ``release [V]`` (ascending); 0 where there is no work."""
     rev = work[..., ::-1]
     after = np.cumsum(rev, axis=-1)  # work released at or after j (reversed)
-    after += release[..., ::-1]
+    after += release[::-1]
     after *= rev > 0  # (a multiply: numpy's masked assignments are several times slower)
     return after.max(axis=-1)
 
 
-def _queue_end_slowed(work: np.ndarray, release: np.ndarray, until: Any, scale: float
+def _queue_end_slowed(work: np.ndarray, release: np.ndarray, until: float, scale: float
                       ) -> np.ndarray:
-    """:func:`_queue_end` of a queue served ``scale`` times slower until ``until`` (a time, or
-    ``[B, 1]``: one per strategy), then at full rate: in the queue's own clock (``tau = t /
-    scale`` before ``until``, ``until / scale + (t - until)`` after) it is an ordinary queue,
-    and the clock maps back one to one. 0 where there is no work."""
+    """:func:`_queue_end` of a queue served ``scale`` times slower until ``until``, then at
+    full rate: in the queue's own clock (``tau = t / scale`` before ``until``, ``until / scale +
+    (t - until)`` after) it is an ordinary queue, and the clock maps back one to one."""
     knee = until / scale
     tau = np.where(release <= until, release / scale, knee + (release - until))
     end = _queue_end(work, tau)
-    if np.ndim(until):
-        until, knee = until[..., 0], knee[..., 0]
     return np.where(end <= knee, end * scale, until + (end - knee))
 
 
