@@ -539,25 +539,20 @@ def ranking_figures(predicted: Mapping[str, float], rep: Repeatability,
     resolved = {p: s for p, s in every.items() if p[0] in kept and p[1] in kept
                 and (groups is None or groups[p[0]] == groups[p[1]])}
     right_res = sum((predicted[a] < predicted[b]) == (s > 0) for (a, b), s in resolved.items())
+    figures = {"pairs": len(pairs), "pairwise": right / len(pairs) if pairs else math.nan,
+               "resolved_pairs": len(resolved),
+               "pairwise_resolved": right_res / len(resolved) if resolved else math.nan,
+               **dict(zip(("pairwise_resolved_low", "pairwise_resolved_high"),
+                          resolved_interval(predicted, resolved)))}
     if groups is not None:
-        return {"pairs": len(pairs), "pairwise": right / len(pairs) if pairs else math.nan,
-                "resolved_pairs": len(resolved),
-                "pairwise_resolved": right_res / len(resolved) if resolved else math.nan,
-                **dict(zip(("pairwise_resolved_low", "pairwise_resolved_high"),
-                           resolved_interval(predicted, resolved))),
-                "top1_regret": math.nan, "top1_regret_resolved": math.nan}
+        return {**figures, "top1_regret": math.nan, "top1_regret_resolved": math.nan}
     pick = min(ids, key=lambda s: (predicted[s], s))
     best = min(ids, key=lambda s: (labels[s], s))
     regret = labels[pick] / labels[best] - 1.0
     first, second = sorted((pick, best))
     sign = every.get((first, second), 0) if pick != best else 0
     slower = sign == (1 if first == best else -1)
-    return {"pairs": len(pairs), "pairwise": right / len(pairs),
-            "resolved_pairs": len(resolved),
-            "pairwise_resolved": right_res / len(resolved) if resolved else math.nan,
-            **dict(zip(("pairwise_resolved_low", "pairwise_resolved_high"),
-                       resolved_interval(predicted, resolved))),
-            "top1_regret": regret, "top1_regret_resolved": regret if slower else 0.0,
+    return {**figures, "top1_regret": regret, "top1_regret_resolved": regret if slower else 0.0,
             "pick_resolved_slower": slower, "pick": pick, "best": best}
 
 
