@@ -4,11 +4,18 @@ interleaved rounds (order shuffled per round), appended beside the store and res
     python benchmarks/repeatability.py --run r1            # measure (or continue) run r1
     python benchmarks/repeatability.py --run r4 --domains bert-3l-heldout --strategies all
                                                            # a wider run: every strategy
+    python benchmarks/repeatability.py --run p1 --physics  # with the physics of the run
     python benchmarks/repeatability.py --report            # the table, from what is stored
 
 ``--strategies N|all`` sets how many strategies a *new* run measures (default: the domain's
 number below); a run that exists keeps its plan. Runs of different sizes pool: the reports
 judge each pair on the rounds that measured both (``Repeatability.resolved``).
+
+``--physics`` measures, before a new run's first round, the physics of its domain on this
+machine (a calibration of the cluster, a profile of the model: ``<store>.physics/<run>/``, see
+``dataset.repeat.measure_run_physics``), so that the step-time simulator can be judged with
+physics of the machine and hour of the labels (``benchmarks/stepsim_accuracy.py``). A run that
+was started without it is not given physics later.
 
 Each domain's repeat file is ``<store>.repeat.ndjson`` (see
 ``autosync_transfer.dataset.repeat``); a run started again continues where it stopped. The
@@ -56,16 +63,23 @@ def main() -> int:
     ap.add_argument("--strategies", default=None,
                     help="N or 'all': how many strategies a new run measures (default: the "
                          "domain's own number)")
+    ap.add_argument("--physics", action="store_true",
+                    help="measure the domain's physics (calibration, profile) before a new run's "
+                         "first round, beside the store")
     ap.add_argument("--report", action="store_true", help="print the table of what is stored")
     args = ap.parse_args()
     size = _run_size(args.strategies)
     if size is not None and not args.run:
         print("error: --strategies sets the size of a new run: give --run too", file=sys.stderr)
         return 2
+    if args.physics and not args.run:
+        print("error: --physics measures the physics of a run: give --run too", file=sys.stderr)
+        return 2
 
     from autosync_transfer.dataset.loader import load_trials, strategy_table
-    from autosync_transfer.dataset.repeat import (load_repeatability, measure_run, ranking_figures,
-                                                  repeat_processors)
+    from autosync_transfer.dataset.repeat import (load_repeatability, measure_run,
+                                                  measure_run_physics, ranking_figures,
+                                                  repeat_processors, run_physics_dir, run_plan)
 
     chosen = [d for d in DOMAINS if not args.domains or d[0] in args.domains.split(",")]
     if args.run:
@@ -78,8 +92,19 @@ def main() -> int:
         except ConfigError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+        if args.physics:
+            late = [name for name, store, _ in chosen if run_plan(store, name, args.run)
+                    and not run_physics_dir(store, args.run).is_dir()]
+            if late:
+                print(f"error: --physics: run {args.run!r} of {late[0]} was started without "
+                      f"physics; physics measured now would not be of its hour (start a new run)",
+                      file=sys.stderr)
+                return 2
         for (name, store, _), n in zip(chosen, sizes):
             try:
+                if args.physics:
+                    measure_run_physics(store, name, args.run,
+                                        progress=lambda m: print(m, flush=True))
                 measure_run(store, name, run=args.run, n=n, rounds=args.rounds,
                             progress=lambda m: print(m, flush=True))
             except ConfigError as e:

@@ -16,6 +16,13 @@ with each strategy's measured runtime (median of its trials' medians):
   cannot tell the pick from the fastest), and the median step error against that consensus
   (labels of the same
   machine type as the profile and calibration, whichever machine measured the store);
+* a second table, **the physics of the run**, for every repeat run measured with its own
+  physics (``benchmarks/repeatability.py --physics``: a calibration and a profile taken on the
+  machine of the run just before its first round): the simulator with that physics, zero trials,
+  judged on the pairs the run resolves by itself (``by run``) and on the pairs every run of its
+  machine type resolves (``all runs``), each beside the physics of record on the same pairs,
+  and the median step error against the run's own medians with either (``err_run``,
+  ``err_rec``);
 * with ``--linear-fit``, ``lin pw``: what simple structure explains, as a yardstick: the pairwise
   accuracy of a linear fit of the log normalized runtime on eight numbers of each strategy
   (:func:`strategy_numbers`), 5-fold cross-validated within the domain (it uses the domain's
@@ -154,6 +161,57 @@ def machine_type(prof, cal):  # noqa: ANN001, ANN201
     return proc if proc is not None else FIRST_RUN
 
 
+def _run_physics_rows(store: Path, name: str, domain, raw, config, of_record,  # noqa: ANN001
+                      repeats: tuple[str, ...], best: list[float]) -> list[str]:
+    """The rows of the physics-of-the-run table for one store: one per complete repeat run
+    (of any machine type) that was measured with its physics; ``of_record``: the simulator's
+    predictions with the physics of record (None: no such physics). The 'by run' figures are
+    appended to ``best``."""
+    from autosync_transfer.dataset.repeat import (load_repeatability, ranking_figures,
+                                                  repeat_processors, run_physics)
+    from autosync_transfer.rankers.stepsim import StepSimulator
+
+    rows = []
+    ids = list(raw["strategy_id"])
+    record = dict(zip(ids, map(float, of_record))) if of_record is not None else None
+    for proc in repeat_processors(store, name):
+        rep = load_repeatability(store, name, processor=proc, repeats=repeats)
+        if rep is None:
+            continue
+        for run in rep.complete_runs():
+            phys = run_physics(store, domain, run, repeats)
+            if phys is None:
+                continue
+            prof, cal = phys
+            pred = dict(zip(ids, map(float, StepSimulator(domain, prof, cal, config).simulate(
+                list(raw["strategy"]))["step_s"])))
+            cells = []
+            for runs in ([run], None):
+                fig = ranking_figures(pred, rep, runs)
+                cell = (f"{fig['pairwise_resolved']:.3f} [{fig['pairwise_resolved_low']:.3f}, "
+                        f"{fig['pairwise_resolved_high']:.3f}] ({fig['resolved_pairs']:3d})")
+                rec = (f"{ranking_figures(record, rep, runs)['pairwise_resolved']:.3f}"
+                       if record is not None else "-")
+                cells.append(f"{cell:>33s} {fig['top1_regret']:6.1%} "
+                             f"{fig['top1_regret_resolved']:6.1%} {rec:>9s}")
+                if runs is not None:
+                    best.append(fig["pairwise_resolved"])
+            labels = rep.consensus([run])
+            errs = [_median_error(p, labels) if p is not None else None for p in (pred, record)]
+            rows.append(f"{name:16s} {run:4s} {cal.created_at[:16].replace('T', ' '):17s} "
+                        f"{1e6 * (cal.ps_piece_s or 0):8.0f} {1e6 * (cal.ar_collective_s or 0):6.0f}"
+                        f"  {'  '.join(cells)}  "
+                        + " ".join(f"{e:7.3f}" if e is not None else f"{'-':>7s}" for e in errs))
+            print(rows[-1], flush=True)
+    return rows
+
+
+def _median_error(predicted: dict[str, float], labels: dict[str, float]) -> float:
+    """Median ``|predicted - label| / label`` over the strategies both hold."""
+    return float(np.median([abs(predicted[k] - v) / v for k, v in labels.items()
+                            if k in predicted]))
+
+
 def _load_json_models(folder: Path | None, cls: type) -> list:
     out = []
     if folder is None or not folder.is_dir():
@@ -219,6 +277,13 @@ def main() -> int:
                                        "pw_res": [], "regret": [], "rg_res": [], "err_rep": [],
                                        "lin_pw": []}
     ring_lines: dict[str, str] = {}
+    repeats = tuple(x for x in (args.repeats or "").split(",") if x)
+    run_lines = [f"{'domain':16s} {'run':4s} {'physics measured':17s} {'PS piece':>8s} "
+                 f"{'coll.':>6s}  {'by run: physics of the run':>33s} {'regret':>6s} "
+                 f"{'rg_res':>6s} {'of record':>9s}  {'all runs: of the run':>33s} "
+                 f"{'regret':>6s} {'rg_res':>6s} {'of record':>9s}  {'err_run':>7s} "
+                 f"{'err_rec':>7s}"]
+    run_best: list[float] = []
     builder_lines = [f"{'domain':16s} {'builder':24s} {'measured':>8s} {'norm':>7s} "
                      f"{'pred':>7s}"]
     for f in files:
@@ -268,8 +333,9 @@ def main() -> int:
         summary["ceil_raw"].append(c_raw)
         summary["ceil_norm"].append(c_norm)
         pr_or_fb = pr if (prof is not None or cal is not None) else fb
-        rep = load_repeatability(f, name, processor=machine_type(prof, cal),
-                                 repeats=tuple(x for x in (args.repeats or "").split(",") if x))
+        rep = load_repeatability(f, name, processor=machine_type(prof, cal), repeats=repeats)
+        run_lines += _run_physics_rows(f, name, domain, raw, config, pr_or_fb if (
+            prof is not None and cal is not None) else None, repeats, run_best)
         if rep is not None and rep.complete_runs():
             predicted = dict(zip(raw["strategy_id"], (float(v) for v in pr_or_fb)))
             fig = ranking_figures(predicted, rep)
@@ -312,6 +378,16 @@ def main() -> int:
                  f"{med['regret']:>6s} {med['rg_res']:>6s} {med['err_rep']:>7s}"
                  + (f" {med['lin_pw']:>6s}" if args.linear_fit else ""))
     text = header + "\n".join(lines) + "\n"
+    if len(run_lines) > 1:
+        text += ("\n# the physics of the run: the simulator with the profile and calibration "
+                 "measured on the machine of a repeat run just before its first round (zero "
+                 "trials; PS piece and per-collective cost in us), judged on the pairs that run "
+                 "resolves by itself and on the pairs every run of its machine type resolves; "
+                 "'of record' = the physics of record (the table above) on the same pairs; "
+                 "err_run / err_rec = the median step error against the run's own medians with "
+                 "the run's physics / the physics of record\n"
+                 + "\n".join(run_lines) + "\n"
+                 + f"# lowest 'by run' figure: {min(run_best):.3f} over {len(run_best)} runs\n")
     if args.builders:
         text += ("\n# builders: measured = median step seconds, norm = drift-normalized, pred = "
                  "the simulator (profile + calibration, else fallback)\n"

@@ -185,6 +185,12 @@ def _print_repeatability(con: Any, rep: dict) -> None:
         con.print(f"  runs {pair['runs'][0]} and {pair['runs'][1]} order alike "
                   f"{pair['agreement']:.3f} of the {pair['both_resolved']} pairs both "
                   f"resolve{ceiling}", markup=False, highlight=False)
+    for phys in rep.get("run_physics", []):
+        costs = "".join(f", {what} {1e6 * phys[key]:.0f} us" for what, key in (
+            ("PS piece", "ps_piece_s"), ("per collective", "ar_collective_s")) if phys[key])
+        con.print(f"  physics measured with run {phys['run']}: calibration {phys['calibration']}"
+                  f"{costs}; profile {phys['profile']} ({phys['folder']})", markup=False,
+                  highlight=False)
 
 
 def _repeatability(domain: str, path: str | None) -> list[dict]:
@@ -197,10 +203,31 @@ def _repeatability(domain: str, path: str | None) -> list[dict]:
         if f.suffix == ".jsonl" and f.stem == domain:
             reps = [load_repeatability(f, domain, processor=p)
                     for p in repeat_processors(f, domain)]
-            found = [r.summary() for r in reps if r is not None]
+            found = [{**r.summary(), "run_physics": _run_physics(f, domain, r)}
+                     for r in reps if r is not None]
             if found:
                 return found
     return []
+
+
+def _run_physics(store: Any, domain: str, rep: Any) -> list[dict]:
+    """The physics measured with each of ``rep``'s runs (``benchmarks/repeatability.py
+    --physics``): when, and the calibration's per-piece and per-collective costs."""
+    from autosync_transfer.dataset.loader import find_domain
+    from autosync_transfer.dataset.repeat import run_physics, run_physics_dir
+
+    if not any(run_physics_dir(store, r).is_dir() for r in rep.runs):
+        return []
+    dom = find_domain(domain, store)
+    out = []
+    for run in rep.runs:
+        phys = run_physics(store, dom, run)
+        if phys is not None:
+            prof, cal = phys
+            out.append({"run": run, "calibration": cal.created_at, "profile": prof.created_at,
+                        "ps_piece_s": cal.ps_piece_s, "ar_collective_s": cal.ar_collective_s,
+                        "folder": str(run_physics_dir(store, run))})
+    return out
 
 
 @app.command("import-autosync", cls=Command)

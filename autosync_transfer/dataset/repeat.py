@@ -57,9 +57,13 @@ from autosync_transfer.errors import ConfigError
 __all__ = ["REPEAT_SUFFIX", "MIN_ROUNDS", "FIRST_RUN", "STORE_MACHINE", "repeat_path",
            "find_repeat_file", "store_processor", "META_PROCESSOR_KEY", "stratified", "measure_run",
            "Repeatability", "load_repeatability", "repeat_processors", "run_plan",
-           "ranking_figures", "resolved_interval", "repeat_evaluation"]
+           "ranking_figures", "resolved_interval", "repeat_evaluation", "PHYSICS_SUFFIX",
+           "run_physics_dir", "measure_run_physics", "run_physics"]
 
 REPEAT_SUFFIX = ".repeat.ndjson"
+#: the folder beside a store holding the physics measured with its repeat runs
+#: (``bert-12l-B.jsonl`` -> ``bert-12l-B.physics/<run>/{profiles,calibrations}``)
+PHYSICS_SUFFIX = ".physics"
 #: the fewest rounds that must measure both strategies of a pair for it to be resolved (a
 #: paired interval needs 3)
 MIN_ROUNDS = 3
@@ -224,6 +228,70 @@ def measure_run(store_path: str | Path, domain: Any, *, run: str, n: int = 30,
                 f"{'' if res.median_s is None else f'{res.median_s:.4f} s'} "
                 f"({len(done) + i + 1}/{len(done) + len(todo)})")
     return out
+
+
+def run_physics_dir(store_path: str | Path, run: str) -> Path:
+    """The folder of the physics measured with repeat run ``run`` of store ``store_path``."""
+    p = Path(store_path)
+    stem = p.name[: -len(p.suffix)] if p.suffix else p.name
+    return p.with_name(stem + PHYSICS_SUFFIX) / run
+
+
+def run_physics(store_path: str | Path, domain: Any, run: str,
+                repeats: Sequence[str | Path] = ()) -> tuple[Any, Any] | None:
+    """``(profile, calibration)`` measured with repeat run ``run`` of ``domain`` (a
+    :class:`~autosync_transfer.domains.domain.Domain`; its model's profile and its cluster's
+    newest calibration in :func:`run_physics_dir`, else in ``DOMAIN.physics/<run>`` of the
+    first of the ``repeats`` folders that has it, where the run's repeat file is), or None where
+    the run has none."""
+    from autosync_transfer.domains.physics import find_calibration, find_profile
+
+    folders = [run_physics_dir(store_path, run)]
+    folders += [Path(r) / f"{domain.name}{PHYSICS_SUFFIX}" / run for r in repeats]
+    d = next((f for f in folders if f.is_dir()), None)
+    if d is None:
+        return None
+    prof = find_profile(domain.model.fingerprint, folder=d / "profiles")
+    cal = find_calibration(domain.cluster.fingerprint, folder=d / "calibrations")
+    return (prof, cal) if prof is not None and cal is not None else None
+
+
+def measure_run_physics(store_path: str | Path, domain: Any, run: str, *,
+                        launcher: str = "emulated",
+                        progress: Callable[[str], None] | None = None) -> Path:
+    """Measure the physics of ``domain`` on this machine for repeat run ``run``: a calibration of
+    its cluster (through ``launcher``) and a profile of its model (one worker thread, as trial
+    workers run), written to :func:`run_physics_dir` -- the step-time simulator's input measured on
+    the machine, and at the hour, of the labels it is judged by. A part already there is kept
+    (a run continued on another day keeps the physics it started with); returns the folder."""
+    from autosync_transfer.domains.workload import load_workload
+    from autosync_transfer.runtime.calibrate import get_calibration
+    from autosync_transfer.runtime.profile import get_profile
+
+    store_path = Path(store_path)
+    if isinstance(domain, str):
+        from autosync_transfer.dataset.loader import find_domain
+
+        domain = find_domain(domain, store_path)
+    d = run_physics_dir(store_path, run)
+    say = progress or (lambda _msg: None)
+    cal_dir, prof_dir = d / "calibrations", d / "profiles"
+    cal_dir.mkdir(parents=True, exist_ok=True)
+    prof_dir.mkdir(parents=True, exist_ok=True)
+    from autosync_transfer.domains.physics import find_calibration, find_profile
+
+    if find_calibration(domain.cluster.fingerprint, folder=cal_dir) is None:
+        t0 = time.monotonic()
+        get_calibration(domain.cluster, launcher, force=True, folder=cal_dir)
+        say(f"{domain.name} {run}: calibrated {domain.cluster.name} in "
+            f"{time.monotonic() - t0:.1f} s")
+    if find_profile(domain.model.fingerprint, folder=prof_dir) is None:
+        t0 = time.monotonic()
+        get_profile(load_workload(f"zoo:{domain.model.name}"), threads=1, force=True,
+                    folder=prof_dir)
+        say(f"{domain.name} {run}: profiled {domain.model.name} in "
+            f"{time.monotonic() - t0:.1f} s")
+    return d
 
 
 @dataclass

@@ -7,7 +7,8 @@ Each ``--sim-option NAME=VALUE`` (a ``StepSimConfig`` or ``StepSimVariant`` fiel
 set once more with it, so that a research variant is judged over the spread of the physics, not
 on one set. Printed: each set's calibration figures (PS piece, per-collective cost, ring CPU, slowdown of four
 processes), then per store and per choice of runs (the first two, then all complete runs of the
-machine type) the resolved-pair accuracy and top-1 regret with each set, their range and mean. A
+machine type) the resolved-pair accuracy and top-1 regret with each set (against the
+consensus-fastest, then against the confidently-best), their range and mean. A
 set without a profile of the store's model is left out for that store.
 
     python research/probes/physics_sets.py --domains bert-12l-B,bert-3l-B,bert-B \\
@@ -119,8 +120,8 @@ def main() -> int:
             accs = [f["pairwise_resolved"] for _, f in figs]
             head = f"{name:16s} by {runs:9s}" + (f" {label}" if len(variants) > 1 else "")
             print(f"{head} {figs[0][1]['resolved_pairs']:4d} resolved: "
-                  + "  ".join(f"{t} {f['pairwise_resolved']:.3f} / {100 * f['top1_regret']:.1f} %"
-                              for t, f in figs)
+                  + "  ".join(f"{t} {f['pairwise_resolved']:.3f} / {100 * f['top1_regret']:.1f}"
+                              f" % / {100 * f['top1_regret_resolved']:.1f} %" for t, f in figs)
                   + f"  | range {min(accs):.3f}-{max(accs):.3f}, mean {statistics.mean(accs):.3f}")
     return 0
 

@@ -242,3 +242,46 @@ def test_show_states_the_repeat_runs_beside_the_store(cli, tmp_path: Path) -> No
     assert res.code == 0, res.err
     assert "4 strategies (runs of 3, 3, 3 and 4) x 12 rounds" in res.out
     assert "6 of 6 pairs measured in 3 rounds together, resolved" in res.out
+
+
+def test_show_states_the_physics_measured_with_a_repeat_run(cli, tmp_path: Path) -> None:
+    from autosync_transfer._files import append_line
+    from autosync_transfer.dataset.loader import find_domain
+    from autosync_transfer.dataset.repeat import repeat_path, run_physics_dir
+    from autosync_transfer.domains.physics import (find_calibration, find_profile,
+                                                   save_calibration, save_profile)
+
+    store = TrialStore(tmp_path / "bert-A.jsonl")
+    for i, (sid, t) in enumerate((("a", 0.1), ("b", 0.2))):
+        store.append(_record(str(i), sid, t))
+    path = repeat_path(store.path)
+    for run in ("r1", "p1"):
+        append_line(path, json.dumps({"kind": "plan", "run": run, "domain": "bert-A",
+                                      "strategy_ids": ["a", "b"], "orders": [["a", "b"]] * 3,
+                                      "protocol": {"warmup": 2, "iters": 5},
+                                      "launcher": "emulated", "seed": 0, "created": "t"}), "t")
+        for k in range(3):
+            for sid, t in (("a", 0.1), ("b", 0.2)):
+                append_line(path, json.dumps({
+                    "kind": "measurement", "run": run, "round": k, "strategy_id": sid,
+                    "status": "ok", "median_s": t * (1 + 0.01 * k), "wall_s": 10.0,
+                    "cpu": {}}), "t")
+    res = cli("datasets", "show", "bert-A", "--data", str(store.path))
+    assert res.code == 0, res.err
+    assert "physics measured" not in res.out
+    # the shipped physics of bert-A, as if measured with run p1
+    domain = find_domain("bert-A")
+    cal = find_calibration(domain.cluster.fingerprint)
+    prof = find_profile(domain.model.fingerprint)
+    d = run_physics_dir(store.path, "p1")
+    save_calibration(cal, folder=d / "calibrations")
+    save_profile(prof, folder=d / "profiles")
+    res = cli("datasets", "show", "bert-A", "--data", str(store.path))
+    assert res.code == 0, res.err
+    line = next(x for x in res.out.splitlines() if "physics measured" in x)
+    assert line.strip().startswith(f"physics measured with run p1: calibration {cal.created_at}")
+    assert f"PS piece {1e6 * cal.ps_piece_s:.0f} us" in line and str(d) in line
+    assert "run r1" not in res.out.split("physics measured")[1]
+    shown = json.loads(cli("datasets", "show", "bert-A", "--data", str(store.path),
+                           "--json").out)["repeatability"]["run_physics"]
+    assert [p["run"] for p in shown] == ["p1"] and shown[0]["profile"] == prof.created_at

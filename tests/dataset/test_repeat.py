@@ -477,3 +477,108 @@ def test_the_repeat_script_refuses_to_widen_a_run_and_a_bad_size() -> None:
     assert out.returncode == 2 and "give --run too" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert repeat_path(root / "datasets/trials/ncf-A.jsonl").read_bytes() == before
+
+
+def test_the_physics_of_a_run_is_measured_beside_it_and_kept(tmp_path: Path) -> None:
+    from autosync_transfer.dataset.repeat import (PHYSICS_SUFFIX, measure_run_physics,
+                                                  run_physics, run_physics_dir)
+
+    domain, store, _ = _ncf_store(tmp_path, 4)
+    assert run_physics(store, domain, "r1") is None
+    said: list[str] = []
+    d = measure_run_physics(store, domain, "r1", launcher="local", progress=said.append)
+    assert d == run_physics_dir(store, "r1") == tmp_path / f"ncf-r2x1{PHYSICS_SUFFIX}" / "r1"
+    prof, cal = run_physics(store, domain, "r1")
+    assert prof.fingerprint == domain.model.fingerprint
+    assert cal.fingerprint == domain.cluster.fingerprint and cal.launcher == "local"
+    assert [m.split(":")[1].split()[0] for m in said] == ["calibrated", "profiled"]
+    files = sorted(p.relative_to(d) for p in d.rglob("*.json"))
+    assert [p.parts[0] for p in files] == ["calibrations", "profiles"]
+    # measured again (a run continued): the physics it started with is kept, nothing is added
+    said.clear()
+    measure_run_physics(store, domain, "r1", launcher="local", progress=said.append)
+    assert not said and sorted(p.relative_to(d) for p in d.rglob("*.json")) == files
+    # a twin's runs whose repeat file sits in a `repeats` folder find their physics there
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    (d.parent).rename(twin / f"{domain.name}{PHYSICS_SUFFIX}")
+    assert run_physics(store, domain, "r1") is None
+    got = run_physics(store, domain, "r1", repeats=[twin])
+    assert got is not None and got[1].created_at == cal.created_at
+
+
+def test_the_repeat_script_gives_physics_only_to_a_run_of_its_hour() -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    script = root / "benchmarks" / "repeatability.py"
+    store = root / "datasets/trials/ncf-A.jsonl"
+    before = repeat_path(store).read_bytes()
+    out = subprocess.run([sys.executable, str(script), "--run", "r1", "--domains", "ncf-A",
+                          "--physics"], capture_output=True, text=True, cwd=root, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "run 'r1' of ncf-A was started without physics" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    out = subprocess.run([sys.executable, str(script), "--physics"], capture_output=True,
+                         text=True, cwd=root, timeout=120)
+    assert out.returncode == 2 and "give --run too" in out.stderr
+    assert repeat_path(store).read_bytes() == before
+    assert not (root / "datasets/trials/ncf-A.physics/r1").exists()
+
+
+def test_the_step_simulator_report_judges_a_run_with_the_physics_measured_with_it(
+        tmp_path: Path) -> None:
+    """benchmarks/stepsim_accuracy.py's second table: a run measured where PS pieces cost 30x
+    the physics of record's is ordered by the simulator with that run's physics, not the
+    record's."""
+    import subprocess
+    import sys
+
+    from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
+    from autosync_transfer.dataset.repeat import run_physics_dir
+    from autosync_transfer.dataset.store import TrialStore
+    from autosync_transfer.domains.physics import (find_calibration, find_profile,
+                                                   save_calibration, save_profile)
+    from autosync_transfer.rankers.stepsim import StepSimulator
+    from autosync_transfer.testing.synthetic import synthetic_records
+
+    root = Path(__file__).resolve().parents[2]
+    domain = find_domain("ncf-A")
+    store = tmp_path / "ncf-A.jsonl"
+    ts = TrialStore(store)
+    for r in synthetic_records(domain, 12, 3):
+        ts.append(r)
+    table = strategy_table(load_trials(store), normalize=False)
+    prof = find_profile(domain.model.fingerprint)
+    cal = find_calibration(domain.cluster.fingerprint)
+    slow = cal.model_copy(update={"ps_piece_s": 30 * cal.ps_piece_s,
+                                  "created_at": "2030-01-01T00:00:00+00:00"})
+    d = run_physics_dir(store, "p1")
+    save_calibration(slow, folder=d / "calibrations")
+    save_profile(prof, folder=d / "profiles")
+    steps = StepSimulator(domain, prof, slow).simulate(list(table["strategy"]))["step_s"]
+    truth = dict(zip(table["strategy_id"], map(float, steps)))
+    record = StepSimulator(domain, prof, cal).simulate(list(table["strategy"]))["step_s"]
+    rec = dict(zip(table["strategy_id"], map(float, record)))
+    _write_run(repeat_path(store), "p1", truth, 3, 0.001, seed=4, processor=prof.processor,
+               domain="ncf-A")
+    rep = load_repeatability(store, "ncf-A", processor=prof.processor)
+    assert ranking_figures(rec, rep)["pairwise_resolved"] < 0.9  # the record orders it worse
+    out = subprocess.run([sys.executable, str(root / "benchmarks/stepsim_accuracy.py"),
+                          "--datasets", str(tmp_path), "--domains", "ncf-A"],
+                         capture_output=True, text=True, cwd=root, timeout=300)
+    assert out.returncode == 0, out.stderr
+    table_text = out.stdout.split("# the physics of the run")[1]
+    row = next(x for x in table_text.splitlines() if x.startswith("ncf-A"))
+    import re
+
+    cells = row.split()
+    assert cells[1] == "p1" and cells[2:4] == ["2030-01-01", "00:00"]
+    assert float(cells[4]) == pytest.approx(1e6 * slow.ps_piece_s, abs=1)
+    # by run and by all runs (one run here): the run's physics orders it right, the record not
+    assert re.findall(r"(\d\.\d{3}) \[", row) == ["1.000", "1.000"]
+    of_record = [float(m[2]) for m in re.findall(r"(\S+)%\s+(\S+)%\s+(\S+)", row)]
+    assert of_record == [pytest.approx(ranking_figures(rec, rep, ["p1"])["pairwise_resolved"],
+                                       abs=5e-4)] * 2
+    assert "lowest 'by run' figure: 1.000 over 1 runs" in out.stdout
