@@ -162,11 +162,13 @@ def machine_type(prof, cal):  # noqa: ANN001, ANN201
 
 
 def _run_physics_rows(store: Path, name: str, domain, raw, config, of_record,  # noqa: ANN001
-                      repeats: tuple[str, ...], best: list[float]) -> list[str]:
+                      repeats: tuple[str, ...], best: list[tuple[float, float, str]]
+                      ) -> list[str]:
     """The rows of the physics-of-the-run table for one store: one per complete repeat run
     (of any machine type) that was measured with its physics; ``of_record``: the simulator's
     predictions with the physics of record (None: no such physics). The 'by run' figures are
-    appended to ``best``."""
+    appended to ``best``: (resolved-pair accuracy, top-1 regret against the confidently-best,
+    ``store run``)."""
     from autosync_transfer.dataset.repeat import (load_repeatability, ranking_figures,
                                                   repeat_processors, run_physics)
     from autosync_transfer.rankers.stepsim import StepSimulator
@@ -174,7 +176,7 @@ def _run_physics_rows(store: Path, name: str, domain, raw, config, of_record,  #
     rows = []
     ids = list(raw["strategy_id"])
     record = dict(zip(ids, map(float, of_record))) if of_record is not None else None
-    for proc in repeat_processors(store, name):
+    for proc in repeat_processors(store, name, repeats):
         rep = load_repeatability(store, name, processor=proc, repeats=repeats)
         if rep is None:
             continue
@@ -195,7 +197,8 @@ def _run_physics_rows(store: Path, name: str, domain, raw, config, of_record,  #
                 cells.append(f"{cell:>33s} {fig['top1_regret']:6.1%} "
                              f"{fig['top1_regret_resolved']:6.1%} {rec:>9s}")
                 if runs is not None:
-                    best.append(fig["pairwise_resolved"])
+                    best.append((fig["pairwise_resolved"], fig["top1_regret_resolved"],
+                                 f"{name} {run}"))
             labels = rep.consensus([run])
             errs = [_median_error(p, labels) if p is not None else None for p in (pred, record)]
             rows.append(f"{name:16s} {run:4s} {cal.created_at[:16].replace('T', ' '):17s} "
@@ -204,6 +207,15 @@ def _run_physics_rows(store: Path, name: str, domain, raw, config, of_record,  #
                         + " ".join(f"{e:7.3f}" if e is not None else f"{'-':>7s}" for e in errs))
             print(rows[-1], flush=True)
     return rows
+
+
+def _run_footer(best: list[tuple[float, float, str]]) -> str:
+    """The last line of the physics-of-the-run table: its lowest 'by run' accuracy and its
+    highest 'by run' top-1 regret against the confidently-best, each with the run it is of."""
+    low = min(best, key=lambda b: (b[0] if b[0] == b[0] else 2.0, b[2]))
+    worst = max(best, key=lambda b: (b[1] if b[1] == b[1] else -1.0, b[2]))
+    return (f"# lowest 'by run' figure: {low[0]:.3f} over {len(best)} runs ({low[2]}); highest "
+            f"'by run' top-1 regret against the confidently-best: {worst[1]:.1%} ({worst[2]})\n")
 
 
 def _median_error(predicted: dict[str, float], labels: dict[str, float]) -> float:
@@ -283,7 +295,7 @@ def main() -> int:
                  f"{'rg_res':>6s} {'of record':>9s}  {'all runs: of the run':>33s} "
                  f"{'regret':>6s} {'rg_res':>6s} {'of record':>9s}  {'err_run':>7s} "
                  f"{'err_rec':>7s}"]
-    run_best: list[float] = []
+    run_best: list[tuple[float, float, str]] = []
     builder_lines = [f"{'domain':16s} {'builder':24s} {'measured':>8s} {'norm':>7s} "
                      f"{'pred':>7s}"]
     for f in files:
@@ -387,7 +399,7 @@ def main() -> int:
                  "err_run / err_rec = the median step error against the run's own medians with "
                  "the run's physics / the physics of record\n"
                  + "\n".join(run_lines) + "\n"
-                 + f"# lowest 'by run' figure: {min(run_best):.3f} over {len(run_best)} runs\n")
+                 + _run_footer(run_best))
     if args.builders:
         text += ("\n# builders: measured = median step seconds, norm = drift-normalized, pred = "
                  "the simulator (profile + calibration, else fallback)\n"

@@ -187,7 +187,8 @@ def _print_repeatability(con: Any, rep: dict) -> None:
                   f"resolve{ceiling}", markup=False, highlight=False)
     for phys in rep.get("run_physics", []):
         costs = "".join(f", {what} {1e6 * phys[key]:.0f} us" for what, key in (
-            ("PS piece", "ps_piece_s"), ("per collective", "ar_collective_s")) if phys[key])
+            ("PS piece", "ps_piece_s"), ("per collective", "ar_collective_s"))
+            if phys[key] is not None and math.isfinite(phys[key]))
         con.print(f"  physics measured with run {phys['run']}: calibration {phys['calibration']}"
                   f"{costs}; profile {phys['profile']} ({phys['folder']})", markup=False,
                   highlight=False)
@@ -212,13 +213,18 @@ def _repeatability(domain: str, path: str | None) -> list[dict]:
 
 def _run_physics(store: Any, domain: str, rep: Any) -> list[dict]:
     """The physics measured with each of ``rep``'s runs (``benchmarks/repeatability.py
-    --physics``): when, and the calibration's per-piece and per-collective costs."""
+    --physics``): when, and the calibration's per-piece and per-collective costs; nothing where
+    no run has physics or the store's domain cannot be resolved (its repeat runs still show)."""
     from autosync_transfer.dataset.loader import find_domain
     from autosync_transfer.dataset.repeat import run_physics, run_physics_dir
+    from autosync_transfer.errors import AutosyncError
 
     if not any(run_physics_dir(store, r).is_dir() for r in rep.runs):
         return []
-    dom = find_domain(domain, store)
+    try:
+        dom = find_domain(domain, store)
+    except AutosyncError:
+        return []
     out = []
     for run in rep.runs:
         phys = run_physics(store, dom, run)

@@ -240,20 +240,30 @@ def run_physics_dir(store_path: str | Path, run: str) -> Path:
 def run_physics(store_path: str | Path, domain: Any, run: str,
                 repeats: Sequence[str | Path] = ()) -> tuple[Any, Any] | None:
     """``(profile, calibration)`` measured with repeat run ``run`` of ``domain`` (a
-    :class:`~autosync_transfer.domains.domain.Domain`; its model's profile and its cluster's
-    newest calibration in :func:`run_physics_dir`, else in ``DOMAIN.physics/<run>`` of the
-    first of the ``repeats`` folders that has it, where the run's repeat file is), or None where
-    the run has none."""
+    :class:`~autosync_transfer.domains.domain.Domain`): its model's profile and its cluster's
+    newest calibration in the physics folder beside the repeat file the run is read from
+    (:func:`find_repeat_file`: beside the store, else ``DOMAIN.repeat.ndjson`` in the first of the
+    ``repeats`` folders that has one; the physics in ``DOMAIN.physics/<run>`` there), or None
+    where the run has none, has only part of it, or has physics of another machine type than
+    its plan records (labels and physics of two machine types never mix)."""
     from autosync_transfer.domains.physics import find_calibration, find_profile
 
-    folders = [run_physics_dir(store_path, run)]
-    folders += [Path(r) / f"{domain.name}{PHYSICS_SUFFIX}" / run for r in repeats]
-    d = next((f for f in folders if f.is_dir()), None)
-    if d is None:
+    path = find_repeat_file(store_path, domain.name, repeats)
+    if path is None:
+        return None
+    d = path.with_name(path.name[: -len(REPEAT_SUFFIX)] + PHYSICS_SUFFIX) / run
+    if not d.is_dir():
         return None
     prof = find_profile(domain.model.fingerprint, folder=d / "profiles")
     cal = find_calibration(domain.cluster.fingerprint, folder=d / "calibrations")
-    return (prof, cal) if prof is not None and cal is not None else None
+    if prof is None or cal is None:
+        return None
+    plan = next((p for p in _plans(_rows(path), domain.name) if p["run"] == run), None)
+    here = _processor(plan) if plan is not None else None
+    if here is not None and any(x is not None and x != here
+                                for x in (prof.processor, cal.processor)):
+        return None
+    return prof, cal
 
 
 def measure_run_physics(store_path: str | Path, domain: Any, run: str, *,
@@ -262,8 +272,16 @@ def measure_run_physics(store_path: str | Path, domain: Any, run: str, *,
     """Measure the physics of ``domain`` on this machine for repeat run ``run``: a calibration of
     its cluster (through ``launcher``) and a profile of its model (one worker thread, as trial
     workers run), written to :func:`run_physics_dir` -- the step-time simulator's input measured on
-    the machine, and at the hour, of the labels it is judged by. A part already there is kept
-    (a run continued on another day keeps the physics it started with); returns the folder."""
+    the machine, and at the hour, of the labels it is judged by. Call it before the run's first
+    round: a new run (no plan yet) gets both measured afresh (what an attempt that stopped before
+    its first round left is replaced), a run that has started keeps the physics it started with
+    (continued on another day), and a run that started without complete physics, or on another
+    machine type, is refused (:class:`ConfigError`): physics measured now would not be of its
+    hour or its machine. Returns the folder."""
+    import shutil
+
+    from autosync_transfer.dataset.store import machine_info
+    from autosync_transfer.domains.physics import find_calibration, find_profile
     from autosync_transfer.domains.workload import load_workload
     from autosync_transfer.runtime.calibrate import get_calibration
     from autosync_transfer.runtime.profile import get_profile
@@ -276,21 +294,32 @@ def measure_run_physics(store_path: str | Path, domain: Any, run: str, *,
     d = run_physics_dir(store_path, run)
     say = progress or (lambda _msg: None)
     cal_dir, prof_dir = d / "calibrations", d / "profiles"
+    plan = run_plan(store_path, domain.name, run)
+    if plan is not None:
+        here = machine_info().get("processor")
+        if _processor(plan) is not None and _processor(plan) != here:
+            raise ConfigError(f"run: {run!r} was measured on {_processor(plan)!r}, this machine "
+                              f"is {here!r}: labels of two machine types do not mix; start a "
+                              f"new run")
+        if (find_calibration(domain.cluster.fingerprint, folder=cal_dir) is None
+                or find_profile(domain.model.fingerprint, folder=prof_dir) is None):
+            raise ConfigError(f"run: {run!r} of {domain.name} was started without complete "
+                              f"physics; physics measured now would not be of its hour (start "
+                              f"a new run)")
+        return d
+    if d.exists():
+        shutil.rmtree(d)
     cal_dir.mkdir(parents=True, exist_ok=True)
     prof_dir.mkdir(parents=True, exist_ok=True)
-    from autosync_transfer.domains.physics import find_calibration, find_profile
-
-    if find_calibration(domain.cluster.fingerprint, folder=cal_dir) is None:
-        t0 = time.monotonic()
-        get_calibration(domain.cluster, launcher, force=True, folder=cal_dir)
-        say(f"{domain.name} {run}: calibrated {domain.cluster.name} in "
-            f"{time.monotonic() - t0:.1f} s")
-    if find_profile(domain.model.fingerprint, folder=prof_dir) is None:
-        t0 = time.monotonic()
-        get_profile(load_workload(f"zoo:{domain.model.name}"), threads=1, force=True,
-                    folder=prof_dir)
-        say(f"{domain.name} {run}: profiled {domain.model.name} in "
-            f"{time.monotonic() - t0:.1f} s")
+    t0 = time.monotonic()
+    get_calibration(domain.cluster, launcher, force=True, folder=cal_dir)
+    say(f"{domain.name} {run}: calibrated {domain.cluster.name} in "
+        f"{time.monotonic() - t0:.1f} s")
+    t0 = time.monotonic()
+    get_profile(load_workload(f"zoo:{domain.model.name}"), threads=1, force=True,
+                folder=prof_dir)
+    say(f"{domain.name} {run}: profiled {domain.model.name} in "
+        f"{time.monotonic() - t0:.1f} s")
     return d
 
 
@@ -507,11 +536,13 @@ def _plans(rows: Sequence[Mapping[str, Any]], name: str) -> list[Mapping[str, An
     return list(seen.values())
 
 
-def repeat_processors(store_path: str | Path, domain: str | None = None) -> list[str | None]:
-    """The machine types (processors) the repeat runs beside ``store_path`` ran on, in the order
-    of their first run (``None``: a run that did not record it)."""
-    path = repeat_path(store_path)
-    if not path.exists():
+def repeat_processors(store_path: str | Path, domain: str | None = None,
+                      repeats: Sequence[str | Path] = ()) -> list[str | None]:
+    """The machine types (processors) the repeat runs of ``store_path`` ran on (its repeat file:
+    :func:`find_repeat_file`, beside it, else in the ``repeats`` folders), in the order of their
+    first run (``None``: a run that did not record it)."""
+    path = find_repeat_file(store_path, domain, repeats)
+    if path is None:
         return []
     name = domain or Path(store_path).name.split(".")[0]
     return list(dict.fromkeys(_processor(p) for p in _plans(_rows(path), name)))

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from autosync_transfer._files import append_line
-from autosync_transfer.dataset.repeat import (FIRST_RUN, META_PROCESSOR_KEY, find_repeat_file,
-                                              load_repeatability, measure_run, ranking_figures,
-                                              repeat_path, repeat_processors, store_processor,
-                                              stratified)
+from autosync_transfer.dataset.repeat import (FIRST_RUN, META_PROCESSOR_KEY, REPEAT_SUFFIX,
+                                              find_repeat_file, load_repeatability, measure_run,
+                                              ranking_figures, repeat_path, repeat_processors,
+                                              store_processor, stratified)
+from autosync_transfer.errors import ConfigError
 
 
 def test_repeat_file_sits_beside_the_store_and_is_not_a_trial_file(tmp_path: Path) -> None:
@@ -482,26 +483,53 @@ def test_the_repeat_script_refuses_to_widen_a_run_and_a_bad_size() -> None:
 def test_the_physics_of_a_run_is_measured_beside_it_and_kept(tmp_path: Path) -> None:
     from autosync_transfer.dataset.repeat import (PHYSICS_SUFFIX, measure_run_physics,
                                                   run_physics, run_physics_dir)
+    from autosync_transfer.dataset.store import machine_info
 
-    domain, store, _ = _ncf_store(tmp_path, 4)
+    domain, store, ids = _ncf_store(tmp_path, 4)
     assert run_physics(store, domain, "r1") is None
+    d = run_physics_dir(store, "r1")
+    assert d == tmp_path / f"ncf-r2x1{PHYSICS_SUFFIX}" / "r1"
+    # what an attempt that stopped before its first round left is replaced, not kept
+    (d / "calibrations").mkdir(parents=True)
+    (d / "calibrations" / "stale.json").write_text("{}")
     said: list[str] = []
-    d = measure_run_physics(store, domain, "r1", launcher="local", progress=said.append)
-    assert d == run_physics_dir(store, "r1") == tmp_path / f"ncf-r2x1{PHYSICS_SUFFIX}" / "r1"
-    prof, cal = run_physics(store, domain, "r1")
-    assert prof.fingerprint == domain.model.fingerprint
-    assert cal.fingerprint == domain.cluster.fingerprint and cal.launcher == "local"
+    assert measure_run_physics(store, domain, "r1", launcher="local", progress=said.append) == d
     assert [m.split(":")[1].split()[0] for m in said] == ["calibrated", "profiled"]
     files = sorted(p.relative_to(d) for p in d.rglob("*.json"))
     assert [p.parts[0] for p in files] == ["calibrations", "profiles"]
+    # the run's physics is read from beside its repeat file: none before the run exists
+    assert run_physics(store, domain, "r1") is None
+    here = machine_info().get("processor")
+    truth = {s: 1.0 + 0.1 * i for i, s in enumerate(ids)}
+    _write_run(repeat_path(store), "r1", truth, 3, 0.01, seed=1, processor=here,
+               domain=domain.name)
+    prof, cal = run_physics(store, domain, "r1")
+    assert prof.fingerprint == domain.model.fingerprint
+    assert cal.fingerprint == domain.cluster.fingerprint and cal.launcher == "local"
     # measured again (a run continued): the physics it started with is kept, nothing is added
     said.clear()
     measure_run_physics(store, domain, "r1", launcher="local", progress=said.append)
     assert not said and sorted(p.relative_to(d) for p in d.rglob("*.json")) == files
-    # a twin's runs whose repeat file sits in a `repeats` folder find their physics there
+    # a run that started without complete physics, or on another machine type, is refused
+    _write_run(repeat_path(store), "r2", truth, 3, 0.01, seed=2, processor=here,
+               domain=domain.name)
+    with pytest.raises(ConfigError, match="'r2' of ncf-r2x1 was started without complete"):
+        measure_run_physics(store, domain, "r2", launcher="local")
+    _write_run(repeat_path(store), "r3", truth, 3, 0.01, seed=3, processor="Other CPU",
+               domain=domain.name)
+    with pytest.raises(ConfigError, match="'r3' was measured on 'Other CPU'"):
+        measure_run_physics(store, domain, "r3", launcher="local")
+    assert not run_physics_dir(store, "r2").exists() and not run_physics_dir(store, "r3").exists()
+    # physics of this machine type beside a run of another is not that run's
+    import shutil
+
+    shutil.copytree(d, run_physics_dir(store, "r3"))
+    assert run_physics(store, domain, "r3") is None
+    # a twin's runs whose repeat file sits in a `repeats` folder find their physics beside it
     twin = tmp_path / "twin"
     twin.mkdir()
-    (d.parent).rename(twin / f"{domain.name}{PHYSICS_SUFFIX}")
+    d.parent.rename(twin / f"{domain.name}{PHYSICS_SUFFIX}")
+    repeat_path(store).rename(twin / f"{domain.name}{REPEAT_SUFFIX}")
     assert run_physics(store, domain, "r1") is None
     got = run_physics(store, domain, "r1", repeats=[twin])
     assert got is not None and got[1].created_at == cal.created_at
@@ -525,6 +553,20 @@ def test_the_repeat_script_gives_physics_only_to_a_run_of_its_hour() -> None:
     assert out.returncode == 2 and "give --run too" in out.stderr
     assert repeat_path(store).read_bytes() == before
     assert not (root / "datasets/trials/ncf-A.physics/r1").exists()
+
+
+def test_the_run_physics_footer_names_its_extremes_and_skips_undefined_figures() -> None:
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("stepsim_accuracy_script",
+                                                  root / "benchmarks/stepsim_accuracy.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    line = script._run_footer([(0.97, 0.0, "a p1"), (math.nan, math.nan, "b p1"),
+                               (0.96, 0.133, "c p1"), (0.99, 0.02, "d p1")])
+    assert line == ("# lowest 'by run' figure: 0.960 over 4 runs (c p1); highest 'by run' "
+                    "top-1 regret against the confidently-best: 13.3% (c p1)\n")
 
 
 def test_the_step_simulator_report_judges_a_run_with_the_physics_measured_with_it(
@@ -581,4 +623,6 @@ def test_the_step_simulator_report_judges_a_run_with_the_physics_measured_with_i
     of_record = [float(m[2]) for m in re.findall(r"(\S+)%\s+(\S+)%\s+(\S+)", row)]
     assert of_record == [pytest.approx(ranking_figures(rec, rep, ["p1"])["pairwise_resolved"],
                                        abs=5e-4)] * 2
-    assert "lowest 'by run' figure: 1.000 over 1 runs" in out.stdout
+    assert "lowest 'by run' figure: 1.000 over 1 runs (ncf-A p1)" in out.stdout
+    assert ("highest 'by run' top-1 regret against the confidently-best: 0.0% (ncf-A p1)"
+            in out.stdout)
