@@ -32,6 +32,11 @@ pairs counted within a fold, no pick (``rg`` and ``rg_res`` nan). A held-out clu
 --repeats datasets/trials``, run with that machine type's physics in ``$AUTOSYNC_PROFILES_DIR`` and
 ``$AUTOSYNC_CALIBRATIONS_DIR``, which the lookup takes before the shipped physics); the runs of
 the store's own machine type judge it (``dataset.repeat.STORE_MACHINE``).
+Below it, **the physics of the run**: for every complete repeat run measured with its own physics
+(``benchmarks/repeatability.py --physics``: a profile and a calibration taken on the machine of the
+run just before its first round), the same row with every kind trained and scored with that
+physics (``dataset.repeat.using_run_physics``), judged on the run's strategies and the pairs that
+run resolves by itself.
 ``--margin noise`` trains every learned ranker on the pairs its domain's labels can order
 (``dataset.loader.label_margin``: the labels' 95 % noise band from the reference
 re-measurements; the validation accuracy that picks the epoch counts the same pairs); a number
@@ -207,10 +212,9 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
     """The kinds on the re-measured strategies of every store with complete repeat runs."""
     from pathlib import Path
 
-    from autosync_transfer.dataset.loader import dataset_files, find_domain, strategy_table
-    from autosync_transfer.dataset.repeat import load_repeatability, ranking_figures
-    from autosync_transfer.rankers.datamodule import TrialDataModule
-    from autosync_transfer.rankers.simulator import train_simulator
+    from autosync_transfer.dataset.loader import dataset_files, find_domain
+    from autosync_transfer.dataset.repeat import (load_repeatability, run_physics,
+                                                  using_run_physics)
 
     rows = []
     repeats = tuple(x for x in (args.repeats or "").split(",") if x)
@@ -218,6 +222,8 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
         if f.suffix != ".jsonl":
             continue
         name = Path(f).stem
+        if args.domains and name not in args.domains.split(","):
+            continue
         rep = load_repeatability(f, name, repeats=repeats)
         if rep is None or not rep.complete_runs() or name not in set(df["domain"]):
             continue
@@ -230,64 +236,103 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
     paired = "stepsim" in kinds and any(k not in PHYSICS for k in kinds)
     out(f"{'domain':14s} {'n':>4s} {'resolved':>8s} " + " ".join(f"{k:>47s}" for k in kinds)
         + (f" {'best learned - stepsim [95 %]':>47s}" if paired else ""))
+    run_lines: list[str] = []
     for name, f, rep in rows:
         sub = df[df["domain"] == name]
-        table = strategy_table(sub)
-        held = set(rep.strategy_ids(rep.complete_runs()))
-        test = table[table["strategy_id"].isin(held)]
-        # the store's other strategies train; where the repeat runs leave fewer than 2 of them
-        # (every strategy re-measured), a cross-validation over the re-measured ones: each fold
-        # predicted by simulators trained without it, pairs counted within a fold
-        folds = _folds(sorted(held & set(test["strategy_id"])), len(table) - len(test))
-        groups = ({s: k for k, fold in enumerate(folds) for s in fold} if len(folds) > 1
-                  else None)
-        if len(table) - len(test) < 2 and groups is None:
-            out(f"{name:14s} {len(test):4d}: left out, its repeat runs cover {len(test)} of its "
-                f"{len(table)} strategies, too few to cross-validate over")
-            continue
-        if groups is not None:
-            out(f"{name:14s} {len(test):4d}: its repeat runs cover {len(test)} of its "
-                f"{len(table)} strategies: {len(folds)}-fold cross-validation over them, "
-                f"pairs within a fold (no pick: rg and rg_res are nan)")
         domain = find_domain(name, [f])
-        cells = []
-        n_res = 0
-        hparams = margin_hparams(args, sub)
-        gate = start_margin(args, sub)
-        predictions: dict[str, list[dict[str, float]]] = {}
-        resolved_of: dict[str, float] = {}
-        for kind in kinds:
-            figs = []
-            for seed in range(args.seeds):
-                pred: dict[str, float] = {}
-                for fold in folds:
-                    part = test[test["strategy_id"].isin(fold)]
-                    # the store's own domain (a held-out cluster is not in the catalog)
-                    data = TrialDataModule(table[~table["strategy_id"].isin(fold)],
-                                           split_seed=seed, seed=seed, domains={name: domain})
-                    sim, _ = train_simulator(kind, data, seed=seed, max_epochs=args.epochs,
-                                             hparams=hparams if kind not in PHYSICS else None,
-                                             start_margin=gate)
-                    pred.update(zip(part["strategy_id"],
-                                    map(float, sim.score(list(part["strategy"]), domain))))
-                predictions.setdefault(kind, []).append(pred)
-                figs.append(ranking_figures(pred, rep, groups=groups))
-            n_res = figs[0]["resolved_pairs"]
-            resolved_of[kind] = statistics.mean(x["pairwise_resolved"] for x in figs)
-            lo = statistics.mean(x["pairwise_resolved_low"] for x in figs)
-            hi = statistics.mean(x["pairwise_resolved_high"] for x in figs)
-            cells.append(f"{statistics.mean(x['pairwise'] for x in figs):.3f} / "
-                         f"{statistics.mean(x['pairwise_resolved'] for x in figs):.3f} "
-                         f"[{lo:.3f}, {hi:.3f}] / "
-                         f"{statistics.mean(x['top1_regret'] for x in figs):.3f} / "
-                         f"{statistics.mean(x['top1_regret_resolved'] for x in figs):.3f}")
-        if paired:
-            cells.append(_learning_adds(predictions, resolved_of, rep, groups))
-        out(f"{name:14s} {len(test):4d} {n_res:8d} " + " ".join(f"{c:>47s}" for c in cells))
+        line = _resolved_line(name, sub, domain, rep, kinds, args, out, paired)
+        if line is not None:
+            out(line)
+        for run in rep.complete_runs():
+            if run_physics(f, domain, run, repeats) is None:
+                continue
+            with using_run_physics(f, domain, run, repeats):
+                line = _resolved_line(name, sub, domain, rep, kinds, args, run_lines.append,
+                                      paired, runs=[run])
+            if line is not None:
+                run_lines.append(line)
+                print(line, flush=True)
     if paired:
         out("best learned - stepsim: the learned kind with the highest res, its share of the "
             "resolved pairs ordered right minus the step-time simulator's on the same pairs, "
             "and its 95 % interval (paired, a bootstrap over strategies; means over the seeds)")
+    if run_lines:
+        out("\nthe physics of the run: for every repeat run measured with its physics "
+            "(benchmarks/repeatability.py --physics: a profile and a calibration taken on the "
+            "machine of the run just before its first round), every kind trained and scored "
+            "with that physics (dataset.repeat.using_run_physics) and judged on the run's "
+            "strategies against its own medians, on the pairs it resolves by itself; columns as "
+            "above")
+        out(f"{'domain':14s} {'run':4s} {'n':>4s} {'resolved':>8s} "
+            + " ".join(f"{k:>47s}" for k in kinds)
+            + (f" {'best learned - stepsim [95 %]':>47s}" if paired else ""))
+        for line in run_lines:
+            out(line)
+
+
+def _resolved_line(name: str, sub, domain, rep, kinds: list[str], args, say,  # noqa: ANN001
+                   paired: bool, runs: list[str] | None = None) -> str | None:
+    """One store's row of the resolved table: every kind trained on the store's strategies other
+    than the re-measured ones of ``runs`` (default: every complete run) and judged on those
+    runs' resolved pairs; None (with a line through ``say``) where it is left out."""
+    from autosync_transfer.dataset.loader import strategy_table
+    from autosync_transfer.dataset.repeat import ranking_figures
+    from autosync_transfer.rankers.datamodule import TrialDataModule
+    from autosync_transfer.rankers.simulator import train_simulator
+
+    lead = f"{name:14s}" + (f" {runs[0]:4s}" if runs and len(runs) == 1 else "")
+    runs = runs or rep.complete_runs()
+    table = strategy_table(sub)
+    held = set(rep.strategy_ids(runs))
+    test = table[table["strategy_id"].isin(held)]
+    # the store's other strategies train; where the repeat runs leave fewer than 2 of them
+    # (every strategy re-measured), a cross-validation over the re-measured ones: each fold
+    # predicted by simulators trained without it, pairs counted within a fold
+    folds = _folds(sorted(held & set(test["strategy_id"])), len(table) - len(test))
+    groups = ({s: k for k, fold in enumerate(folds) for s in fold} if len(folds) > 1
+              else None)
+    if len(table) - len(test) < 2 and groups is None:
+        say(f"{lead} {len(test):4d}: left out, its repeat runs cover {len(test)} of its "
+            f"{len(table)} strategies, too few to cross-validate over")
+        return None
+    if groups is not None:
+        say(f"{lead} {len(test):4d}: its repeat runs cover {len(test)} of its "
+            f"{len(table)} strategies: {len(folds)}-fold cross-validation over them, "
+            f"pairs within a fold (no pick: rg and rg_res are nan)")
+    cells = []
+    n_res = 0
+    hparams = margin_hparams(args, sub)
+    gate = start_margin(args, sub)
+    predictions: dict[str, list[dict[str, float]]] = {}
+    resolved_of: dict[str, float] = {}
+    for kind in kinds:
+        figs = []
+        for seed in range(args.seeds):
+            pred: dict[str, float] = {}
+            for fold in folds:
+                part = test[test["strategy_id"].isin(fold)]
+                # the store's own domain (a held-out cluster is not in the catalog)
+                data = TrialDataModule(table[~table["strategy_id"].isin(fold)],
+                                       split_seed=seed, seed=seed, domains={name: domain})
+                sim, _ = train_simulator(kind, data, seed=seed, max_epochs=args.epochs,
+                                         hparams=hparams if kind not in PHYSICS else None,
+                                         start_margin=gate)
+                pred.update(zip(part["strategy_id"],
+                                map(float, sim.score(list(part["strategy"]), domain))))
+            predictions.setdefault(kind, []).append(pred)
+            figs.append(ranking_figures(pred, rep, runs, groups=groups))
+        n_res = figs[0]["resolved_pairs"]
+        resolved_of[kind] = statistics.mean(x["pairwise_resolved"] for x in figs)
+        lo = statistics.mean(x["pairwise_resolved_low"] for x in figs)
+        hi = statistics.mean(x["pairwise_resolved_high"] for x in figs)
+        cells.append(f"{statistics.mean(x['pairwise'] for x in figs):.3f} / "
+                     f"{statistics.mean(x['pairwise_resolved'] for x in figs):.3f} "
+                     f"[{lo:.3f}, {hi:.3f}] / "
+                     f"{statistics.mean(x['top1_regret'] for x in figs):.3f} / "
+                     f"{statistics.mean(x['top1_regret_resolved'] for x in figs):.3f}")
+    if paired:
+        cells.append(_learning_adds(predictions, resolved_of, rep, groups, runs))
+    return f"{lead} {len(test):4d} {n_res:8d} " + " ".join(f"{c:>47s}" for c in cells)
 
 
 def _folds(ids: list[str], others: int, k: int = 3) -> list[list[str]]:
@@ -303,7 +348,8 @@ def _folds(ids: list[str], others: int, k: int = 3) -> list[list[str]]:
 
 
 def _learning_adds(predictions: dict[str, list[dict[str, float]]],
-                   resolved_of: dict[str, float], rep, groups=None) -> str:  # noqa: ANN001
+                   resolved_of: dict[str, float], rep, groups=None,  # noqa: ANN001
+                   runs: list[str] | None = None) -> str:
     """What the best learned kind adds over the step-time simulator on the resolved pairs
     (within one fold, with ``groups``)."""
     from autosync_transfer.dataset.repeat import resolved_interval
@@ -311,7 +357,7 @@ def _learning_adds(predictions: dict[str, list[dict[str, float]]],
     learned = [k for k in predictions if k not in PHYSICS]
     best = max(learned, key=lambda k: (resolved_of[k], -learned.index(k)))
     base = predictions["stepsim"][0]
-    resolved = {p: v for p, v in rep.resolved(rep.complete_runs()).items()
+    resolved = {p: v for p, v in rep.resolved(runs or rep.complete_runs()).items()
                 if p[0] in base and p[1] in base
                 and (groups is None or groups[p[0]] == groups[p[1]])}
     if not resolved:

@@ -39,6 +39,14 @@ machine type's *twin* stores in ``--trials`` and ``--heldout``, with that machin
 in ``$AUTOSYNC_PROFILES_DIR`` and ``$AUTOSYNC_CALIBRATIONS_DIR``); the runs of the store's own
 machine type judge it (``dataset.repeat.STORE_MACHINE``).
 
+A fourth table, **the physics of the run**, for every complete repeat run of the target's
+machine type measured with its own physics (``benchmarks/repeatability.py --physics``: a profile
+and a calibration taken on the machine of the run just before its first round): the same three
+columns with the target's strategies featurized and simulated with that physics
+(``dataset.repeat.using_run_physics``; the source keeps the physics it was trained with), judged
+on the run's own strategies and the pairs that run resolves by itself. Its last line names the
+lowest zero-shot figure and the highest zero-shot regret, each with its run.
+
 ``--heldout DIR``: the trial stores of a held-out cluster (``<model>-heldout.jsonl``, e.g.
 ``benchmarks/results/heldout``; cluster ``examples/clusters/heldout.yml``, which nothing shipped
 is trained or tuned on); its domains are found from the stores' metadata and the settings
@@ -210,7 +218,8 @@ def main() -> int:
                                     for p in PHYSICS))
     if args.physics_only:
         return _physics_only(args, settings, df, domain_of)
-    rows, pick_rows, res_rows = [], [], []
+    rows, pick_rows, res_rows, run_rows = [], [], [], []
+    run_best: list[tuple[float, float, str]] = []
     for kind, src, tgt in settings:
         t0 = time.monotonic()
         sdom, tdom = domain_of(src), domain_of(tgt)
@@ -275,6 +284,10 @@ def main() -> int:
         if row:
             res_rows.append(row)
             print(row, file=sys.stderr, flush=True)
+        for run_row in run_physics_rows(args, name, tdom, tgt_data, source, store, df,
+                                        training, run_best):
+            run_rows.append(run_row)
+            print(run_row, file=sys.stderr, flush=True)
     lines = [
         head, *rows,
         f"held-out pairwise accuracy (mean over {args.seeds} seeds); ft = {args.method} from the "
@@ -307,13 +320,73 @@ def main() -> int:
                   f"'20 shots of the N': per seed, 20 shots drawn from the N re-measured "
                   f"strategies, and all three judged on the N - 20 left (resolved: their mean "
                   f"count over the seeds)"]
+    if run_rows:
+        lines += ["", f"{'run':9s} {'source -> target':28s} {'eval':>4s} {'resolved':>8s} "
+                      f"{'zero pw/res[ci]/rg/rgr':>42s} {'ft@20 pw/res[ci]/rg/rgr':>42s} "
+                      f"{'stepsim pw/res[ci]/rg/rgr':>42s}",
+                  *run_rows,
+                  "the physics of the run: for every repeat run of the target's machine type "
+                  "measured with its physics (benchmarks/repeatability.py --physics: a profile "
+                  "and a calibration taken on the machine of the run just before its first "
+                  "round), the target's strategies featurized and simulated with that physics "
+                  "(dataset.repeat.using_run_physics; the source as trained, with its own), "
+                  "judged on the run's strategies against its own medians, on the pairs it "
+                  "resolves by itself; columns as in the table above",
+                  _run_footer(run_best)]
     _emit("\n".join(lines), args.out)
     return 0
 
 
+def run_physics_rows(args, name: str, tdom, tgt_data, source, store, df,  # noqa: ANN001
+                     training, best: list[tuple[float, float, str]]) -> list[str]:  # noqa: ANN001
+    """The setting's rows of the physics-of-the-run table: one per complete repeat run of the
+    target's machine type that has its physics (:func:`resolved_row` judged on that run, with
+    the run's physics in place); each row's zero-shot (resolved accuracy, regret against the
+    confidently-best, label) is appended to ``best``."""
+    from autosync_transfer.dataset.repeat import (load_repeatability, ranking_figures,
+                                                  run_physics, using_run_physics)
+
+    repeats = _folders(args.repeats)
+    rep = (load_repeatability(store, tdom.name, repeats=repeats)
+           if store is not None else None)
+    if rep is None:
+        return []
+    out = []
+    for run in rep.complete_runs():
+        if run_physics(store, tdom, run, repeats) is None:
+            continue
+        with using_run_physics(store, tdom, run, repeats):
+            row = resolved_row(args, run, name, tdom, tgt_data, source, store, df, training,
+                               runs=[run])
+            if row is None:
+                continue
+            on = tgt_data.subset([s for s in rep.strategy_ids([run])
+                                  if s in set(tgt_data.strategy_ids)])
+            fig = ranking_figures(dict(zip(on.strategy_ids, map(float, source.score(
+                list(on.strategies), tdom)))), rep, [run])
+        best.append((fig["pairwise_resolved"], fig["top1_regret_resolved"], f"{name} {run}"))
+        out.append(row)
+    return out
+
+
+def _run_footer(best: list[tuple[float, float, str]]) -> str:
+    """The last line of the physics-of-the-run table: the lowest zero-shot figure on resolved
+    pairs and the highest zero-shot regret against the confidently-best, each with its run."""
+    best = [b for b in best if not math.isnan(b[0])]
+    if not best:
+        return ""
+    low = min(best, key=lambda b: (b[0], b[2]))
+    worst = max(best, key=lambda b: (b[1], b[2]))
+    return (f"lowest zero-shot figure on the pairs a run resolves: {low[0]:.3f} over "
+            f"{len(best)} runs ({low[2]}); highest zero-shot regret against the "
+            f"confidently-best: {worst[1]:.1%} ({worst[2]})")
+
+
 def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df,  # noqa: ANN001
-                 training) -> str | None:  # noqa: ANN001
-    """The setting's row on the target's re-measured strategies, or None without repeat runs."""
+                 training, runs: list[str] | None = None) -> str | None:  # noqa: ANN001
+    """The setting's row on the target's re-measured strategies, or None without repeat runs;
+    ``runs``: judged on those runs' strategies and the pairs they resolve (default: every
+    complete run of the target's machine type)."""
     import statistics
 
     from autosync_transfer.adapt.core import make_adapter, resolve_method
@@ -325,7 +398,8 @@ def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df, 
            if store is not None else None)
     if rep is None or not rep.complete_runs():
         return None
-    held = sorted(set(rep.strategy_ids(rep.complete_runs())) & set(tgt_data.strategy_ids))
+    held = sorted(set(rep.strategy_ids(runs or rep.complete_runs()))
+                  & set(tgt_data.strategy_ids))
     pool = tuple(s for s in tgt_data.strategy_ids if s not in set(held))
     if len(held) < 2:
         return None
@@ -335,7 +409,7 @@ def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df, 
     def figures(sim, on=None) -> dict:  # noqa: ANN001
         on = holdout if on is None else on
         scores = sim.score(list(on.strategies), tdom)
-        return ranking_figures(dict(zip(on.strategy_ids, map(float, scores))), rep)
+        return ranking_figures(dict(zip(on.strategy_ids, map(float, scores))), rep, runs)
 
     def cell(figs: list[dict]) -> str:
         def mean(k: str) -> str:

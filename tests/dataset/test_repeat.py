@@ -626,3 +626,133 @@ def test_the_step_simulator_report_judges_a_run_with_the_physics_measured_with_i
     assert "lowest 'by run' figure: 1.000 over 1 runs (ncf-A p1)" in out.stdout
     assert ("highest 'by run' top-1 regret against the confidently-best: 0.0% (ncf-A p1)"
             in out.stdout)
+
+
+def _slow_run(tmp_path: Path, subset: int | None = None) -> tuple:
+    """An ncf-A store of 12 strategies whose run p1 (of ``subset`` of them, default all) was
+    measured where PS pieces cost 30x the physics of record's, with that physics beside it."""
+    from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
+    from autosync_transfer.dataset.repeat import run_physics_dir
+    from autosync_transfer.dataset.store import TrialStore
+    from autosync_transfer.domains.physics import (find_calibration, find_profile,
+                                                   save_calibration, save_profile)
+    from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
+    from autosync_transfer.testing.synthetic import synthetic_records
+
+    domain = find_domain("ncf-A")
+    store = tmp_path / "ncf-A.jsonl"
+    ts = TrialStore(store)
+    for r in synthetic_records(domain, 12, 3):
+        ts.append(r)
+    table = strategy_table(load_trials(store), normalize=False)
+    prof = find_profile(domain.model.fingerprint)
+    cal = find_calibration(domain.cluster.fingerprint)
+    slow = cal.model_copy(update={"ps_piece_s": 30 * cal.ps_piece_s,
+                                  "created_at": "2030-01-01T00:00:00+00:00"})
+    d = run_physics_dir(store, "p1")
+    save_calibration(slow, folder=d / "calibrations")
+    save_profile(prof, folder=d / "profiles")
+    # as the lookup configures it for an emulated calibration (every worker on one host)
+    config = StepSimConfig(host_processes=sum(n.workers for n in domain.cluster.nodes),
+                           host_cores=slow.host_cores) if slow.launcher == "emulated" else None
+    steps = StepSimulator(domain, prof, slow, config).simulate(list(table["strategy"]))["step_s"]
+    truth = dict(zip(table["strategy_id"], map(float, steps)))
+    if subset is not None:
+        truth = dict(sorted(truth.items())[:subset])
+    _write_run(repeat_path(store), "p1", truth, 3, 0.001, seed=4, processor=prof.processor,
+               domain="ncf-A")
+    return domain, store, prof, cal, slow
+
+
+def test_within_a_run_s_physics_the_lookup_finds_it_for_its_domain_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from autosync_transfer.dataset.loader import find_domain
+    from autosync_transfer.dataset.repeat import using_run_physics
+    from autosync_transfer.domains.physics import save_profile
+    from autosync_transfer.rankers.physics import measured_physics
+
+    domain, store, prof, cal, slow = _slow_run(tmp_path)
+    # a written folder of another machine type's physics (a twin table's): kept for the others
+    other = find_domain("bert-B")
+    twin_dir = tmp_path / "twin-profiles"
+    twin_prof = measured_physics(other).profile.model_copy(
+        update={"created_at": "2031-01-01T00:00:00+00:00"})
+    save_profile(twin_prof, folder=twin_dir)
+    save_profile(prof.model_copy(update={"created_at": "2032-01-01T00:00:00+00:00"}),
+                 folder=twin_dir)
+    monkeypatch.setenv("AUTOSYNC_PROFILES_DIR", str(twin_dir))
+    monkeypatch.delenv("AUTOSYNC_CALIBRATIONS_DIR", raising=False)
+    before = measured_physics(domain)
+    assert before.profile.created_at.startswith("2032") and before.calibration == cal
+    with using_run_physics(store, domain, "p1") as (p, c):
+        assert (p, c) == (prof, slow)
+        inside = measured_physics(domain)
+        assert inside.profile == prof and inside.calibration == slow
+        assert measured_physics(other).profile == twin_prof
+    assert os.environ["AUTOSYNC_PROFILES_DIR"] == str(twin_dir)
+    assert "AUTOSYNC_CALIBRATIONS_DIR" not in os.environ
+    assert measured_physics(domain) == before
+    with pytest.raises(ConfigError, match="run: 'p2' of ncf-A has no complete physics"):
+        with using_run_physics(store, domain, "p2"):
+            pass
+    assert os.environ["AUTOSYNC_PROFILES_DIR"] == str(twin_dir)
+
+
+def test_the_ranker_table_judges_a_run_with_the_physics_measured_with_it(
+        tmp_path: Path) -> None:
+    """benchmarks/ranker_table.py's physics-of-the-run rows: the step-time simulator scores the
+    run's strategies with the run's physics and orders them as the run measured them."""
+    import re
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    domain, store, prof, cal, slow = _slow_run(tmp_path, subset=8)
+    out = subprocess.run([sys.executable, str(root / "benchmarks/ranker_table.py"),
+                          "--tables", "resolved", "--stores", str(tmp_path), "--min-trials", "5",
+                          "--seeds", "1", "--kinds", "stepsim"],
+                         capture_output=True, text=True, cwd=root, timeout=300)
+    assert out.returncode == 0, out.stderr
+    first, runs = out.stdout.split("the physics of the run")
+    record = next(x for x in first.splitlines() if x.startswith("ncf-A "))
+    by_run = next(x for x in runs.splitlines() if x.startswith("ncf-A "))
+    assert by_run.split()[1:3] == ["p1", "8"]
+    res = [float(x) for x in re.findall(r"/ (\d\.\d{3}) \[", by_run)]
+    assert res == [1.0]
+    assert float(re.findall(r"/ (\d\.\d{3}) \[", record)[0]) < 0.9
+
+
+def test_the_transfer_table_judges_a_run_with_the_physics_measured_with_it(
+        tmp_path: Path) -> None:
+    """benchmarks/transfer_table.py's physics-of-the-run table: the target's strategies are
+    simulated with the run's physics and judged on the pairs that run resolves."""
+    import re
+    import subprocess
+    import sys
+
+    from autosync_transfer.dataset.loader import find_domain
+    from autosync_transfer.dataset.store import TrialStore
+    from autosync_transfer.testing.synthetic import synthetic_records
+
+    root = Path(__file__).resolve().parents[2]
+    _slow_run(tmp_path, subset=8)
+    ts = TrialStore(tmp_path / "ncf-B.jsonl")
+    for r in synthetic_records(find_domain("ncf-B"), 12, 3):
+        ts.append(r)
+    out = subprocess.run([sys.executable, str(root / "benchmarks/transfer_table.py"),
+                          "--trials", str(tmp_path), "--settings", "ncf-B:ncf-A", "--seeds", "1",
+                          "--epochs", "1", "--shots", "2", "--reference", "2",
+                          "--ranker", "linear"],
+                         capture_output=True, text=True, cwd=root, timeout=300)
+    assert out.returncode == 0, out.stderr
+    first, runs = out.stdout.split("the physics of the run")[0], out.stdout.split(
+        "\nrun ")[1]
+    record = [x for x in first.splitlines() if x.startswith("clusters  ncf-B -> ncf-A")][-1]
+    by_run = next(x for x in runs.splitlines() if x.startswith("p1 "))
+    assert by_run.split()[1:6] == ["ncf-B", "->", "ncf-A", "8", "28"]
+    stepsim = r"(\d\.\d{3})/(\d\.\d{3})\[[^]]*\]/[^ ]*$"
+    assert float(re.search(stepsim, by_run).group(2)) == 1.0
+    assert float(re.search(stepsim, record).group(2)) < 0.9
+    assert "lowest zero-shot figure on the pairs a run resolves" in out.stdout
