@@ -251,7 +251,7 @@ def resolved_table(df, kinds: list[str], args, out) -> None:  # noqa: ANN001
                                       paired, runs=[run])
             if line is not None:
                 run_lines.append(line)
-                print(line, flush=True)
+                print(line, file=sys.stderr, flush=True)
     if paired:
         out("best learned - stepsim: the learned kind with the highest res, its share of the "
             "resolved pairs ordered right minus the step-time simulator's on the same pairs, "
