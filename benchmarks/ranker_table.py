@@ -43,7 +43,7 @@ re-measurements; the validation accuracy that picks the epoch counts the same pa
 is one relative margin for every domain; the default 0 counts every pair. ``--start-margin``
 (noise or a number; default ``--margin``'s) is the label gap counted where an epoch is weighed
 against starting weights that already rank (``train_simulator(start_margin=)``). ``--tables resolved``
-prints the second table only.
+prints the second table only; ``--domains`` limits either table to those domains.
 ``--out FILE`` appends the tables, headed by the command line, to FILE.
 
     python benchmarks/ranker_table.py [--seeds 3] [--epochs 60] [--min-trials 40]

@@ -332,7 +332,7 @@ def main() -> int:
                   "(dataset.repeat.using_run_physics; the source as trained, with its own), "
                   "judged on the run's strategies against its own medians, on the pairs it "
                   "resolves by itself; columns as in the table above",
-                  _run_footer(run_best)]
+                  *([_run_footer(run_best)] if _run_footer(run_best) else [])]
     _emit("\n".join(lines), args.out)
     return 0
 
@@ -378,7 +378,7 @@ def _run_footer(best: list[tuple[float, float, str]]) -> str:
     low = min(best, key=lambda b: (b[0], b[2]))
     worst = max(best, key=lambda b: (b[1], b[2]))
     return (f"lowest zero-shot figure on the pairs a run resolves: {low[0]:.3f} over "
-            f"{len(best)} runs ({low[2]}); highest zero-shot regret against the "
+            f"{len(best)} rows ({low[2]}); highest zero-shot regret against the "
             f"confidently-best: {worst[1]:.1%} ({worst[2]})")
 
 

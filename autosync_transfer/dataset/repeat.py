@@ -238,9 +238,15 @@ def run_physics_dir(store_path: str | Path, run: str) -> Path:
     return p.with_name(stem + PHYSICS_SUFFIX) / run
 
 
-def _run_physics_found(store_path: str | Path, domain: Any, run: str,
-                       repeats: Sequence[str | Path] = ()) -> tuple[Path, Any, Any] | None:
-    """``(folder, profile, calibration)`` of :func:`run_physics`, or None."""
+def run_physics(store_path: str | Path, domain: Any, run: str,
+                repeats: Sequence[str | Path] = ()) -> tuple[Any, Any] | None:
+    """``(profile, calibration)`` measured with repeat run ``run`` of ``domain`` (a
+    :class:`~autosync_transfer.domains.domain.Domain`): its model's profile and its cluster's
+    newest calibration in the physics folder beside the repeat file the run is read from
+    (:func:`find_repeat_file`: beside the store, else ``DOMAIN.repeat.ndjson`` in the first of the
+    ``repeats`` folders that has one; the physics in ``DOMAIN.physics/<run>`` there), or None
+    where the run has none, has only part of it, or has physics of another machine type than
+    its plan records (labels and physics of two machine types never mix)."""
     from autosync_transfer.domains.physics import find_calibration, find_profile
 
     path = find_repeat_file(store_path, domain.name, repeats)
@@ -258,20 +264,7 @@ def _run_physics_found(store_path: str | Path, domain: Any, run: str,
     if here is not None and any(x is not None and x != here
                                 for x in (prof.processor, cal.processor)):
         return None
-    return d, prof, cal
-
-
-def run_physics(store_path: str | Path, domain: Any, run: str,
-                repeats: Sequence[str | Path] = ()) -> tuple[Any, Any] | None:
-    """``(profile, calibration)`` measured with repeat run ``run`` of ``domain`` (a
-    :class:`~autosync_transfer.domains.domain.Domain`): its model's profile and its cluster's
-    newest calibration in the physics folder beside the repeat file the run is read from
-    (:func:`find_repeat_file`: beside the store, else ``DOMAIN.repeat.ndjson`` in the first of the
-    ``repeats`` folders that has one; the physics in ``DOMAIN.physics/<run>`` there), or None
-    where the run has none, has only part of it, or has physics of another machine type than
-    its plan records (labels and physics of two machine types never mix)."""
-    found = _run_physics_found(store_path, domain, run, repeats)
-    return None if found is None else found[1:]
+    return prof, cal
 
 
 @contextlib.contextmanager
@@ -280,51 +273,19 @@ def using_run_physics(store_path: str | Path, domain: Any, run: str,
     """Within the block, the physics lookup
     (:func:`~autosync_transfer.rankers.physics.measured_physics`: every featurizer, training
     data module and step-time simulator not given physics explicitly) finds, for ``domain``'s
-    model and cluster, the physics measured with repeat run ``run`` (:func:`run_physics`) and
-    nothing else; every other model and cluster finds what it found before. The written folders
-    (``$AUTOSYNC_PROFILES_DIR`` / ``$AUTOSYNC_CALIBRATIONS_DIR``, searched first) stand in a
-    temporary folder holding the run's two files and the previous written folders' files of
-    other fingerprints; on leaving, the variables are restored, the folder removed and the
-    lookup cache cleared. Yields ``(profile, calibration)``; a run without (complete) physics of
-    its machine type is a :class:`ConfigError`. It sets process-wide environment variables: not
-    for concurrent use."""
-    import os
-    import tempfile
+    model and cluster, the physics measured with repeat run ``run`` (:func:`run_physics`),
+    whatever launcher is asked for; every other domain, even of the same model or cluster, finds
+    what it found before (:func:`~autosync_transfer.rankers.physics.physics_override`). Yields
+    ``(profile, calibration)``; a run without (complete) physics of its machine type is a
+    :class:`ConfigError`."""
+    from autosync_transfer.rankers.physics import physics_override
 
-    from autosync_transfer.domains import physics as stored
-    from autosync_transfer.domains.profile import ClusterCalibration, WorkloadProfile
-    from autosync_transfer.paths import CALIBRATIONS_DIR_ENV, PROFILES_DIR_ENV
-    from autosync_transfer.rankers.physics import clear_physics_cache
-
-    found = _run_physics_found(store_path, domain, run, repeats)
+    found = run_physics(store_path, domain, run, repeats)
     if found is None:
         raise ConfigError(f"run: {run!r} of {domain.name} has no complete physics of its "
                           f"machine type (benchmarks/repeatability.py --physics measures it)")
-    _, prof, cal = found
-    saved = {k: os.environ.get(k) for k in (PROFILES_DIR_ENV, CALIBRATIONS_DIR_ENV)}
-    with tempfile.TemporaryDirectory(prefix="run-physics-") as tmp:
-        for sub, before, kind, mine in (
-                ("profiles", stored.profiles_dir(), WorkloadProfile, prof),
-                ("calibrations", stored.calibrations_dir(), ClusterCalibration, cal)):
-            d = Path(tmp) / sub
-            d.mkdir()
-            for f in sorted(Path(before).glob("*.json")) if Path(before).is_dir() else []:
-                other = stored._read(f, kind)
-                if isinstance(other, kind) and other.fingerprint != mine.fingerprint:
-                    (d / f.name).write_text(f.read_text())
-            (d / f"{run}-{mine.fingerprint}.run.json").write_text(mine.model_dump_json())
-        os.environ[PROFILES_DIR_ENV] = str(Path(tmp) / "profiles")
-        os.environ[CALIBRATIONS_DIR_ENV] = str(Path(tmp) / "calibrations")
-        clear_physics_cache()
-        try:
-            yield prof, cal
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            clear_physics_cache()
+    with physics_override(domain, *found):
+        yield found
 
 
 def measure_run_physics(store_path: str | Path, domain: Any, run: str, *,

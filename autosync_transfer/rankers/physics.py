@@ -19,6 +19,11 @@ the config says so (``host_processes`` = the world size, ``host_cores`` = the ca
 :mod:`autosync_transfer.domains.physics` keeps them (shipped and written folders); a file that
 does not parse is skipped, as is a calibration that does not name every node of the cluster.
 
+Within :func:`physics_override` (e.g. a repeat run's physics, measured on the machine and at
+the hour of its labels: :func:`~autosync_transfer.dataset.repeat.using_run_physics`), one
+domain's model and cluster find the given profile and calibration instead, whatever launcher is
+asked for; every other pair of model and cluster finds what it found before.
+
 Lookups are cached per process, keyed by the fingerprints, the launcher and the folders with
 their modification times (a file written or replaced there is seen by the next lookup).
 
@@ -32,10 +37,11 @@ constants instead.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -48,7 +54,8 @@ if TYPE_CHECKING:
     from autosync_transfer.domains.domain import Domain
 
 __all__ = ["MEASURED", "FALLBACK", "PHYSICS_MODES", "EMULATED_LAUNCHER", "Physics",
-           "measured_physics", "physics_for", "check_physics", "clear_physics_cache"]
+           "measured_physics", "physics_for", "check_physics", "clear_physics_cache",
+           "physics_override"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +78,8 @@ class Physics(NamedTuple):
 
 _lock = threading.Lock()
 _cache: dict[tuple[object, ...], tuple[WorkloadProfile | None, ClusterCalibration | None]] = {}
+#: (model fingerprint, cluster fingerprint) -> the physics :func:`physics_override` gives it
+_overrides: dict[tuple[str, str], tuple[WorkloadProfile, ClusterCalibration]] = {}
 
 
 def check_physics(physics: str) -> str:
@@ -162,6 +171,34 @@ def _pick_pair(domain: Domain, launcher: str | None
                                       profile.processor if profile is not None else None)
 
 
+@contextlib.contextmanager
+def physics_override(domain: Domain, profile: WorkloadProfile,
+                     calibration: ClusterCalibration) -> Iterator[None]:
+    """Within the block, :func:`measured_physics` of ``domain``'s model and cluster (this pair
+    of fingerprints, any launcher) returns ``profile`` and ``calibration``; other domains, even
+    of the same model or the same cluster, find what they found before. Blocks nest; the
+    override is process-wide (every thread sees it). A profile of another model or a
+    calibration of another cluster is a :class:`ConfigError`."""
+    if profile.fingerprint != domain.model.fingerprint:
+        raise ConfigError(f"profile: fingerprint {profile.fingerprint!r} is not the model "
+                          f"{domain.model.name!r}'s ({domain.model.fingerprint!r})")
+    if calibration.fingerprint != domain.cluster.fingerprint:
+        raise ConfigError(f"calibration: fingerprint {calibration.fingerprint!r} is not the "
+                          f"cluster {domain.cluster.name!r}'s ({domain.cluster.fingerprint!r})")
+    key = (domain.model.fingerprint, domain.cluster.fingerprint)
+    with _lock:
+        before = _overrides.get(key)
+        _overrides[key] = (profile, calibration)
+    try:
+        yield
+    finally:
+        with _lock:
+            if before is None:
+                _overrides.pop(key, None)
+            else:
+                _overrides[key] = before
+
+
 def measured_physics(domain: Domain, launcher: str | None = None, *,
                      config: StepSimConfig | None = None) -> Physics:
     """The measured physics of ``domain`` (see the module docstring): a profile and a
@@ -169,10 +206,13 @@ def measured_physics(domain: Domain, launcher: str | None = None, *,
     a pair is stored, else the newest profile and its best calibration, and ``config`` (default
     ``StepSimConfig()``) with ``host_processes`` / ``host_cores`` set for an emulated calibration
     (unless ``config`` sets ``host_processes`` itself). Never raises on a stored file."""
+    with _lock:
+        hit = _overrides.get((domain.model.fingerprint, domain.cluster.fingerprint))
     key = (domain.model.fingerprint, domain.cluster.fingerprint, launcher,
            tuple(n.name for n in domain.cluster.nodes), _folders_state())
-    with _lock:
-        hit = _cache.get(key)
+    if hit is None:
+        with _lock:
+            hit = _cache.get(key)
     if hit is None:
         hit = _pick_pair(domain, launcher)
         with _lock:

@@ -649,6 +649,9 @@ def _slow_run(tmp_path: Path, subset: int | None = None) -> tuple:
     cal = find_calibration(domain.cluster.fingerprint)
     slow = cal.model_copy(update={"ps_piece_s": 30 * cal.ps_piece_s,
                                   "created_at": "2030-01-01T00:00:00+00:00"})
+    # the run's own profile: another hour's compute, so that no other profile can pass for it
+    prof = prof.model_copy(update={"forward_s": 1.5 * prof.forward_s,
+                                   "created_at": "2030-01-01T00:00:00+00:00"})
     d = run_physics_dir(store, "p1")
     save_calibration(slow, folder=d / "calibrations")
     save_profile(prof, folder=d / "profiles")
@@ -665,39 +668,38 @@ def _slow_run(tmp_path: Path, subset: int | None = None) -> tuple:
 
 
 def test_within_a_run_s_physics_the_lookup_finds_it_for_its_domain_only(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
+        tmp_path: Path) -> None:
     from autosync_transfer.dataset.loader import find_domain
     from autosync_transfer.dataset.repeat import using_run_physics
-    from autosync_transfer.domains.physics import save_profile
-    from autosync_transfer.rankers.physics import measured_physics
+    from autosync_transfer.rankers.physics import measured_physics, physics_override
 
     domain, store, prof, cal, slow = _slow_run(tmp_path)
-    # a written folder of another machine type's physics (a twin table's): kept for the others
-    other = find_domain("bert-B")
-    twin_dir = tmp_path / "twin-profiles"
-    twin_prof = measured_physics(other).profile.model_copy(
-        update={"created_at": "2031-01-01T00:00:00+00:00"})
-    save_profile(twin_prof, folder=twin_dir)
-    save_profile(prof.model_copy(update={"created_at": "2032-01-01T00:00:00+00:00"}),
-                 folder=twin_dir)
-    monkeypatch.setenv("AUTOSYNC_PROFILES_DIR", str(twin_dir))
-    monkeypatch.delenv("AUTOSYNC_CALIBRATIONS_DIR", raising=False)
+    # ncf-B shares the run's model, bert-A its cluster: neither is the run's domain
+    others = [find_domain("ncf-B"), find_domain("bert-A")]
     before = measured_physics(domain)
-    assert before.profile.created_at.startswith("2032") and before.calibration == cal
+    assert before.profile != prof and before.calibration == cal
+    found = [measured_physics(o) for o in others]
+    assert found[0].profile.fingerprint == prof.fingerprint
+    assert found[1].calibration.fingerprint == cal.fingerprint
     with using_run_physics(store, domain, "p1") as (p, c):
         assert (p, c) == (prof, slow)
-        inside = measured_physics(domain)
-        assert inside.profile == prof and inside.calibration == slow
-        assert measured_physics(other).profile == twin_prof
-    assert os.environ["AUTOSYNC_PROFILES_DIR"] == str(twin_dir)
-    assert "AUTOSYNC_CALIBRATIONS_DIR" not in os.environ
+        for launcher in (None, "emulated", "local"):
+            inside = measured_physics(domain, launcher)
+            assert inside.profile == prof and inside.calibration == slow
+        assert inside.config.host_processes == sum(n.workers for n in domain.cluster.nodes)
+        assert [measured_physics(o)[:2] for o in others] == [f[:2] for f in found]
+    assert measured_physics(domain) == before
+    # left by an exception, the lookup is restored too
+    with pytest.raises(RuntimeError, match="inside"):
+        with using_run_physics(store, domain, "p1"):
+            raise RuntimeError("inside")
     assert measured_physics(domain) == before
     with pytest.raises(ConfigError, match="run: 'p2' of ncf-A has no complete physics"):
         with using_run_physics(store, domain, "p2"):
             pass
-    assert os.environ["AUTOSYNC_PROFILES_DIR"] == str(twin_dir)
+    with pytest.raises(ConfigError, match="profile: fingerprint"):
+        with physics_override(others[1], prof, cal):
+            pass
 
 
 def test_the_ranker_table_judges_a_run_with_the_physics_measured_with_it(
