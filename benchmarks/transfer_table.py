@@ -343,8 +343,8 @@ def run_physics_rows(args, name: str, tdom, tgt_data, source, store, df,  # noqa
     target's machine type that has its physics (:func:`resolved_row` judged on that run, with
     the run's physics in place); each row's zero-shot (resolved accuracy, regret against the
     confidently-best, label) is appended to ``best``."""
-    from autosync_transfer.dataset.repeat import (load_repeatability, ranking_figures,
-                                                  run_physics, using_run_physics)
+    from autosync_transfer.dataset.repeat import (load_repeatability, run_physics,
+                                                  using_run_physics)
 
     repeats = _folders(args.repeats)
     rep = (load_repeatability(store, tdom.name, repeats=repeats)
@@ -355,15 +355,13 @@ def run_physics_rows(args, name: str, tdom, tgt_data, source, store, df,  # noqa
     for run in rep.complete_runs():
         if run_physics(store, tdom, run, repeats) is None:
             continue
+        zero: dict = {}
         with using_run_physics(store, tdom, run, repeats):
             row = resolved_row(args, run, name, tdom, tgt_data, source, store, df, training,
-                               runs=[run])
-            if row is None:
-                continue
-            on = tgt_data.subset([s for s in rep.strategy_ids([run])
-                                  if s in set(tgt_data.strategy_ids)])
-            fig = ranking_figures(dict(zip(on.strategy_ids, map(float, source.score(
-                list(on.strategies), tdom)))), rep, [run])
+                               runs=[run], zero_out=zero)
+        if row is None:
+            continue
+        fig = zero["figures"]
         best.append((fig["pairwise_resolved"], fig["top1_regret_resolved"], f"{name} {run}"))
         out.append(row)
     return out
@@ -383,10 +381,12 @@ def _run_footer(best: list[tuple[float, float, str]]) -> str:
 
 
 def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df,  # noqa: ANN001
-                 training, runs: list[str] | None = None) -> str | None:  # noqa: ANN001
+                 training, runs: list[str] | None = None,  # noqa: ANN001
+                 zero_out: dict | None = None) -> str | None:
     """The setting's row on the target's re-measured strategies, or None without repeat runs;
     ``runs``: judged on those runs' strategies and the pairs they resolve (default: every
-    complete run of the target's machine type)."""
+    complete run of the target's machine type); ``zero_out["figures"]`` receives the zero-shot
+    figures of the row."""
     import statistics
 
     from autosync_transfer.adapt.core import make_adapter, resolve_method
@@ -421,6 +421,8 @@ def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df, 
 
     adapter = make_adapter(resolve_method(args.method, 1), training=training, pretrain_trials=df)
     zero = figures(source)
+    if zero_out is not None:
+        zero_out["figures"] = zero
     ft = [figures(adapter.fit(source, split.shots(20, seed), seed=seed).simulator)
           for seed in range(args.seeds)] if len(pool) >= 20 else []
     phys = figures(Simulator("stepsim"))

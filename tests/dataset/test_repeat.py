@@ -569,23 +569,15 @@ def test_the_run_physics_footer_names_its_extremes_and_skips_undefined_figures()
                     "top-1 regret against the confidently-best: 13.3% (c p1)\n")
 
 
-def test_the_step_simulator_report_judges_a_run_with_the_physics_measured_with_it(
-        tmp_path: Path) -> None:
-    """benchmarks/stepsim_accuracy.py's second table: a run measured where PS pieces cost 30x
-    the physics of record's is ordered by the simulator with that run's physics, not the
-    record's."""
-    import subprocess
-    import sys
-
+def _ncf_a_store(tmp_path: Path) -> tuple:
+    """An ncf-A store of 12 synthetic strategies in ``tmp_path``: ``(domain, store, its strategy
+    table, the profile and calibration of record, that calibration with PS pieces 30x as
+    costly, dated 2030)``."""
     from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
-    from autosync_transfer.dataset.repeat import run_physics_dir
     from autosync_transfer.dataset.store import TrialStore
-    from autosync_transfer.domains.physics import (find_calibration, find_profile,
-                                                   save_calibration, save_profile)
-    from autosync_transfer.rankers.stepsim import StepSimulator
+    from autosync_transfer.domains.physics import find_calibration, find_profile
     from autosync_transfer.testing.synthetic import synthetic_records
 
-    root = Path(__file__).resolve().parents[2]
     domain = find_domain("ncf-A")
     store = tmp_path / "ncf-A.jsonl"
     ts = TrialStore(store)
@@ -596,6 +588,23 @@ def test_the_step_simulator_report_judges_a_run_with_the_physics_measured_with_i
     cal = find_calibration(domain.cluster.fingerprint)
     slow = cal.model_copy(update={"ps_piece_s": 30 * cal.ps_piece_s,
                                   "created_at": "2030-01-01T00:00:00+00:00"})
+    return domain, store, table, prof, cal, slow
+
+
+def test_the_step_simulator_report_judges_a_run_with_the_physics_measured_with_it(
+        tmp_path: Path) -> None:
+    """benchmarks/stepsim_accuracy.py's second table: a run measured where PS pieces cost 30x
+    the physics of record's is ordered by the simulator with that run's physics, not the
+    record's."""
+    import subprocess
+    import sys
+
+    from autosync_transfer.dataset.repeat import run_physics_dir
+    from autosync_transfer.domains.physics import save_calibration, save_profile
+    from autosync_transfer.rankers.stepsim import StepSimulator
+
+    root = Path(__file__).resolve().parents[2]
+    domain, store, table, prof, cal, slow = _ncf_a_store(tmp_path)
     d = run_physics_dir(store, "p1")
     save_calibration(slow, folder=d / "calibrations")
     save_profile(prof, folder=d / "profiles")
@@ -631,24 +640,11 @@ def test_the_step_simulator_report_judges_a_run_with_the_physics_measured_with_i
 def _slow_run(tmp_path: Path, subset: int | None = None) -> tuple:
     """An ncf-A store of 12 strategies whose run p1 (of ``subset`` of them, default all) was
     measured where PS pieces cost 30x the physics of record's, with that physics beside it."""
-    from autosync_transfer.dataset.loader import find_domain, load_trials, strategy_table
     from autosync_transfer.dataset.repeat import run_physics_dir
-    from autosync_transfer.dataset.store import TrialStore
-    from autosync_transfer.domains.physics import (find_calibration, find_profile,
-                                                   save_calibration, save_profile)
+    from autosync_transfer.domains.physics import save_calibration, save_profile
     from autosync_transfer.rankers.stepsim import StepSimConfig, StepSimulator
-    from autosync_transfer.testing.synthetic import synthetic_records
 
-    domain = find_domain("ncf-A")
-    store = tmp_path / "ncf-A.jsonl"
-    ts = TrialStore(store)
-    for r in synthetic_records(domain, 12, 3):
-        ts.append(r)
-    table = strategy_table(load_trials(store), normalize=False)
-    prof = find_profile(domain.model.fingerprint)
-    cal = find_calibration(domain.cluster.fingerprint)
-    slow = cal.model_copy(update={"ps_piece_s": 30 * cal.ps_piece_s,
-                                  "created_at": "2030-01-01T00:00:00+00:00"})
+    domain, store, table, prof, cal, slow = _ncf_a_store(tmp_path)
     # the run's own profile: another hour's compute, so that no other profile can pass for it
     prof = prof.model_copy(update={"forward_s": 1.5 * prof.forward_s,
                                    "created_at": "2030-01-01T00:00:00+00:00"})
