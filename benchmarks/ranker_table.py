@@ -23,9 +23,11 @@ re-measured ones; ``pw`` = pairwise accuracy on all their pairs against the runs
 ``res`` = on the pairs the runs resolve (count in the header), ``rg`` = top-1 regret of its pick
 against the consensus-fastest, ``rg_res`` = against the confidently-best (0 where the runs cannot
 tell the pick from the fastest; ``dataset.repeat.ranking_figures``), means over seeds. Where the
-repeat runs cover the store whole (fewer than 2 other strategies), a 3-fold cross-validation over
-the re-measured strategies instead: each fold scored by rankers trained on the store without it,
-pairs counted within a fold, no pick (``rg`` and ``rg_res`` nan). A held-out cluster's store
+repeat runs leave fewer other strategies than ``--min-trials`` (a store re-measured nearly
+whole: trained on those alone, a ranker would learn from a handful of strategies without a
+validation split to gate it), a 3-fold cross-validation over the re-measured strategies
+instead: each fold scored by rankers trained on the store without it, pairs counted within a
+fold, no pick (``rg`` and ``rg_res`` nan). A held-out cluster's store
 (``--stores benchmarks/results/heldout --min-trials 30``) trains on its own domain.
 ``--repeats DIRS`` (comma-separated folders) holds the repeat files where none sits beside a store
 (another machine type's *twin* stores, e.g. ``--stores benchmarks/results/machines/intel-xeon/trials
@@ -285,10 +287,12 @@ def _resolved_line(name: str, sub, domain, rep, kinds: list[str], args, say,  # 
     table = strategy_table(sub)
     held = set(rep.strategy_ids(runs))
     test = table[table["strategy_id"].isin(held)]
-    # the store's other strategies train; where the repeat runs leave fewer than 2 of them
-    # (every strategy re-measured), a cross-validation over the re-measured ones: each fold
-    # predicted by simulators trained without it, pairs counted within a fold
-    folds = _folds(sorted(held & set(test["strategy_id"])), len(table) - len(test))
+    # the store's other strategies train; where the repeat runs leave fewer of them than a
+    # domain needs to be trained on at all (--min-trials), a cross-validation over the
+    # re-measured ones: each fold predicted by simulators trained without it (on the others and
+    # the other folds), pairs counted within a fold
+    folds = _folds(sorted(held & set(test["strategy_id"])), len(table) - len(test),
+                   min_train=args.min_trials)
     groups = ({s: k for k, fold in enumerate(folds) for s in fold} if len(folds) > 1
               else None)
     if len(table) - len(test) < 2 and groups is None:
@@ -297,7 +301,8 @@ def _resolved_line(name: str, sub, domain, rep, kinds: list[str], args, say,  # 
         return None
     if groups is not None:
         say(f"{lead} {len(test):4d}: its repeat runs cover {len(test)} of its "
-            f"{len(table)} strategies: {len(folds)}-fold cross-validation over them, "
+            f"{len(table)} strategies, leaving {len(table) - len(test)} to train on (fewer than "
+            f"--min-trials {args.min_trials}): {len(folds)}-fold cross-validation over them, "
             f"pairs within a fold (no pick: rg and rg_res are nan)")
     cells = []
     n_res = 0
@@ -335,10 +340,11 @@ def _resolved_line(name: str, sub, domain, rep, kinds: list[str], args, say,  # 
     return f"{lead} {len(test):4d} {n_res:8d} " + " ".join(f"{c:>47s}" for c in cells)
 
 
-def _folds(ids: list[str], others: int, k: int = 3) -> list[list[str]]:
-    """The re-measured strategies ``ids`` as one test set where the store has ``others`` >= 2
-    strategies besides them to train on, else ``k`` folds of them (a fixed shuffle)."""
-    if others >= 2 or len(ids) < 2 * k:
+def _folds(ids: list[str], others: int, k: int = 3, min_train: int = 2) -> list[list[str]]:
+    """The re-measured strategies ``ids`` as one test set where the store has ``others`` >=
+    ``min_train`` strategies besides them to train on, else ``k`` folds of them (a fixed
+    shuffle; one test set too where there are fewer than ``2 k`` of them)."""
+    if others >= max(2, min_train) or len(ids) < 2 * k:
         return [ids]
     import random
 

@@ -698,10 +698,13 @@ def test_within_a_run_s_physics_the_lookup_finds_it_for_its_domain_only(
             pass
 
 
+@pytest.mark.parametrize("min_trials", [4, 5])
 def test_the_ranker_table_judges_a_run_with_the_physics_measured_with_it(
-        tmp_path: Path) -> None:
+        tmp_path: Path, min_trials: int) -> None:
     """benchmarks/ranker_table.py's physics-of-the-run rows: the step-time simulator scores the
-    run's strategies with the run's physics and orders them as the run measured them."""
+    run's strategies with the run's physics and orders them as the run measured them. The run
+    re-measures 8 of the store's 12 strategies: the 4 others train where --min-trials allows
+    it (4); below (5), a 3-fold cross-validation over the 8, pairs within a fold, no pick."""
     import re
     import subprocess
     import sys
@@ -709,17 +712,25 @@ def test_the_ranker_table_judges_a_run_with_the_physics_measured_with_it(
     root = Path(__file__).resolve().parents[2]
     domain, store, prof, cal, slow = _slow_run(tmp_path, subset=8)
     out = subprocess.run([sys.executable, str(root / "benchmarks/ranker_table.py"),
-                          "--tables", "resolved", "--stores", str(tmp_path), "--min-trials", "5",
-                          "--seeds", "1", "--kinds", "stepsim"],
+                          "--tables", "resolved", "--stores", str(tmp_path),
+                          "--min-trials", str(min_trials), "--seeds", "1", "--kinds", "stepsim"],
                          capture_output=True, text=True, cwd=root, timeout=300)
     assert out.returncode == 0, out.stderr
     first, runs = out.stdout.split("the physics of the run")
-    record = next(x for x in first.splitlines() if x.startswith("ncf-A "))
-    by_run = next(x for x in runs.splitlines() if x.startswith("ncf-A "))
-    assert by_run.split()[1:3] == ["p1", "8"]
+    folded = min_trials > 4
+    notes = [x for x in out.stdout.splitlines() if "3-fold cross-validation over them" in x]
+    assert len(notes) == (2 if folded else 0)
+    assert all("leaving 4 to train on (fewer than --min-trials 5)" in x for x in notes)
+    rows = [x for x in first.splitlines() if x.startswith("ncf-A ") and ":" not in x]
+    by_run = [x for x in runs.splitlines() if x.startswith("ncf-A ") and ":" not in x][0]
+    assert len(rows) == 1
+    # all 28 pairs of the 8 in one test set; within three folds of 3, 3 and 2: 3 + 3 + 1
+    assert by_run.split()[1:4] == ["p1", "8", "7" if folded else "28"]
     res = [float(x) for x in re.findall(r"/ (\d\.\d{3}) \[", by_run)]
     assert res == [1.0]
-    assert float(re.findall(r"/ (\d\.\d{3}) \[", record)[0]) < 0.9
+    assert ("nan / nan" in by_run) == folded
+    if not folded:
+        assert float(re.findall(r"/ (\d\.\d{3}) \[", rows[0])[0]) < 0.9
 
 
 def test_the_transfer_table_judges_a_run_with_the_physics_measured_with_it(
