@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 ROOT = Path(__file__).resolve().parents[1]
-#: (domain, store, strategies): the shipped domains the issue names plus cheap ones, and the
-#: held-out cluster of examples/clusters/heldout.yml
+#: (domain, store, strategies): the shipped domains the issue names plus cheap ones, the
+#: held-out cluster of examples/clusters/heldout.yml, and the target of the vgg16-s setting
 DOMAINS = [
     ("ncf-B", ROOT / "datasets/trials/ncf-B.jsonl", 30),
     ("ncf-heldout", ROOT / "benchmarks/results/heldout/ncf-heldout.jsonl", 30),
@@ -52,6 +52,7 @@ DOMAINS = [
     ("bert-12l-B", ROOT / "datasets/trials/bert-12l-B.jsonl", 20),
     ("ncf-C", ROOT / "datasets/trials/ncf-C.jsonl", 30),
     ("bert-3l-heldout", ROOT / "benchmarks/results/heldout/bert-3l-heldout.jsonl", 20),
+    ("vgg16-s-B", ROOT / "datasets/trials/vgg16-s-B.jsonl", 20),
 ]
 
 

@@ -325,13 +325,15 @@ def main() -> int:
                       f"{'zero pw/res[ci]/rg/rgr':>42s} {'ft@20 pw/res[ci]/rg/rgr':>42s} "
                       f"{'stepsim pw/res[ci]/rg/rgr':>42s}",
                   *run_rows,
-                  "the physics of the run: for every repeat run of the target's machine type "
-                  "measured with its physics (benchmarks/repeatability.py --physics: a profile "
-                  "and a calibration taken on the machine of the run just before its first "
-                  "round), the target's strategies featurized and simulated with that physics "
-                  "(dataset.repeat.using_run_physics; the source as trained, with its own), "
-                  "judged on the run's strategies against its own medians, on the pairs it "
-                  "resolves by itself; columns as in the table above",
+                  "the physics of the run: for every repeat run measured with its physics "
+                  "(benchmarks/repeatability.py --physics: a profile and a calibration taken on "
+                  "the machine of the run just before its first round), the target's strategies "
+                  "featurized and simulated with that physics (dataset.repeat.using_run_physics; "
+                  "the source as trained, with its own), judged on the run's strategies against "
+                  "its own medians, on the pairs it resolves by itself; columns as in the table "
+                  "above; run*: a run of another machine type than the target store's trials, "
+                  "zero-shot and the simulator only (no target trial is used; the 20 shots would "
+                  "be labels of another machine type)",
                   *([_run_footer(run_best)] if _run_footer(run_best) else [])]
     _emit("\n".join(lines), args.out)
     return 0
@@ -339,31 +341,42 @@ def main() -> int:
 
 def run_physics_rows(args, name: str, tdom, tgt_data, source, store, df,  # noqa: ANN001
                      training, best: list[tuple[float, float, str]]) -> list[str]:  # noqa: ANN001
-    """The setting's rows of the physics-of-the-run table: one per complete repeat run of the
-    target's machine type that has its physics (:func:`resolved_row` judged on that run, with
-    the run's physics in place); each row's zero-shot (resolved accuracy, regret against the
-    confidently-best, label) is appended to ``best``."""
-    from autosync_transfer.dataset.repeat import (load_repeatability, run_physics,
-                                                  using_run_physics)
+    """The setting's rows of the physics-of-the-run table: one per complete repeat run that has
+    its physics (:func:`resolved_row` judged on that run, with the run's physics in place),
+    the runs of the target store's machine type first, then those of other machine types
+    (labelled ``run*``: zero-shot and the simulator only, which use no target trials; the 20
+    shots would be labels of another machine type); each row's zero-shot (resolved accuracy,
+    regret against the confidently-best, label) is appended to ``best``."""
+    from autosync_transfer.dataset.repeat import (find_repeat_file, load_repeatability,
+                                                  repeat_processors, run_physics,
+                                                  store_processor, using_run_physics)
 
     repeats = _folders(args.repeats)
-    rep = (load_repeatability(store, tdom.name, repeats=repeats)
-           if store is not None else None)
-    if rep is None:
+    if store is None or find_repeat_file(store, tdom.name, repeats) is None:
         return []
+    processors = repeat_processors(store, tdom.name, repeats)
+    own = store_processor(store) or processors[0]
     out = []
-    for run in rep.complete_runs():
-        if run_physics(store, tdom, run, repeats) is None:
+    for proc in sorted(processors, key=lambda p: p != own):
+        rep = load_repeatability(store, tdom.name, processor=proc, repeats=repeats)
+        if rep is None:
             continue
-        zero: dict = {}
-        with using_run_physics(store, tdom, run, repeats):
-            row = resolved_row(args, run, name, tdom, tgt_data, source, store, df, training,
-                               runs=[run], zero_out=zero)
-        if row is None:
-            continue
-        fig = zero["figures"]
-        best.append((fig["pairwise_resolved"], fig["top1_regret_resolved"], f"{name} {run}"))
-        out.append(row)
+        other = proc != own
+        for run in rep.complete_runs():
+            if run_physics(store, tdom, run, repeats) is None:
+                continue
+            zero: dict = {}
+            label = run + ("*" if other else "")
+            with using_run_physics(store, tdom, run, repeats):
+                row = resolved_row(args, label, name, tdom, tgt_data, source, store, df,
+                                   training, runs=[run], zero_out=zero, processor=proc,
+                                   shots=not other)
+            if row is None:
+                continue
+            fig = zero["figures"]
+            best.append((fig["pairwise_resolved"], fig["top1_regret_resolved"],
+                         f"{name} {label}"))
+            out.append(row)
     return out
 
 
@@ -382,19 +395,24 @@ def _run_footer(best: list[tuple[float, float, str]]) -> str:
 
 def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df,  # noqa: ANN001
                  training, runs: list[str] | None = None,  # noqa: ANN001
-                 zero_out: dict | None = None) -> str | None:
+                 zero_out: dict | None = None, processor=None,  # noqa: ANN001
+                 shots: bool = True) -> str | None:
     """The setting's row on the target's re-measured strategies, or None without repeat runs;
     ``runs``: judged on those runs' strategies and the pairs they resolve (default: every
-    complete run of the target's machine type); ``zero_out["figures"]`` receives the zero-shot
-    figures of the row."""
+    complete run of the target's machine type); ``processor``: the machine type whose runs
+    judge (default: the target store's, ``dataset.repeat.STORE_MACHINE``); ``shots=False``:
+    no ft@20 (the target's trials are another machine type's labels than the runs');
+    ``zero_out["figures"]`` receives the zero-shot figures of the row."""
     import statistics
 
     from autosync_transfer.adapt.core import make_adapter, resolve_method
     from autosync_transfer.adapt.data import TargetSplit
-    from autosync_transfer.dataset.repeat import load_repeatability, ranking_figures
+    from autosync_transfer.dataset.repeat import (STORE_MACHINE, load_repeatability,
+                                                  ranking_figures)
     from autosync_transfer.rankers.simulator import Simulator
 
-    rep = (load_repeatability(store, tdom.name, repeats=_folders(args.repeats))
+    rep = (load_repeatability(store, tdom.name, repeats=_folders(args.repeats),
+                              processor=STORE_MACHINE if processor is None else processor)
            if store is not None else None)
     if rep is None or not rep.complete_runs():
         return None
@@ -424,12 +442,13 @@ def resolved_row(args, kind: str, name: str, tdom, tgt_data, source, store, df, 
     if zero_out is not None:
         zero_out["figures"] = zero
     ft = [figures(adapter.fit(source, split.shots(20, seed), seed=seed).simulator)
-          for seed in range(args.seeds)] if len(pool) >= 20 else []
+          for seed in range(args.seeds)] if len(pool) >= 20 and shots else []
     phys = figures(Simulator("stepsim"))
+    no_ft = "- (< 20 others)" if shots else "- (other machine type)"
     row = (f"{kind:9s} {name:28s} {len(held):4d} {zero['resolved_pairs']:8d} "
-           f"{cell([zero]):>42s} {cell(ft) if ft else '- (< 20 others)':>42s} "
+           f"{cell([zero]):>42s} {cell(ft) if ft else no_ft:>42s} "
            f"{cell([phys]):>42s}")
-    if len(pool) >= 20 or args.seeds < 1 or len(held) < 20 + _LEFT_AT_LEAST:
+    if len(pool) >= 20 or args.seeds < 1 or len(held) < 20 + _LEFT_AT_LEAST or not shots:
         return row
     # the repeat runs cover the target (nearly) whole: the 20 shots come from the re-measured
     # strategies themselves, and all three are judged on the ones left (per seed)

@@ -733,10 +733,13 @@ def test_the_ranker_table_judges_a_run_with_the_physics_measured_with_it(
         assert float(re.findall(r"/ (\d\.\d{3}) \[", rows[0])[0]) < 0.9
 
 
+@pytest.mark.parametrize("other", [False, True])
 def test_the_transfer_table_judges_a_run_with_the_physics_measured_with_it(
-        tmp_path: Path) -> None:
+        tmp_path: Path, other: bool) -> None:
     """benchmarks/transfer_table.py's physics-of-the-run table: the target's strategies are
-    simulated with the run's physics and judged on the pairs that run resolves."""
+    simulated with the run's physics and judged on the pairs that run resolves. A run of
+    another machine type than the target store's trials (``other``) is judged too, labelled
+    ``p1*``, zero-shot and the simulator only, and not by the store-type table above."""
     import re
     import subprocess
     import sys
@@ -746,7 +749,9 @@ def test_the_transfer_table_judges_a_run_with_the_physics_measured_with_it(
     from autosync_transfer.testing.synthetic import synthetic_records
 
     root = Path(__file__).resolve().parents[2]
-    _slow_run(tmp_path, subset=8)
+    _, store, *_ = _slow_run(tmp_path, subset=8)
+    if other:
+        TrialStore(store).write_meta({META_PROCESSOR_KEY: "Another CPU"})
     ts = TrialStore(tmp_path / "ncf-B.jsonl")
     for r in synthetic_records(find_domain("ncf-B"), 12, 3):
         ts.append(r)
@@ -759,9 +764,14 @@ def test_the_transfer_table_judges_a_run_with_the_physics_measured_with_it(
     first, runs = out.stdout.split("the physics of the run")[0], out.stdout.split(
         "\nrun ")[1]
     record = [x for x in first.splitlines() if x.startswith("clusters  ncf-B -> ncf-A")][-1]
-    by_run = next(x for x in runs.splitlines() if x.startswith("p1 "))
-    assert by_run.split()[1:6] == ["ncf-B", "->", "ncf-A", "8", "28"]
+    by_run = next(x for x in runs.splitlines() if x.startswith("p1"))
+    assert by_run.split()[:6] == ["p1*" if other else "p1", "ncf-B", "->", "ncf-A", "8", "28"]
     stepsim = r"(\d\.\d{3})/(\d\.\d{3})\[[^]]*\]/[^ ]*$"
     assert float(re.search(stepsim, by_run).group(2)) == 1.0
-    assert float(re.search(stepsim, record).group(2)) < 0.9
+    assert ("- (other machine type)" in by_run) == other
+    # the store-type table above has no runs to judge by where the only run is of another type
+    assert (re.search(stepsim, record) is None) == other
+    if not other:
+        assert float(re.search(stepsim, record).group(2)) < 0.9
     assert "lowest zero-shot figure on the pairs a run resolves" in out.stdout
+    assert ("(ncf-B -> ncf-A p1*)" in out.stdout) == other
