@@ -13,7 +13,7 @@ the first of them (in input order) is "the predicted best"; top-k sets break tie
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ __all__ = [
     "per_domain",
     "noise_ceiling",
     "pairwise_gain",
+    "selected_pairwise_gain",
 ]
 
 _BLOCK = 1024  # rows of the pair matrix handled at once (bounds memory to _BLOCK x n)
@@ -264,3 +265,71 @@ def pairwise_gain(new: Any, old: Any, runtimes: Any, domains: Any, *, margin: fl
                     rng=np.random.default_rng(seed))
     low = float(res.confidence_interval.low)
     return gain, (gain if not np.isfinite(low) else low)
+
+
+def selected_pairwise_gain(candidates: Sequence[Any], chosen: int, old: Any, runtimes: Any,
+                           domains: Any, *, margin: float = 0.0, confidence: float = 0.95,
+                           n_resamples: int = 999, seed: int = 0) -> tuple[float, float]:
+    """:func:`pairwise_gain` of ``candidates[chosen]`` over ``old`` where ``chosen`` was picked
+    among ``candidates`` (e.g. the best of a training run's epochs) on these same strategies.
+
+    The best of several noisy candidates scores above ``old`` by chance more often than any one
+    of them does, so the bound must hold for whichever candidate is picked: ``low = gain - q``,
+    with ``q`` the ``confidence`` quantile, over bootstrap resamples of the strategies
+    (within each domain, as :func:`pairwise_gain` resamples them), of the largest amount by which
+    any candidate's resampled gain exceeds its own gain (a simultaneous, max-type bootstrap
+    bound). With one candidate it is the basic bootstrap bound of its gain. Returns
+    ``(gain, low)``; ``(nan, nan)`` where no pair counts; ``low = gain`` where ``gain <= 0``
+    (nothing to bound); ``low`` is ``nan`` where a domain has fewer than 2 strategies."""
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not len(candidates):
+        raise ValueError("candidates must not be empty")
+    if not 0 <= chosen < len(candidates):
+        raise ValueError(f"chosen must index the {len(candidates)} candidates, got {chosen}")
+    news = [_as_pair(c, old)[0] for c in candidates]
+    o_, y = _as_pair(old, runtimes)
+    d = np.asarray(domains).reshape(-1)
+    if d.size != y.size:
+        raise ValueError(f"domains needs one id per strategy ({y.size}), got {d.size}")
+    rng = np.random.default_rng(seed)
+    gains: list[np.ndarray] = []
+    blocks: list[tuple[np.ndarray, np.ndarray]] = []
+    for dom in np.unique(d):
+        sel = np.flatnonzero(d == dom)
+        co, counted = _pair_correct(o_[sel], y[sel], margin)
+        if not counted.any():
+            continue
+        delta = np.stack([_pair_correct(n[sel], y[sel], margin)[0] - co for n in news])
+        gains.append(delta.sum(axis=(1, 2)) / counted.sum())
+        if sel.size > _GAIN_STRATEGIES:
+            keep = np.sort(rng.choice(sel.size, _GAIN_STRATEGIES, replace=False))
+            delta, counted = delta[:, keep][:, :, keep], counted[np.ix_(keep, keep)]
+        # symmetric with a zero diagonal, as in pairwise_gain: a strategy drawn k times
+        # weighs its pairs k-fold, and pairs with its own copies nowhere
+        blocks.append((delta + delta.transpose(0, 2, 1),
+                       (counted | counted.T).astype(np.float64)))
+    if not gains:
+        return float("nan"), float("nan")
+    g = np.mean(np.stack(gains), axis=0)
+    gain = float(g[chosen])
+    if gain <= 0:
+        return gain, gain
+    if any(c.shape[0] < 2 for _, c in blocks):
+        return gain, float("nan")
+    total = np.zeros((n_resamples, len(news)))
+    used = np.zeros(n_resamples)
+    for delta, counted in blocks:
+        n = counted.shape[0]
+        w = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(np.float64)
+        den = np.einsum("bi,ij,bj->b", w, counted, w)
+        num = np.stack([np.einsum("bi,ij,bj->b", w, m, w) for m in delta], axis=1)
+        ok = den > 0
+        total[ok] += num[ok] / den[ok, None]
+        used += ok
+    keep_b = used > 0
+    resampled = total[keep_b] / used[keep_b, None]
+    q = float(np.quantile((resampled - g).max(axis=1), confidence))
+    return gain, gain - q

@@ -514,6 +514,9 @@ def _callbacks() -> Any:
             self.initial_outputs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
             #: (gain, lower bound) of the best epoch's validation accuracy over the start's
             self.gain: tuple[float, float] | None = None
+            #: ``(epoch, validation scores)`` of every epoch that validated, where the start is
+            #: a candidate (the epochs the best is picked from, for the gate's bound)
+            self.epoch_scores: list[tuple[int, np.ndarray]] = []
             self.history: dict[str, list[float]] = {
                 "train_loss": [], "val_loss": [], "val_pairwise_acc": [], "epoch_s": []}
             self._t0 = 0.0
@@ -545,6 +548,10 @@ def _callbacks() -> Any:
             if v is None:
                 return
             acc = float(v)
+            if math.isfinite(acc) and self.initial_outputs is not None:
+                out = _validation_outputs(pl_module, trainer.datamodule)
+                if out is not None:
+                    self.epoch_scores.append((int(trainer.current_epoch), out[0]))
             if math.isfinite(acc) and acc > self.best:
                 self.best, self.best_epoch = acc, int(trainer.current_epoch)
                 self.best_state = _copy_state(pl_module.state_dict())
@@ -596,9 +603,11 @@ def _gated_best(module: RankerModule, tracker: Any, dm: TrialDataModule, seed: i
                 margin: float | None = None) -> None:
     """Where the starting weights were a candidate and an epoch validated above them, keep the
     epoch only if it ranks the validation strategies better with :data:`START_CONFIDENCE`
-    (paired on the same pairs, bootstrap over strategies): the best of several noisy epochs is
-    not a gain by itself. Otherwise the tracker goes back to the start. ``margin``: the label
-    gap the comparison counts (default: the ranker's)."""
+    (paired on the same pairs, bootstrap over strategies), by a bound that holds although the
+    epoch is the best of all the epochs that validated, on these same strategies
+    (:func:`~autosync_transfer.rankers.metrics.selected_pairwise_gain`): the best of several
+    noisy epochs is not a gain by itself. Otherwise the tracker goes back to the start.
+    ``margin``: the label gap the comparison counts (default: the ranker's)."""
     old = tracker.initial_outputs
     if old is None or tracker.best_epoch < 0 or tracker.best_state is None:
         return
@@ -606,10 +615,17 @@ def _gated_best(module: RankerModule, tracker: Any, dm: TrialDataModule, seed: i
     new = _validation_outputs(module, dm)
     if new is None:
         return
-    gain, low = metrics.pairwise_gain(new[0], old[0], new[1], new[2],
-                                      margin=float(module.hparams["margin"] if margin is None
-                                                   else margin),
-                                      confidence=START_CONFIDENCE, seed=seed)
+    epochs = [e for e, _ in tracker.epoch_scores]
+    candidates = [x for _, x in tracker.epoch_scores]
+    if tracker.best_epoch in epochs:
+        chosen = epochs.index(tracker.best_epoch)
+        candidates[chosen] = new[0]
+    else:  # not recorded (cannot happen where the start is a candidate): the one epoch
+        candidates, chosen = [new[0]], 0
+    gain, low = metrics.selected_pairwise_gain(
+        candidates, chosen, old[0], new[1], new[2],
+        margin=float(module.hparams["margin"] if margin is None else margin),
+        confidence=START_CONFIDENCE, seed=seed)
     tracker.gain = (gain, low)
     if not (math.isfinite(low) and low > 0):
         tracker.keep_initial()
@@ -681,8 +697,9 @@ def train_simulator(
     Returns ``(simulator, metrics)``: ``test_pairwise_accuracy``, ``test_kendall_tau``,
     ``test_top1``, ``test_regret`` (means over domains), ``test_per_domain``,
     ``best_val_pairwise_acc``, ``best_epoch`` (-1: the starting weights, kept where they
-    already rank and no epoch validated better with 95 % confidence), ``val_gain`` /
-    ``val_gain_low`` (the best epoch's validation gain over those starting weights and its
+    already rank and no epoch validated better with 95 % confidence, by a bound that holds for
+    the best of all the epochs: ``metrics.selected_pairwise_gain``), ``val_gain`` /
+    ``val_gain_low`` (the best epoch's validation gain over those starting weights and that
     lower bound; ``nan`` where not compared), ``epochs``, ``fit_s``, ``seconds_per_epoch``,
     ``history`` (per epoch: ``train_loss``, ``val_loss``, ``val_pairwise_acc``, ``epoch_s``)
     and the split sizes. See the module docstring for how randomness is seeded.
