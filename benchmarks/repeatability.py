@@ -42,7 +42,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 ROOT = Path(__file__).resolve().parents[1]
 #: (domain, store, strategies): the shipped domains the issue names plus cheap ones, the
-#: held-out cluster of examples/clusters/heldout.yml, and the target of the vgg16-s setting
+#: held-out cluster of examples/clusters/heldout.yml, and the targets of the vgg16-s settings
 DOMAINS = [
     ("ncf-B", ROOT / "datasets/trials/ncf-B.jsonl", 30),
     ("ncf-heldout", ROOT / "benchmarks/results/heldout/ncf-heldout.jsonl", 30),
@@ -53,6 +53,7 @@ DOMAINS = [
     ("ncf-C", ROOT / "datasets/trials/ncf-C.jsonl", 30),
     ("bert-3l-heldout", ROOT / "benchmarks/results/heldout/bert-3l-heldout.jsonl", 20),
     ("vgg16-s-B", ROOT / "datasets/trials/vgg16-s-B.jsonl", 20),
+    ("vgg16-s-heldout", ROOT / "benchmarks/results/heldout/vgg16-s-heldout.jsonl", 20),
 ]
 
 
