@@ -216,33 +216,12 @@ def pairwise_gain(new: Any, old: Any, runtimes: Any, domains: Any, *, margin: fl
     ``gain <= 0`` (nothing to bound) or every resample gives the same gain."""
     from scipy.stats import bootstrap
 
-    if margin < 0:
-        raise ValueError(f"margin must be >= 0, got {margin}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    n_, o_ = _as_pair(new, old)
-    _, y = _as_pair(new, runtimes)
-    d = np.asarray(domains).reshape(-1)
-    if d.size != y.size:
-        raise ValueError(f"domains needs one id per strategy ({y.size}), got {d.size}")
-    rng = np.random.default_rng(seed)
-    deltas: list[tuple[np.ndarray, np.ndarray]] = []
-    gains = []
-    for dom in np.unique(d):
-        sel = np.flatnonzero(d == dom)
-        cn, counted = _pair_correct(n_[sel], y[sel], margin)
-        co, _ = _pair_correct(o_[sel], y[sel], margin)
-        if not counted.any():
-            continue
-        delta = cn - co
-        gains.append(float(delta.sum() / counted.sum()))
-        if sel.size > _GAIN_STRATEGIES:
-            keep = np.sort(rng.choice(sel.size, _GAIN_STRATEGIES, replace=False))
-            delta, counted = delta[np.ix_(keep, keep)], counted[np.ix_(keep, keep)]
-        deltas.append((delta + delta.T, (counted | counted.T).astype(np.float64)))
-    if not gains:
+    per_domain, blocks = _gain_blocks([new], old, runtimes, domains, margin, confidence,
+                                      np.random.default_rng(seed))
+    if per_domain is None:
         return float("nan"), float("nan")
-    gain = float(np.mean(gains))
+    gain = float(np.mean(per_domain[:, 0]))
+    deltas = [(delta[0], counted) for delta, counted in blocks]
     if gain <= 0:
         return gain, gain
 
@@ -267,6 +246,44 @@ def pairwise_gain(new: Any, old: Any, runtimes: Any, domains: Any, *, margin: fl
     return gain, (gain if not np.isfinite(low) else low)
 
 
+def _gain_blocks(candidates: Sequence[Any], old: Any, runtimes: Any, domains: Any,
+                 margin: float, confidence: float, rng: np.random.Generator
+                 ) -> tuple[np.ndarray | None, list[tuple[np.ndarray, np.ndarray]]]:
+    """What :func:`pairwise_gain` and :func:`selected_pairwise_gain` resample: ``(per_domain,
+    blocks)`` with ``per_domain[k, c]`` candidate ``c``'s gain over ``old`` on the k-th domain
+    where a pair counts (``None`` where none does) and per such domain a block ``(delta,
+    counted)``: ``delta[c]`` the candidate's right-minus-old pair matrix and ``counted`` the
+    pairs that count, both symmetric with a zero diagonal (a strategy drawn k times weighs its
+    pairs k-fold and pairs with its own copies nowhere), on a subset drawn with ``rng`` of at
+    most :data:`_GAIN_STRATEGIES` strategies."""
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    news = [_as_pair(c, old)[0] for c in candidates]
+    o_, y = _as_pair(old, runtimes)
+    d = np.asarray(domains).reshape(-1)
+    if d.size != y.size:
+        raise ValueError(f"domains needs one id per strategy ({y.size}), got {d.size}")
+    gains: list[np.ndarray] = []
+    blocks: list[tuple[np.ndarray, np.ndarray]] = []
+    for dom in np.unique(d):
+        sel = np.flatnonzero(d == dom)
+        co, counted = _pair_correct(o_[sel], y[sel], margin)
+        if not counted.any():
+            continue
+        delta = np.stack([_pair_correct(n[sel], y[sel], margin)[0] - co for n in news])
+        gains.append(delta.sum(axis=(1, 2)) / counted.sum())
+        if sel.size > _GAIN_STRATEGIES:
+            keep = np.sort(rng.choice(sel.size, _GAIN_STRATEGIES, replace=False))
+            delta, counted = delta[:, keep][:, :, keep], counted[np.ix_(keep, keep)]
+        blocks.append((delta + delta.transpose(0, 2, 1),
+                       (counted | counted.T).astype(np.float64)))
+    if not gains:
+        return None, blocks
+    return np.stack(gains), blocks
+
+
 def selected_pairwise_gain(candidates: Sequence[Any], chosen: int, old: Any, runtimes: Any,
                            domains: Any, *, margin: float = 0.0, confidence: float = 0.95,
                            n_resamples: int = 999, seed: int = 0) -> tuple[float, float]:
@@ -281,45 +298,22 @@ def selected_pairwise_gain(candidates: Sequence[Any], chosen: int, old: Any, run
     bound). With one candidate it is the basic bootstrap bound of its gain. Returns
     ``(gain, low)``; ``(nan, nan)`` where no pair counts; ``low = gain`` where ``gain <= 0``
     (nothing to bound); ``low`` is ``nan`` where a domain has fewer than 2 strategies."""
-    if margin < 0:
-        raise ValueError(f"margin must be >= 0, got {margin}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if not len(candidates):
         raise ValueError("candidates must not be empty")
     if not 0 <= chosen < len(candidates):
         raise ValueError(f"chosen must index the {len(candidates)} candidates, got {chosen}")
-    news = [_as_pair(c, old)[0] for c in candidates]
-    o_, y = _as_pair(old, runtimes)
-    d = np.asarray(domains).reshape(-1)
-    if d.size != y.size:
-        raise ValueError(f"domains needs one id per strategy ({y.size}), got {d.size}")
     rng = np.random.default_rng(seed)
-    gains: list[np.ndarray] = []
-    blocks: list[tuple[np.ndarray, np.ndarray]] = []
-    for dom in np.unique(d):
-        sel = np.flatnonzero(d == dom)
-        co, counted = _pair_correct(o_[sel], y[sel], margin)
-        if not counted.any():
-            continue
-        delta = np.stack([_pair_correct(n[sel], y[sel], margin)[0] - co for n in news])
-        gains.append(delta.sum(axis=(1, 2)) / counted.sum())
-        if sel.size > _GAIN_STRATEGIES:
-            keep = np.sort(rng.choice(sel.size, _GAIN_STRATEGIES, replace=False))
-            delta, counted = delta[:, keep][:, :, keep], counted[np.ix_(keep, keep)]
-        # symmetric with a zero diagonal, as in pairwise_gain: a strategy drawn k times
-        # weighs its pairs k-fold, and pairs with its own copies nowhere
-        blocks.append((delta + delta.transpose(0, 2, 1),
-                       (counted | counted.T).astype(np.float64)))
-    if not gains:
+    per_domain, blocks = _gain_blocks(candidates, old, runtimes, domains, margin, confidence,
+                                      rng)
+    if per_domain is None:
         return float("nan"), float("nan")
-    g = np.mean(np.stack(gains), axis=0)
+    g = np.mean(per_domain, axis=0)
     gain = float(g[chosen])
     if gain <= 0:
         return gain, gain
     if any(c.shape[0] < 2 for _, c in blocks):
         return gain, float("nan")
-    total = np.zeros((n_resamples, len(news)))
+    total = np.zeros((n_resamples, len(candidates)))
     used = np.zeros(n_resamples)
     for delta, counted in blocks:
         n = counted.shape[0]
